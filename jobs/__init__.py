@@ -1,0 +1,1 @@
+"""What an operator runs: the `seedance` CLI, job configs and schedules."""

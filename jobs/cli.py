@@ -1,0 +1,177 @@
+"""The `seedance` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from pipelines.config import ENV_VARS, ConfigError, StreamingJobConfig, load_config
+from pipelines.local_stack import LocalKafka, StackError
+from pipelines.paths import state_home
+
+
+class CliError(RuntimeError):
+    """A user-facing failure: printed without a traceback, exit code 2."""
+
+
+def local_kafka() -> LocalKafka:
+    return LocalKafka(state_home() / "kafka")
+
+
+def resolve_bootstrap(explicit: str | None, config: StreamingJobConfig | None = None) -> str:
+    if explicit:
+        return explicit
+    if config and config.kafka.bootstrap:
+        return config.kafka.bootstrap
+    info = local_kafka().info()
+    if info is None:
+        raise CliError("no Kafka broker: start the local one with `seedance stack up`, "
+                       "or pass --bootstrap HOST:PORT (or set SEEDANCE_KAFKA_BOOTSTRAP)")
+    return info.bootstrap
+
+
+# --- stack ---------------------------------------------------------------------------
+
+def cmd_stack(args: argparse.Namespace) -> int:
+    kafka = local_kafka()
+    if args.action == "up":
+        already = kafka.info()
+        started = time.monotonic()
+        info = kafka.up()
+        verb = "already running" if already else f"started in {time.monotonic() - started:.1f}s"
+        print(f"Kafka broker {verb}: bootstrap {info.bootstrap} (pid {info.pid})")
+        print(f"  data {info.data_dir}\n  log  {info.log_file}")
+    elif args.action == "down":
+        print("Kafka broker stopped" if kafka.down() else "Kafka broker was not running")
+    else:
+        info = kafka.info()
+        if info is None:
+            print("Kafka broker: not running (start it with `seedance stack up`)")
+            return 3
+        print(f"Kafka broker: running, bootstrap {info.bootstrap}, pid {info.pid}, "
+              f"up {time.time() - info.started_at:.0f}s\n  data {info.data_dir}")
+    return 0
+
+
+# --- generate ------------------------------------------------------------------------
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from jobs.demo import generate
+
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
+                       encoding=args.encoding, partition_by_trace=args.partition_by_trace)
+    print(summary)
+    return 0
+
+
+# --- run -----------------------------------------------------------------------------
+
+def job_config(args: argparse.Namespace) -> StreamingJobConfig:
+    config = load_config(Path(args.config) if args.config else None)
+    if getattr(args, "bounded", False):
+        config = config.replace("input", bounded=True)
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pipelines.flink_job import run_job
+
+    config = job_config(args)
+    bootstrap = resolve_bootstrap(args.bootstrap, config)
+    print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
+          f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
+          f"late: {config.topics.late}); "
+          + ("stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"))
+    run_job(config, bootstrap)
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from pipelines.warehouse import Warehouse
+
+    config = job_config(args)
+    bootstrap = resolve_bootstrap(args.bootstrap, config)
+    warehouse = Warehouse(config.warehouse.url)
+    try:
+        rows = warehouse.load_from_kafka(bootstrap, config.topics.credits, follow=args.follow)
+    finally:
+        warehouse.close()
+    print(f"loaded {rows} credit rows into {warehouse.url}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from jobs.demo import run_demo
+
+    return run_demo(users=args.users, seed=args.seed, keep_stack=args.keep_stack)
+
+
+# --- parser --------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    env_help = "\n".join(f"  {name:26} {text}" for name, text in ENV_VARS.items())
+    parser = argparse.ArgumentParser(
+        prog="seedance",
+        description="Streaming telemetry and ROI attribution: OpenTelemetry spans through "
+                    "Kafka into Flink, credited to marketing channels.",
+        epilog=f"environment variables:\n{env_help}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="stack up, sample telemetry, run the job, print results")
+    demo.add_argument("--users", type=int, default=2000)
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--keep-stack", action="store_true",
+                      help="leave the Kafka broker running afterwards")
+    demo.set_defaults(func=cmd_demo)
+
+    stack = sub.add_parser("stack", help="the local Kafka broker (KRaft, loopback)")
+    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.set_defaults(func=cmd_stack)
+
+    gen = sub.add_parser("generate", help="emit sample telemetry through the OpenTelemetry SDK")
+    gen.add_argument("--users", type=int, default=1000)
+    gen.add_argument("--seed", type=int, default=7)
+    gen.add_argument("--days", type=int, default=45)
+    gen.add_argument("--topic", default="otlp_spans")
+    gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
+    gen.add_argument("--partition-by-trace", action="store_true",
+                     help="one message per trace, keyed by the trace id (hex)")
+    gen.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    gen.set_defaults(func=cmd_generate)
+
+    for name, func, text in (("run", cmd_run, "run the streaming attribution job (Flink)"),
+                             ("load", cmd_load, "load result topics into the warehouse")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
+        p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+        if name == "run":
+            p.add_argument("--bounded", action="store_true",
+                           help="stop at the end of the input present at start")
+        else:
+            p.add_argument("--follow", action="store_true", help="keep loading new results")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (CliError, ConfigError, StackError, FileNotFoundError, ValueError) as error:
+        print(f"seedance: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("seedance: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

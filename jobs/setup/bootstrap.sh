@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One-time (and idempotent) set-up of a fresh machine: the virtual environment with the
+# pinned Python packages, and the JVM jars (Kafka broker, Flink Kafka connector) from
+# Maven Central. Each step is skipped when its inputs have not changed since the last run,
+# so a rerun downloads nothing. Caches: pip's and Maven's own (~/.cache/pip, ~/.m2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+venv="$root/.venv"
+jars="$root/.cache/jars"
+stamp_dir="$root/.cache/stamps"
+mkdir -p "$stamp_dir"
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "error: '$1' not found. $2" >&2; exit 1; }; }
+need python3.11 "Install Python 3.11 (the pinned apache-flink 2.2.0 supports 3.9-3.12; this project pins 3.11)." 2>/dev/null || need python3 "Install Python 3.11."
+need java "Install a Java 17 runtime (Debian: apt-get install openjdk-17-jre-headless)."
+need mvn "Install Maven (Debian: apt-get install maven); it fetches the Kafka and Flink jars."
+
+py=$(command -v python3.11 || command -v python3)
+if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+  echo "error: $py is not Python 3.11; install 3.11 or put it first on PATH." >&2
+  exit 1
+fi
+
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+py_hash=$(hash_of pyproject.toml)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp_dir/venv" 2>/dev/null)" != "$py_hash" ]; then
+  echo "==> Python environment (.venv): installing pinned packages"
+  [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --progress-bar off -e ".[dev]"
+  echo "$py_hash" > "$stamp_dir/venv"
+fi
+
+jar_hash=$(hash_of jobs/setup/jars.pom.xml)
+if [ ! -d "$jars/kafka" ] || [ ! -d "$jars/flink" ] || [ "$(cat "$stamp_dir/jars" 2>/dev/null)" != "$jar_hash" ]; then
+  echo "==> JVM jars (.cache/jars): Kafka broker and Flink Kafka connector from Maven Central"
+  rm -rf "$jars"
+  mvn --batch-mode --quiet -f jobs/setup/jars.pom.xml -Dout="$jars" package
+  rm -rf jobs/setup/target
+  echo "$jar_hash" > "$stamp_dir/jars"
+fi

@@ -1,0 +1,1 @@
+"""Engine glue: Kafka, Flink, the local stack, sinks. Logic lives in udfs/."""

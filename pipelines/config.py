@@ -1,0 +1,198 @@
+"""Typed, validated configuration of the streaming job, loaded from YAML.
+
+Unknown keys are rejected (a typo must not silently fall back to a default); addresses and
+secrets may come from environment variables, listed in ENV_VARS and shown in CLI help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from udfs.attribution import validate_models
+
+# The YAML lives with the other operator-facing files in jobs/config/.
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "jobs" / "config" / "streaming.yaml"
+
+ENV_VARS = {
+    "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
+    "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path (overrides warehouse.url)",
+    "SEEDANCE_HOME": "state folder: broker data, checkpoints, embedded warehouse "
+                     "(default ./.seedance)",
+    "SEEDANCE_JARS": "folder of the fetched jars (default ./.cache/jars)",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as file + key + what is wrong."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    spans: str = "otlp_spans"
+    credits: str = "attribution_credits"
+    dead_letter: str = "otlp_spans_dlq"
+    late: str = "late_events"
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    encoding: str = "auto"
+    starting_offsets: str = "committed"
+    group_id: str = "seedance-attribution"
+    bounded: bool = False
+
+
+@dataclass(frozen=True)
+class EventTimeConfig:
+    max_out_of_orderness_s: float = 300.0
+    idleness_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class JourneySection:
+    lookback_days: float = 30.0
+    max_touches: int | None = None
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    models: tuple[str, ...] = ("last_click", "linear")
+
+
+@dataclass(frozen=True)
+class FlinkConfig:
+    parallelism: int = 1
+    checkpoint_interval_s: float = 10.0
+    checkpoint_dir: str = ""
+    python_execution_mode: str = "thread"
+    transaction_timeout_s: int = 900
+
+
+@dataclass(frozen=True)
+class WarehouseConfig:
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class StreamingJobConfig:
+    kafka: KafkaConfig = KafkaConfig()
+    topics: TopicsConfig = TopicsConfig()
+    input: InputConfig = InputConfig()
+    event_time: EventTimeConfig = EventTimeConfig()
+    journey: JourneySection = JourneySection()
+    attribution: AttributionConfig = AttributionConfig()
+    flink: FlinkConfig = FlinkConfig()
+    warehouse: WarehouseConfig = WarehouseConfig()
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.input.encoding in ("auto", "otlp_proto", "otlp_json"), "input.encoding",
+             "must be auto, otlp_proto or otlp_json"),
+            (self.input.starting_offsets in ("committed", "earliest", "latest"),
+             "input.starting_offsets", "must be committed, earliest or latest"),
+            (self.flink.parallelism >= 1, "flink.parallelism", "must be at least 1"),
+            (self.flink.checkpoint_interval_s > 0, "flink.checkpoint_interval_s",
+             "must be positive"),
+            (self.flink.python_execution_mode in ("thread", "process"),
+             "flink.python_execution_mode", "must be thread or process"),
+            (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",
+             "must not be negative"),
+            (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
+            (self.journey.max_touches is None or self.journey.max_touches >= 1,
+             "journey.max_touches", "must be at least 1 or null"),
+        ]
+        for ok, key, problem in checks:
+            if not ok:
+                raise ConfigError(f"{key} {problem}")
+        try:
+            validate_models(self.attribution.models)
+        except ValueError as error:
+            raise ConfigError(f"attribution.models: {error}") from None
+
+    def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
+        """A copy with some keys of one section changed (used by CLI flags and tests)."""
+        updated = dataclasses.replace(getattr(self, section), **changes)
+        return dataclasses.replace(self, **{section: updated})
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the top level'} must be a mapping, got {data!r}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(where + k for k in unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    values: dict[str, Any] = {}
+    for name, raw in data.items():
+        hint = hints[name]
+        key = f"{where}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, raw, key + ".")
+        else:
+            values[name] = _coerce(hint, raw, key)
+    return cls(**values)
+
+
+def _coerce(hint: Any, raw: Any, key: str) -> Any:
+    text = str(hint)
+    if raw is None:
+        if "None" in text:
+            return None
+        raise ConfigError(f"{key} must not be null")
+    if hint is bool:
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{key} must be true or false, got {raw!r}")
+        return raw
+    if hint is str:
+        return str(raw)
+    if hint is float or hint is int or text.startswith("int"):
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ConfigError(f"{key} must be a number, got {raw!r}")
+        if (hint is int or text.startswith("int")) and raw != int(raw):
+            raise ConfigError(f"{key} must be a whole number, got {raw!r}")
+        return int(raw) if hint is not float else float(raw)
+    if text.startswith("tuple"):
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise ConfigError(f"{key} must be a list of names, got {raw!r}")
+        return tuple(raw)
+    if text.startswith("dict"):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{key} must be a mapping, got {raw!r}")
+        return {str(k): str(v) for k, v in raw.items()}
+    raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def load_config(path: Path | None = None) -> StreamingJobConfig:
+    """Load a job config (defaults when path is None), then apply environment overrides."""
+    source = path or DEFAULT_CONFIG
+    try:
+        data = yaml.safe_load(Path(source).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {source}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from None
+    try:
+        config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    if os.environ.get("SEEDANCE_KAFKA_BOOTSTRAP"):
+        config = config.replace("kafka", bootstrap=os.environ["SEEDANCE_KAFKA_BOOTSTRAP"])
+    if os.environ.get("SEEDANCE_WAREHOUSE_URL"):
+        config = config.replace("warehouse", url=os.environ["SEEDANCE_WAREHOUSE_URL"])
+    return config

@@ -1,0 +1,258 @@
+"""The streaming attribution job on PyFlink: OTLP spans in Kafka -> per-touch credits.
+
+ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message)
+transform  event-time watermarks -> key by user -> buffer until the watermark passes,
+           then run the journey `step` in event-time order and credit each conversion
+write    credits, dead letters and late events to Kafka with exactly-once sinks
+
+Every operator has a stable uid so that savepoints stay compatible across upgrades.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
+from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import (
+    DataStream,
+    KeyedProcessFunction,
+    OutputTag,
+    ProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+)
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
+    KafkaSource,
+)
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+
+from pipelines.config import StreamingJobConfig
+from pipelines.otlp_codec import dead_letter_json, decode_spans
+from pipelines.paths import flink_connector_jars, state_home
+from schemas.records import Conversion, Touchpoint
+from udfs.attribution import credit_journey
+from udfs.journeys import JourneyConfig, JourneyState, event_order, expire, step
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
+LATE_EVENTS = OutputTag("late-events", Types.STRING())
+
+
+class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
+    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions."""
+
+    def __init__(self, encoding: str, source: str) -> None:
+        self.encoding = encoding
+        self.source = source
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        decoded = decode_spans(value, self.encoding)
+        for letter in decoded.dead_letters:
+            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+        for record in decoded.records:
+            # GPU calls feed the cost job; this job attributes touches and orders.
+            if isinstance(record, Touchpoint | Conversion):
+                yield record
+
+
+class EventTime(TimestampAssigner):  # type: ignore[misc]
+    def extract_timestamp(self, value: Touchpoint | Conversion, record_timestamp: int) -> int:
+        return value.ts_ms
+
+
+def _event_json(event: Touchpoint | Conversion, watermark: int) -> str:
+    body = {"type": "touchpoint" if isinstance(event, Touchpoint) else "conversion",
+            **event._asdict(), "watermark_ms": watermark}
+    return json.dumps(body, separators=(",", ":"))
+
+
+def credit_json(credit: Any) -> str:
+    return json.dumps(credit._asdict(), separators=(",", ":"))
+
+
+class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
+    """Per user: hold events until the watermark passes them, then step in time order.
+
+    Buffering makes results independent of arrival order within the allowed lateness;
+    events older than the watermark on arrival go to the late side output.
+    """
+
+    def __init__(self, journey: JourneyConfig, models: tuple[str, ...]) -> None:
+        self.journey = journey
+        self.models = models
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.state = runtime_context.get_state(
+            ValueStateDescriptor("journey", Types.PICKLED_BYTE_ARRAY()))
+        self.pending = runtime_context.get_list_state(
+            ListStateDescriptor("pending", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: Touchpoint | Conversion,
+                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        watermark = ctx.timer_service().current_watermark()
+        if value.ts_ms <= watermark:
+            yield LATE_EVENTS, _event_json(value, watermark)
+            return
+        self.pending.add(value)
+        ctx.timer_service().register_event_time_timer(value.ts_ms)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+        pending = list(self.pending.get() or [])
+        ready = sorted((e for e in pending if e.ts_ms <= timestamp), key=event_order)
+        if ready:
+            rest = [e for e in pending if e.ts_ms > timestamp]
+            if rest:
+                self.pending.update(rest)
+            else:
+                self.pending.clear()
+        state: JourneyState = self.state.value() or JourneyState()
+        for event in ready:
+            state, journeys = step(state, event, self.journey)
+            for journey in journeys:
+                for credit in credit_journey(journey, self.models):
+                    yield credit_json(credit)
+        state = expire(state, timestamp, self.journey)
+        if state.touches:
+            self.state.update(state)
+            # Wake up once the newest touch leaves the lookback, to drop the state.
+            ctx.timer_service().register_event_time_timer(
+                state.touches[-1].ts_ms + self.journey.lookback_ms + 1)
+        else:
+            self.state.clear()
+
+
+def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
+    return dict(config.kafka.properties)
+
+
+def build_source(config: StreamingJobConfig, bootstrap: str) -> KafkaSource:
+    starting = {
+        "earliest": KafkaOffsetsInitializer.earliest(),
+        "latest": KafkaOffsetsInitializer.latest(),
+        "committed": KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST),
+    }[config.input.starting_offsets]
+    builder = (KafkaSource.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_topics(config.topics.spans)
+               .set_group_id(config.input.group_id)
+               .set_starting_offsets(starting)
+               .set_value_only_deserializer(ByteArraySchema())
+               .set_property("commit.offsets.on.checkpoint", "true"))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    if config.input.bounded:
+        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+    return builder.build()
+
+
+def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str) -> KafkaSink:
+    """Exactly-once: records become visible to read_committed readers at checkpoints."""
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic)
+                  .set_value_serialization_schema(SimpleStringSchema())
+                  .build())
+    builder = (KafkaSink.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_record_serializer(serializer)
+               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+               .set_transactional_id_prefix(f"{config.input.group_id}-{topic}")
+               .set_property("transaction.timeout.ms",
+                             str(config.flink.transaction_timeout_s * 1000)))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    return builder.build()
+
+
+def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
+                   bootstrap: str) -> None:
+    """ingest -> transform -> write, wired on `env`."""
+    raw = env.from_source(build_source(config, bootstrap), WatermarkStrategy.no_watermarks(),
+                          "otlp-spans").uid("source-otlp-spans")
+    write(transform(raw, config), config, bootstrap)
+
+
+class JobOutputs(NamedTuple):
+    credits: DataStream
+    dead_letters: DataStream
+    late: DataStream
+
+
+def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
+    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans)) \
+        .name("decode-otlp").uid("decode-otlp")
+    watermarks = (WatermarkStrategy
+                  .for_bounded_out_of_orderness(
+                      Duration.of_millis(int(config.event_time.max_out_of_orderness_s * 1000)))
+                  .with_idleness(Duration.of_millis(int(config.event_time.idleness_s * 1000)))
+                  .with_timestamp_assigner(EventTime()))
+    journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches)
+    credits = (decoded
+               .assign_timestamps_and_watermarks(watermarks).name("event-time").uid("event-time")
+               .key_by(lambda record: record.user_id, key_type=Types.STRING())
+               .process(AttributeJourneys(journey, config.attribution.models),
+                        output_type=Types.STRING())
+               .name("attribute-journeys").uid("attribute-journeys"))
+    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS),
+                      credits.get_side_output(LATE_EVENTS))
+
+
+def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:
+    topics = config.topics
+    outputs.credits.sink_to(build_sink(config, bootstrap, topics.credits)) \
+        .name("credits-sink").uid("credits-sink")
+    outputs.dead_letters.sink_to(build_sink(config, bootstrap, topics.dead_letter)) \
+        .name("dead-letter-sink").uid("dead-letter-sink")
+    outputs.late.sink_to(build_sink(config, bootstrap, topics.late)) \
+        .name("late-events-sink").uid("late-events-sink")
+
+
+def prefer_this_python() -> None:
+    """Thread mode embeds the Python found first on PATH (through pemja): make it this one.
+
+    Must happen before the Flink gateway JVM starts, which inherits the environment.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def flink_configuration(config: StreamingJobConfig) -> Configuration:
+    checkpoints = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
+    conf = Configuration()
+    conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
+    conf.set_string("python.executable", sys.executable)
+    conf.set_string("python.client.executable", sys.executable)
+    conf.set_string("python.execution-mode", config.flink.python_execution_mode)
+    conf.set_string("execution.checkpointing.interval",
+                    f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
+    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    conf.set_string("execution.checkpointing.dir", Path(checkpoints).resolve().as_uri())
+    conf.set_string("execution.checkpointing.storage", "filesystem")
+    conf.set_string("state.backend.type", "hashmap")
+    conf.set_string("restart-strategy.type", "fixed-delay")
+    conf.set_string("restart-strategy.fixed-delay.attempts", "3")
+    conf.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    return conf
+
+
+def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution"):
+    """Build and run the job; blocks until a bounded job finishes (or forever, unbounded)."""
+    prefer_this_python()
+    env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
+    env.set_parallelism(config.flink.parallelism)
+    build_pipeline(env, config, bootstrap)
+    return env.execute(job_name)

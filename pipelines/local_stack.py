@@ -1,0 +1,246 @@
+"""The local Kafka broker: a single-node KRaft broker run from the jars in .cache/jars.
+
+It listens on loopback ports chosen free at start, keeps its data under the state folder,
+and records its bootstrap address and process id in `<state>/kafka/stack.json` so that
+other commands find it and `down` stops exactly the process that `up` started.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pipelines.paths import SETUP_HINT, jars_home
+
+BROKER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs={data_dir}
+num.partitions=1
+# single node: internal topics cannot have more than one replica
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+# Flink's KafkaSink asks for 1 h transactions by default; the broker's own cap is 15 min.
+transaction.max.timeout.ms=3600000
+auto.create.topics.enable=true
+log.retention.hours=720
+"""
+
+LOG4J2 = """\
+Configuration:
+  status: warn
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        Pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: WARN
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.server.KafkaRaftServer
+        level: INFO
+      - name: kafka.server.BrokerServer
+        level: INFO
+"""
+
+
+class StackError(RuntimeError):
+    """The local stack cannot start or be found; the message says what to do."""
+
+
+@dataclass
+class BrokerInfo:
+    pid: int
+    bootstrap: str
+    controller_port: int
+    data_dir: str
+    log_file: str
+    started_at: float
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise StackError("Java is not installed or not on PATH: install a Java 17 runtime "
+                         "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+    return java
+
+
+def _classpath() -> str:
+    folder = jars_home() / "kafka"
+    if not any(folder.glob("kafka_2.13-*.jar")):
+        raise StackError(f"the Kafka broker jars are missing in {folder}; {SETUP_HINT}")
+    return str(folder / "*")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); look at its state.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_our_broker(pid: int, config: Path) -> bool:
+    """Guard against pid reuse: the process must be java running our config file."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(config).encode() in cmdline
+
+
+class LocalKafka:
+    """A KRaft broker whose state lives in `home` (data, config, logs, stack.json)."""
+
+    def __init__(self, home: Path, heap_mb: int = 512) -> None:
+        self.home = Path(home)
+        self.heap_mb = heap_mb
+        self.config = self.home / "server.properties"
+        self.state_file = self.home / "stack.json"
+        self.data_dir = self.home / "data"
+        self.log_file = self.home / "broker.log"
+
+    # -- state ------------------------------------------------------------------------
+    def info(self) -> BrokerInfo | None:
+        """The running broker recorded in stack.json, or None (stale records are removed)."""
+        if not self.state_file.exists():
+            return None
+        info = BrokerInfo(**json.loads(self.state_file.read_text()))
+        if _alive(info.pid) and _is_our_broker(info.pid, self.config):
+            return info
+        self.state_file.unlink(missing_ok=True)
+        return None
+
+    # -- lifecycle --------------------------------------------------------------------
+    def up(self, timeout_s: float = 90.0) -> BrokerInfo:
+        running = self.info()
+        if running:
+            return running
+        java, classpath = _java(), _classpath()
+        self.home.mkdir(parents=True, exist_ok=True)
+        port, controller_port = _free_port(), _free_port()
+        self.config.write_text(BROKER_PROPERTIES.format(
+            port=port, controller_port=controller_port, data_dir=self.data_dir))
+        log4j = self.home / "log4j2.yaml"
+        log4j.write_text(LOG4J2)
+        jvm = [java, f"-Xmx{self.heap_mb}m", f"-Xms{min(self.heap_mb, 256)}m",
+               "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={log4j}",
+               "-Dlog4j2.formatMsgNoLookups=true", "-cp", classpath]
+        if not (self.data_dir / "meta.properties").exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            formatted = subprocess.run(
+                [*jvm, "kafka.tools.StorageTool", "format", "-t", _new_cluster_id(),
+                 "-c", str(self.config)],
+                capture_output=True, text=True, check=False)
+            if formatted.returncode != 0:
+                raise StackError("formatting the Kafka storage failed:\n"
+                                 + formatted.stdout + formatted.stderr)
+        with open(self.log_file, "ab") as log:
+            process = subprocess.Popen(
+                [*jvm, "kafka.Kafka", str(self.config)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)  # survives the CLI; stopped by `down`
+        info = BrokerInfo(pid=process.pid, bootstrap=f"127.0.0.1:{port}",
+                          controller_port=controller_port, data_dir=str(self.data_dir),
+                          log_file=str(self.log_file), started_at=time.time())
+        self.state_file.write_text(json.dumps(asdict(info), indent=2))
+        try:
+            wait_until_ready(info.bootstrap, timeout_s, process)
+        except StackError:
+            self.down()
+            raise
+        return info
+
+    def down(self, timeout_s: float = 30.0) -> bool:
+        """Stop the broker this home started. Returns False if none was running."""
+        info = self.info()
+        if info is None:
+            return False
+        os.kill(info.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(info.pid):
+            _reap(info.pid)
+            time.sleep(0.2)
+        if _alive(info.pid):
+            os.kill(info.pid, signal.SIGKILL)
+            time.sleep(0.5)
+            _reap(info.pid)
+        self.state_file.unlink(missing_ok=True)
+        return True
+
+
+def _new_cluster_id() -> str:
+    # KRaft cluster ids are 16 random bytes in URL-safe base64 without padding (22 chars).
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def wait_until_ready(bootstrap: str, timeout_s: float,
+                     process: subprocess.Popen[bytes] | None = None) -> None:
+    """Poll until the broker answers a metadata request (not just a TCP accept)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise StackError(f"the Kafka broker exited with code {process.returncode} "
+                             "during start-up; see its log for the reason")
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
+            try:
+                admin.describe_cluster()
+                admin.list_topics()
+                return
+            finally:
+                admin.close()
+        except (KafkaError, OSError) as error:
+            last_error = error
+            time.sleep(0.5)
+    raise StackError(f"the Kafka broker at {bootstrap} did not answer within {timeout_s:.0f}s "
+                     f"(last error: {last_error})")

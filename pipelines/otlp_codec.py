@@ -1,0 +1,199 @@
+"""OTLP trace payloads <-> pipeline records.
+
+Speaks what the OpenTelemetry Collector's kafka exporter/receiver put on a topic: one
+`ExportTraceServiceRequest` per message, as `otlp_proto` (binary protobuf) or `otlp_json`
+(the OTLP/JSON mapping: lowerCamelCase keys, hex trace/span ids, 64-bit ints as strings).
+Decoding never raises on bad input: it returns dead letters with the reason instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
+from schemas.telemetry import InvalidSpan, span_to_record
+
+ENCODINGS = ("auto", "otlp_proto", "otlp_json")
+# Kafka 4 brokers reject records more than 1 h ahead of their clock by default
+# (log.message.timestamp.after.max.ms); events are held to the same bound.
+MAX_FUTURE_S = 3600.0
+
+Record = Touchpoint | Conversion | GpuCall
+
+
+@dataclass
+class Decoded:
+    """What one Kafka message turned into."""
+
+    records: list[Record] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    spans: int = 0
+    ignored: int = 0  # ordinary tracing spans with no pipeline meaning
+    latest_ns: int = 0  # spans starting after this are dead-lettered (clock skew)
+
+
+# --- protobuf ------------------------------------------------------------------------
+
+def _any_value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("array_value", "kvlist_value"):
+        return json_format.MessageToDict(getattr(value, kind))
+    return getattr(value, kind)
+
+
+def _span_dead_letter(error: InvalidSpan, trace_id: str, span_id: str, name: str,
+                      attrs: dict[str, Any]) -> DeadLetter:
+    body = {"trace_id": trace_id, "span_id": span_id, "name": name,
+            "attributes": {k: v if isinstance(v, str | int | float | bool | None) else str(v)
+                           for k, v in attrs.items()}}
+    return DeadLetter("invalid_span", str(error), json.dumps(body).encode())
+
+
+def _decode_proto(payload: bytes, out: Decoded) -> None:
+    request = ExportTraceServiceRequest.FromString(payload)
+    for resource_spans in request.resource_spans:
+        resource_attrs = {kv.key: _any_value(kv.value)
+                          for kv in resource_spans.resource.attributes}
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                out.spans += 1
+                attrs = {kv.key: _any_value(kv.value) for kv in span.attributes}
+                _classify(out, resource_attrs, attrs, span.trace_id.hex(), span.span_id.hex(),
+                          span.name, span.start_time_unix_nano, span.end_time_unix_nano)
+
+
+# --- OTLP/JSON -----------------------------------------------------------------------
+
+def _get(obj: dict[str, Any], camel: str, snake: str, default: Any = None) -> Any:
+    value = obj.get(camel)
+    return obj.get(snake, default) if value is None else value
+
+
+def _json_value(value: dict[str, Any]) -> Any:
+    for camel, snake in (("stringValue", "string_value"), ("boolValue", "bool_value"),
+                         ("doubleValue", "double_value")):
+        if camel in value or snake in value:
+            return _get(value, camel, snake)
+    if "intValue" in value or "int_value" in value:
+        return int(_get(value, "intValue", "int_value"))  # int64 arrive as strings
+    for camel, snake in (("arrayValue", "array_value"), ("kvlistValue", "kvlist_value")):
+        if camel in value or snake in value:
+            return _get(value, camel, snake)
+    return None
+
+
+def _json_attrs(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
+    return {item["key"]: _json_value(item.get("value") or {}) for item in items or ()}
+
+
+def _decode_json(payload: bytes, out: Decoded) -> None:
+    request = json.loads(payload)
+    if not isinstance(request, dict):
+        raise ValueError("top level is not a JSON object")
+    for resource_spans in _get(request, "resourceSpans", "resource_spans", []):
+        resource = resource_spans.get("resource") or {}
+        resource_attrs = _json_attrs(resource.get("attributes"))
+        for scope_spans in _get(resource_spans, "scopeSpans", "scope_spans", []):
+            for span in scope_spans.get("spans") or []:
+                out.spans += 1
+                _classify(out, resource_attrs, _json_attrs(span.get("attributes")),
+                          str(_get(span, "traceId", "trace_id", "")).lower(),
+                          str(_get(span, "spanId", "span_id", "")).lower(),
+                          str(span.get("name", "")),
+                          int(_get(span, "startTimeUnixNano", "start_time_unix_nano", 0)),
+                          int(_get(span, "endTimeUnixNano", "end_time_unix_nano", 0)))
+
+
+# --- shared --------------------------------------------------------------------------
+
+def _classify(out: Decoded, resource_attrs: dict[str, Any], attrs: dict[str, Any],
+              trace_id: str, span_id: str, name: str, start_ns: int, end_ns: int) -> None:
+    # Resource attributes (k8s pod, namespace) fill in what the span itself does not say.
+    merged = {**resource_attrs, **attrs} if resource_attrs else attrs
+    try:
+        record = span_to_record(merged, trace_id, span_id, start_ns, end_ns)
+        if record is not None and start_ns > out.latest_ns:
+            # A clock far ahead would poison event time (and brokers reject such
+            # timestamps by default): such a span is unusable, not data.
+            raise InvalidSpan(type(record).__name__.lower(), "start_time_unix_nano",
+                              f"is more than {MAX_FUTURE_S:.0f}s in the future")
+    except InvalidSpan as error:
+        out.dead_letters.append(_span_dead_letter(error, trace_id, span_id, name, attrs))
+        return
+    if record is None:
+        out.ignored += 1
+    else:
+        out.records.append(record)
+
+
+def sniff_encoding(payload: bytes) -> str:
+    """otlp_json payloads open with '{' (after whitespace); protobuf ones never do."""
+    head = payload[:64].lstrip()
+    return "otlp_json" if head.startswith(b"{") else "otlp_proto"
+
+
+def decode_spans(payload: bytes | None, encoding: str = "auto") -> Decoded:
+    """Decode one message. Never raises: malformed input becomes a dead letter."""
+    out = Decoded(latest_ns=time.time_ns() + int(MAX_FUTURE_S * 1e9))
+    if not payload:
+        out.dead_letters.append(DeadLetter("empty_message", "message value is empty", b""))
+        return out
+    kind = sniff_encoding(payload) if encoding == "auto" else encoding
+    try:
+        if kind == "otlp_proto":
+            _decode_proto(payload, out)
+        elif kind == "otlp_json":
+            _decode_json(payload, out)
+        else:
+            raise ValueError(f"unknown encoding {kind!r}; expected one of {ENCODINGS}")
+    except (DecodeError, ValueError, TypeError, KeyError, AttributeError) as error:
+        # The whole message is unusable: keep none of its partial output, so that a
+        # replay after fixing the producer does not double-count.
+        reason = "malformed_otlp_proto" if kind == "otlp_proto" else "malformed_otlp_json"
+        return Decoded(dead_letters=[DeadLetter(reason, f"{type(error).__name__}: {error}",
+                                                bytes(payload))])
+    return out
+
+
+# --- encoding (the exporter side) ----------------------------------------------------
+
+def request_to_json(request: ExportTraceServiceRequest) -> bytes:
+    """OTLP/JSON: protobuf's JSON mapping, except trace and span ids are hex, not base64."""
+    body = json_format.MessageToDict(request)
+    for resource_spans in body.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+                for link in span.get("links", []):
+                    for key in ("traceId", "spanId"):
+                        if key in link:
+                            link[key] = base64.b64decode(link[key]).hex()
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def dead_letter_json(letter: DeadLetter, source: str) -> str:
+    """The dead-letter topic's message: reason, detail and the original bytes (base64)."""
+    return json.dumps({
+        "reason": letter.reason,
+        "detail": letter.detail,
+        "source": source,
+        "payload_base64": base64.b64encode(letter.payload).decode(),
+    }, separators=(",", ":"))
+
+
+def records_of(decoded: Sequence[Decoded]) -> list[Record]:
+    return [record for item in decoded for record in item.records]

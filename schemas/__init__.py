@@ -1,0 +1,1 @@
+"""Data contracts of the pipeline: record types, telemetry semantics, SQL DDL."""

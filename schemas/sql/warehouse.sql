@@ -1,0 +1,33 @@
+-- Warehouse tables read by the finance dashboards. Portable SQL: runs on the embedded
+-- SQLite default and on PostgreSQL. Loaded by pipelines/warehouse.py.
+
+-- One row per (model, order, touch): that touch's share of the order under that model.
+-- The credits of one order under one model sum to 1 and to the order's revenue.
+CREATE TABLE IF NOT EXISTS attribution_credits (
+    model             TEXT             NOT NULL,
+    order_id          TEXT             NOT NULL,
+    touch_index       INTEGER          NOT NULL,  -- position in the journey, 0 = first
+    user_id           TEXT             NOT NULL,  -- '' when the order had no resolvable user
+    conversion_ts_ms  BIGINT           NOT NULL,  -- order time, ms since epoch (UTC)
+    conversion_date   TEXT             NOT NULL,  -- order day, YYYY-MM-DD (UTC)
+    channel           TEXT             NOT NULL,  -- '(unattributed)' if no touch in lookback
+    campaign          TEXT             NOT NULL,
+    touch_ts_ms       BIGINT           NOT NULL,
+    credit            DOUBLE PRECISION NOT NULL,  -- share of the conversion, 0..1
+    revenue           DOUBLE PRECISION NOT NULL,  -- credit x order revenue
+    currency          TEXT             NOT NULL,
+    PRIMARY KEY (model, order_id, touch_index)
+);
+
+CREATE INDEX IF NOT EXISTS attribution_credits_by_day
+    ON attribution_credits (conversion_date, model, channel);
+
+-- Kafka offsets already loaded, committed in the same transaction as the rows they
+-- carried: a restarted loader resumes exactly where the last commit ended.
+CREATE TABLE IF NOT EXISTS kafka_offsets (
+    consumer    TEXT    NOT NULL,
+    topic       TEXT    NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset BIGINT  NOT NULL,
+    PRIMARY KEY (consumer, topic, partition)
+);

@@ -1,0 +1,144 @@
+"""Telemetry semantics: which OpenTelemetry spans mean what, and how they become records.
+
+The contract for application teams is written out in `schemas/TELEMETRY.md`; this module
+is its executable form. A span is classified by the attributes it carries:
+
+* `marketing.channel`  -> a touchpoint
+* `order.id`           -> a conversion (an order)
+* `gpu.uuid` or `k8s.pod.name` together with `gpu.workload` -> a GPU-backed call
+
+Anything else is ordinary tracing and is ignored (counted, not dead-lettered).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from schemas.records import Conversion, GpuCall, Touchpoint
+
+# --- attribute names (the public contract) -------------------------------------------
+USER_ID = "user.id"
+USER_ID_LEGACY = "enduser.id"  # older semantic conventions; still accepted
+CHANNEL = "marketing.channel"
+CAMPAIGN = "marketing.campaign"
+ORDER_ID = "order.id"
+ORDER_REVENUE = "order.revenue"
+ORDER_CURRENCY = "order.currency"
+GPU_UUID = "gpu.uuid"
+GPU_WORKLOAD = "gpu.workload"
+K8S_POD = "k8s.pod.name"
+K8S_NAMESPACE = "k8s.namespace.name"
+
+DEFAULT_CURRENCY = "USD"
+_CURRENCY = re.compile(r"^[A-Z]{3}$")
+_MAX_TEXT = 256
+
+
+class InvalidSpan(ValueError):
+    """A span that claims to be a touchpoint/order/GPU call but breaks the contract."""
+
+    def __init__(self, kind: str, field: str, problem: str) -> None:
+        super().__init__(f"invalid {kind} span: {field} {problem}")
+        self.kind = kind
+        self.field = field
+        self.problem = problem
+
+
+def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
+    value = attrs.get(key)
+    if value is None or value == "":
+        if required:
+            raise InvalidSpan(kind, key, "is missing")
+        return ""
+    if not isinstance(value, str | int) or isinstance(value, bool):
+        raise InvalidSpan(kind, key, f"must be a string, got {type(value).__name__}")
+    text = str(value)
+    if len(text) > _MAX_TEXT:
+        raise InvalidSpan(kind, key, f"is longer than {_MAX_TEXT} characters")
+    return text
+
+
+def _user(attrs: Mapping[str, Any], kind: str, required: bool) -> str:
+    if attrs.get(USER_ID) not in (None, ""):
+        return _text(attrs, USER_ID, kind, True)
+    return _text(attrs, USER_ID_LEGACY, kind, required)
+
+
+def _revenue(attrs: Mapping[str, Any]) -> float:
+    value = attrs.get(ORDER_REVENUE)
+    if value is None:
+        raise InvalidSpan("conversion", ORDER_REVENUE, "is missing")
+    if isinstance(value, bool):
+        raise InvalidSpan("conversion", ORDER_REVENUE, "must be a number, got bool")
+    try:
+        amount = float(value)
+    except (TypeError, ValueError):
+        raise InvalidSpan("conversion", ORDER_REVENUE, f"is not a number: {value!r}") from None
+    if not math.isfinite(amount):
+        raise InvalidSpan("conversion", ORDER_REVENUE, f"is not finite: {value!r}")
+    if amount < 0:
+        raise InvalidSpan("conversion", ORDER_REVENUE, f"is negative: {amount}")
+    return amount
+
+
+def span_to_record(
+    attrs: Mapping[str, Any],
+    trace_id: str,
+    span_id: str,
+    start_ns: int,
+    end_ns: int,
+) -> Touchpoint | Conversion | GpuCall | None:
+    """Map one span to a record, None for spans that carry no pipeline meaning.
+
+    Raises InvalidSpan (with the offending field) when a span is recognisably one of ours
+    but unusable; the caller dead-letters it with that reason.
+    """
+    if CHANNEL in attrs:
+        kind = "touchpoint"
+        if start_ns <= 0:
+            raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
+        return Touchpoint(
+            user_id=_user(attrs, kind, required=True),
+            ts_ms=start_ns // 1_000_000,
+            channel=_text(attrs, CHANNEL, kind, True),
+            campaign=_text(attrs, CAMPAIGN, kind, False),
+            trace_id=trace_id,
+            span_id=span_id,
+        )
+    if ORDER_ID in attrs:
+        kind = "conversion"
+        if start_ns <= 0:
+            raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
+        currency = _text(attrs, ORDER_CURRENCY, kind, False) or DEFAULT_CURRENCY
+        if not _CURRENCY.match(currency):
+            raise InvalidSpan(kind, ORDER_CURRENCY, f"is not an ISO 4217 code: {currency!r}")
+        return Conversion(
+            # An order without a resolvable user is still revenue: it is kept and credited
+            # to "(unattributed)" rather than dropped.
+            user_id=_user(attrs, kind, required=False),
+            ts_ms=start_ns // 1_000_000,
+            order_id=_text(attrs, ORDER_ID, kind, True),
+            revenue=_revenue(attrs),
+            currency=currency,
+            trace_id=trace_id,
+            span_id=span_id,
+        )
+    if GPU_UUID in attrs or (K8S_POD in attrs and GPU_WORKLOAD in attrs):
+        kind = "gpu_call"
+        if start_ns <= 0 or end_ns < start_ns:
+            raise InvalidSpan(kind, "end_time_unix_nano", "is before the start time")
+        return GpuCall(
+            trace_id=trace_id,
+            span_id=span_id,
+            start_ms=start_ns // 1_000_000,
+            end_ms=end_ns // 1_000_000,
+            user_id=_user(attrs, kind, required=False),
+            gpu_uuid=_text(attrs, GPU_UUID, kind, False),
+            k8s_pod=_text(attrs, K8S_POD, kind, False),
+            k8s_namespace=_text(attrs, K8S_NAMESPACE, kind, False),
+            workload=_text(attrs, GPU_WORKLOAD, kind, False),
+        )
+    return None

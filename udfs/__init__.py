@@ -1,0 +1,1 @@
+"""Pure, engine-free logic shared by the Flink job, the Spark backfill and the batch CLI."""
