@@ -163,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        # kafka-python logs every refused connection while a broker starts; failures that
+        # matter reach the user as errors anyway.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
     except (CliError, ConfigError, StackError, FileNotFoundError, ValueError) as error:

@@ -18,7 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
+from pyflink.common import (
+    Configuration,
+    Duration,
+    JobExecutionResult,
+    Types,
+    WatermarkStrategy,
+)
 from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
 from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import (
@@ -52,12 +58,24 @@ DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 
 
-class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
-    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions."""
+Stamped = tuple[Touchpoint | Conversion, int]
+"""An event and the stream's lateness bound when it was decoded (see DecodeOtlp)."""
 
-    def __init__(self, encoding: str, source: str) -> None:
+
+class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
+    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions.
+
+    Each event leaves stamped with this subtask's bound "newest event time seen minus the
+    allowed out-of-orderness". Flink's own watermark is emitted periodically, so in a
+    burst it lags and lateness would depend on timing; the stamp applies the same rule
+    per record, so the same input in the same partitions is classified the same way.
+    """
+
+    def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int) -> None:
         self.encoding = encoding
         self.source = source
+        self.slack_ms = max_out_of_orderness_ms
+        self.newest_ms = -(2**62)
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         decoded = decode_spans(value, self.encoding)
@@ -66,12 +84,13 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         for record in decoded.records:
             # GPU calls feed the cost job; this job attributes touches and orders.
             if isinstance(record, Touchpoint | Conversion):
-                yield record
+                self.newest_ms = max(self.newest_ms, record.ts_ms)
+                yield record, self.newest_ms - self.slack_ms
 
 
 class EventTime(TimestampAssigner):  # type: ignore[misc]
-    def extract_timestamp(self, value: Touchpoint | Conversion, record_timestamp: int) -> int:
-        return value.ts_ms
+    def extract_timestamp(self, value: Stamped, record_timestamp: int) -> int:
+        return value[0].ts_ms
 
 
 def _event_json(event: Touchpoint | Conversion, watermark: int) -> str:
@@ -101,14 +120,14 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("pending", Types.PICKLED_BYTE_ARRAY()))
 
-    def process_element(self, value: Touchpoint | Conversion,
-                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        watermark = ctx.timer_service().current_watermark()
-        if value.ts_ms <= watermark:
-            yield LATE_EVENTS, _event_json(value, watermark)
+    def process_element(self, value: Stamped, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        event, stream_bound = value
+        watermark = max(ctx.timer_service().current_watermark(), stream_bound)
+        if event.ts_ms <= watermark:
+            yield LATE_EVENTS, _event_json(event, watermark)
             return
-        self.pending.add(value)
-        ctx.timer_service().register_event_time_timer(value.ts_ms)
+        self.pending.add(event)
+        ctx.timer_service().register_event_time_timer(event.ts_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         pending = list(self.pending.get() or [])
@@ -192,17 +211,17 @@ class JobOutputs(NamedTuple):
 
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
-    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans)) \
+    slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
+    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms)) \
         .name("decode-otlp").uid("decode-otlp")
     watermarks = (WatermarkStrategy
-                  .for_bounded_out_of_orderness(
-                      Duration.of_millis(int(config.event_time.max_out_of_orderness_s * 1000)))
+                  .for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
                   .with_idleness(Duration.of_millis(int(config.event_time.idleness_s * 1000)))
                   .with_timestamp_assigner(EventTime()))
     journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches)
     credits = (decoded
                .assign_timestamps_and_watermarks(watermarks).name("event-time").uid("event-time")
-               .key_by(lambda record: record.user_id, key_type=Types.STRING())
+               .key_by(lambda stamped: stamped[0].user_id, key_type=Types.STRING())
                .process(AttributeJourneys(journey, config.attribution.models),
                         output_type=Types.STRING())
                .name("attribute-journeys").uid("attribute-journeys"))
@@ -249,10 +268,15 @@ def flink_configuration(config: StreamingJobConfig) -> Configuration:
     return conf
 
 
-def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution"):
-    """Build and run the job; blocks until a bounded job finishes (or forever, unbounded)."""
-    prefer_this_python()
-    env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
-    env.set_parallelism(config.flink.parallelism)
+def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution",
+            env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+    """Build and run the job; blocks until a bounded job finishes (or forever, unbounded).
+
+    Without `env`, Flink runs in a MiniCluster of its own inside this process.
+    """
+    if env is None:
+        prefer_this_python()
+        env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
+        env.set_parallelism(config.flink.parallelism)
     build_pipeline(env, config, bootstrap)
     return env.execute(job_name)

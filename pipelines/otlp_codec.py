@@ -139,9 +139,9 @@ def _classify(out: Decoded, resource_attrs: dict[str, Any], attrs: dict[str, Any
 
 
 def sniff_encoding(payload: bytes) -> str:
-    """otlp_json payloads open with '{' (after whitespace); protobuf ones never do."""
+    """JSON opens with "{" or "[" (after whitespace); an OTLP protobuf request never does."""
     head = payload[:64].lstrip()
-    return "otlp_json" if head.startswith(b"{") else "otlp_proto"
+    return "otlp_json" if head[:1] in (b"{", b"[") else "otlp_proto"
 
 
 def decode_spans(payload: bytes | None, encoding: str = "auto") -> Decoded:

@@ -62,9 +62,9 @@ def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
 
 
 def _user(attrs: Mapping[str, Any], kind: str, required: bool) -> str:
-    if attrs.get(USER_ID) not in (None, ""):
-        return _text(attrs, USER_ID, kind, True)
-    return _text(attrs, USER_ID_LEGACY, kind, required)
+    if attrs.get(USER_ID_LEGACY) not in (None, "") and attrs.get(USER_ID) in (None, ""):
+        return _text(attrs, USER_ID_LEGACY, kind, True)
+    return _text(attrs, USER_ID, kind, required)
 
 
 def _revenue(attrs: Mapping[str, Any]) -> float:

@@ -1,0 +1,147 @@
+"""End to end: OpenTelemetry SDK -> Kafka exporter -> Flink job -> result topics."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pytest
+
+from pipelines.flink_job import run_job
+from pipelines.generator import Plan, PlannedEvent, emit, plan_events, valid_events
+from pipelines.kafka_exporter import KafkaSpanExporter
+from pipelines.kafka_io import producer, read_all
+from pipelines.warehouse import Warehouse
+from schemas.records import Conversion, Touchpoint
+from udfs.attribution import credit_journey
+from udfs.journeys import JourneyConfig, journeys_of
+
+T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
+S = 10**9
+H = 3600 * S
+D = 24 * H
+
+
+def touch(user, at, channel):
+    return PlannedEvent("touchpoint", user, at, channel, f"{channel}-campaign")
+
+
+def order(user, at, order_id, revenue, kind="conversion"):
+    return PlannedEvent(kind, user, at, order_id=order_id, revenue=revenue)
+
+
+def publish(kafka, topic, plan, encoding="otlp_proto"):
+    raw = producer(kafka)
+    emit(plan, KafkaSpanExporter(kafka, topic, encoding=encoding),
+         lambda payload: raw.send(topic, payload).get(30), batch_size=4)
+    raw.close()
+
+
+def messages(kafka, topic):
+    return [json.loads(value) for _, value in read_all(kafka, topic)]
+
+
+def credit_key(row):
+    return (row["model"], row["order_id"], row["touch_index"], row["channel"])
+
+
+HAND_COMPUTED = Plan(events=[
+    # a: three touches a minute apart, arriving out of order (within the allowed lateness)
+    touch("a", T0 + 120 * S, "display"), touch("a", T0, "email"),
+    touch("a", T0 + 60 * S, "paid_search"), order("a", T0 + H, "oA", 120.0),
+    # b: the affiliate touch is 31 days before the order: outside the 30-day lookback
+    touch("b", T0 + 2 * H, "affiliate"), touch("b", T0 + 31 * D, "email"),
+    order("b", T0 + 31 * D + H, "oB", 50.0),
+    # c: an order with no touch at all
+    order("c", T0 + 32 * D, "oC", 20.0),
+    # d: the same channel twice
+    touch("d", T0 + 33 * D, "paid_social"), touch("d", T0 + 33 * D + S, "paid_social"),
+    order("d", T0 + 33 * D + 2 * S, "oD", 10.0),
+    # e: a repeat customer; the first order closes the first journey
+    touch("e", T0 + 34 * D, "display"), order("e", T0 + 34 * D + H, "oE1", 30.0),
+    touch("e", T0 + 35 * D, "email"), order("e", T0 + 35 * D + H, "oE2", 40.0),
+    # f: broken at the source (negative revenue)
+    order("f", T0 + 35 * D + 2 * H, "oF", -5.0, kind="invalid_conversion"),
+    # d again, a day behind the watermark when it arrives: late, must not change oD
+    touch("d", T0 + 33 * D - H, "affiliate"),
+], malformed=[b"this is not OTLP"])
+
+EXPECTED = {
+    ("last_click", "oA", 2, "display"): (1.0, 120.0),
+    ("linear", "oA", 0, "email"): (1 / 3, 40.0),
+    ("linear", "oA", 1, "paid_search"): (1 / 3, 40.0),
+    ("linear", "oA", 2, "display"): (1 / 3, 40.0),
+    ("last_click", "oB", 0, "email"): (1.0, 50.0),
+    ("linear", "oB", 0, "email"): (1.0, 50.0),
+    ("last_click", "oC", 0, "(unattributed)"): (1.0, 20.0),
+    ("linear", "oC", 0, "(unattributed)"): (1.0, 20.0),
+    ("last_click", "oD", 1, "paid_social"): (1.0, 10.0),
+    ("linear", "oD", 0, "paid_social"): (0.5, 5.0),
+    ("linear", "oD", 1, "paid_social"): (0.5, 5.0),
+    ("last_click", "oE1", 0, "display"): (1.0, 30.0),
+    ("linear", "oE1", 0, "display"): (1.0, 30.0),
+    ("last_click", "oE2", 0, "email"): (1.0, 40.0),
+    ("linear", "oE2", 0, "email"): (1.0, 40.0),
+}
+
+
+def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_path):
+    publish(kafka, job_config.topics.spans, HAND_COMPUTED)
+    run_job(job_config, kafka, env=flink.environment(job_config))
+
+    credits = messages(kafka, job_config.topics.credits)
+    got = {credit_key(row): (row["credit"], row["revenue"]) for row in credits}
+    assert len(credits) == len(got), "no duplicates"
+    assert got.keys() == EXPECTED.keys()
+    for key, (credit, revenue) in EXPECTED.items():
+        assert math.isclose(got[key][0], credit, rel_tol=1e-12), key
+        assert math.isclose(got[key][1], revenue, rel_tol=1e-12), key
+
+    dead = messages(kafka, job_config.topics.dead_letter)
+    assert sorted(d["reason"] for d in dead) == ["invalid_span", "malformed_otlp_proto"]
+    malformed = next(d for d in dead if d["reason"] == "malformed_otlp_proto")
+    assert malformed["payload_base64"] == "dGhpcyBpcyBub3QgT1RMUA=="  # the bytes, kept
+    invalid = next(d for d in dead if d["reason"] == "invalid_span")
+    assert "order.revenue is negative" in invalid["detail"]
+
+    (late,) = messages(kafka, job_config.topics.late)
+    assert (late["user_id"], late["channel"]) == ("d", "affiliate")
+
+    # and into the embedded warehouse, idempotently
+    warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
+    assert warehouse.load_from_kafka(kafka, job_config.topics.credits) == len(EXPECTED)
+    assert warehouse.load_from_kafka(kafka, job_config.topics.credits) == 0  # resumes
+    totals = {model: (orders, conv, rev) for model, orders, conv, rev in warehouse.totals()}
+    for model in ("last_click", "linear"):
+        orders, conversions, revenue = totals[model]
+        assert orders == 6 and math.isclose(conversions, 6.0)
+        assert math.isclose(revenue, 270.0)
+    warehouse.close()
+
+
+@pytest.mark.parametrize("encoding", ["otlp_json"])
+def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, encoding):
+    plan = plan_events(400, seed=21)
+    publish(kafka, job_config.topics.spans, plan, encoding=encoding)
+    run_job(job_config, kafka, env=flink.environment(job_config))
+
+    by_user: dict[str, list[Touchpoint | Conversion]] = defaultdict(list)
+    for e in valid_events(plan):
+        ms = e.ts_ns // 10**6
+        by_user[e.user_id].append(
+            Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
+            else Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, "", ""))
+    expected = {}
+    for events in by_user.values():
+        for journey in journeys_of(events, JourneyConfig()):
+            for c in credit_journey(journey, ("last_click", "linear")):
+                expected[(c.model, c.order_id, c.touch_index, c.channel)] = c.revenue
+
+    got = {credit_key(r): r["revenue"] for r in messages(kafka, job_config.topics.credits)}
+    assert got.keys() == expected.keys()
+    assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    invalid = sum(e.kind == "invalid_conversion" for e in plan.events)
+    assert len(messages(kafka, job_config.topics.dead_letter)) == len(plan.malformed) + invalid
+    assert len(messages(kafka, job_config.topics.late)) == plan.late_count

@@ -1,0 +1,29 @@
+"""Builders of real OpenTelemetry SDK spans for tests (no exporter, no network)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pipelines.generator import SeededIds
+
+
+def make_spans(specs: Sequence[tuple[str, dict[str, object], int]],
+               resource: dict[str, str] | None = None) -> list[ReadableSpan]:
+    """Spans from (name, attributes, start_ns); each span is a trace of its own."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create(resource or {"service.name": "test"}),
+                              id_generator=SeededIds(1))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("tests")
+    for name, attributes, start in specs:
+        span = tracer.start_span(name, kind=trace.SpanKind.SERVER, attributes=attributes,
+                                 start_time=start)
+        span.end(end_time=start + 1_000_000)
+    provider.shutdown()
+    return list(memory.get_finished_spans())

@@ -1,0 +1,54 @@
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
+from udfs.attribution import credit_journey, validate_models
+from udfs.journeys import ConvertedJourney
+
+
+def journey(channels, revenue=90.0):
+    touches = tuple(Touchpoint("u", i, c, "", "t", "s") for i, c in enumerate(channels))
+    return ConvertedJourney(Conversion("u", 100, "o1", revenue, "USD", "t", "s"), touches)
+
+
+def by_model(credits):
+    out = {}
+    for c in credits:
+        out.setdefault(c.model, []).append((c.touch_index, c.channel, c.credit, c.revenue))
+    return out
+
+
+def test_last_click_gives_everything_to_the_last_touch():
+    got = by_model(credit_journey(journey(["email", "display", "search"]), ["last_click"]))
+    assert got == {"last_click": [(2, "search", 1.0, 90.0)]}
+
+
+def test_linear_splits_equally_per_occurrence():
+    got = by_model(credit_journey(journey(["email", "search", "email"]), ["linear"]))
+    assert [(i, c) for i, c, _, _ in got["linear"]] == [(0, "email"), (1, "search"), (2, "email")]
+    assert all(math.isclose(credit, 1 / 3) for _, _, credit, _ in got["linear"])
+    assert all(math.isclose(revenue, 30.0) for _, _, _, revenue in got["linear"])
+
+
+def test_conversion_without_touches_goes_to_unattributed():
+    got = by_model(credit_journey(journey([]), ["last_click", "linear"]))
+    for model in ("last_click", "linear"):
+        assert got[model] == [(0, UNATTRIBUTED, 1.0, 90.0)]
+
+
+def test_unknown_model_is_named():
+    with pytest.raises(ValueError, match="unknown attribution model.*nope"):
+        validate_models(["linear", "nope"])
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=12),
+       st.floats(min_value=0, max_value=1e7, allow_nan=False))
+def test_credits_are_conservative(channels, revenue):
+    credits = credit_journey(journey(channels, revenue), ["last_click", "linear"])
+    for model in ("last_click", "linear"):
+        rows = [c for c in credits if c.model == model]
+        assert math.isclose(sum(c.credit for c in rows), 1.0, rel_tol=1e-9)
+        assert math.isclose(sum(c.revenue for c in rows), revenue, rel_tol=1e-9, abs_tol=1e-9)

@@ -1,0 +1,94 @@
+from collections import Counter
+
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from pipelines.generator import LATE_RANK, emit, plan_events, valid_events
+from pipelines.kafka_exporter import KafkaSpanExporter
+from pipelines.otlp_codec import decode_spans
+
+
+class RecordingProducer:
+    """Stands in for KafkaProducer: keeps what would have been sent."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, topic, key=None, value=None):
+        self.sent.append((topic, key, value))
+
+        class Done:
+            def get(self, timeout=None):
+                return None
+
+        return Done()
+
+    def flush(self, timeout=None):
+        pass
+
+    def close(self):
+        pass
+
+
+def run(seed, users=200, **exporter_args):
+    producer = RecordingProducer()
+    exporter = KafkaSpanExporter("unused:9092", producer=producer, **exporter_args)
+    plan = plan_events(users, seed=seed)
+    raw = []
+    emit(plan, exporter, raw.append, seed=seed, batch_size=100)
+    return plan, producer.sent, raw
+
+
+def test_same_seed_gives_identical_bytes_and_another_seed_does_not():
+    _, first, _ = run(3)
+    _, again, _ = run(3)
+    _, other, _ = run(4)
+    assert first == again
+    assert first != other
+
+
+def test_population_has_what_a_realistic_sample_needs():
+    plan, sent, raw = run(11, users=500)
+    kinds = Counter(e.kind for e in plan.events)
+    assert kinds["touchpoint"] > 1000 and kinds["conversion"] > 200
+    by_user = Counter(e.user_id for e in plan.events if e.kind == "conversion")
+    assert any(n >= 2 for n in by_user.values()), "repeat customers"
+    users_with_orders = set(by_user)
+    assert len({e.user_id for e in plan.events} - users_with_orders) > 50, "never convert"
+    assert len(users_with_orders - {e.user_id for e in plan.events
+                                    if e.kind == "touchpoint"}) > 0, "direct buyers"
+    assert plan.late_count > 0 and len(raw) == 3
+    ranks = [e.emit_rank for e in plan.events if e.emit_rank < LATE_RANK]
+    times = [e.ts_ns for e in plan.events if e.emit_rank < LATE_RANK]
+    assert ranks == sorted(ranks) and times != sorted(times), "out of order within jitter"
+    # everything that was planned is on the wire
+    decoded = [decode_spans(value) for _, _, value in sent]
+    records = [r for d in decoded for r in d.records if hasattr(r, "channel")]
+    assert len(records) == kinds["touchpoint"]
+    assert len(list(valid_events(plan))) == len(plan.events) - plan.late_count - kinds[
+        "invalid_conversion"]
+
+
+def test_partition_by_trace_keys_each_message_by_its_trace_id():
+    _, sent, _ = run(5, users=20, partition_by_trace=True)
+    for _, key, value in sent:
+        (record, *_rest) = decode_spans(value).records or [None]
+        assert key is not None and len(key) == 32
+        if record is not None:
+            assert record.trace_id == key.decode()
+
+
+def test_large_batches_are_split_under_the_size_limit():
+    plan = plan_events(300, seed=2)
+    producer = RecordingProducer()
+    exporter = KafkaSpanExporter("unused:9092", producer=producer, max_message_bytes=20_000)
+    emit(plan, exporter, lambda _: None, batch_size=1000)
+    assert all(len(value) <= 20_000 for _, _, value in producer.sent)
+    spans = sum(decode_spans(value).spans for _, _, value in producer.sent)
+    assert spans == sum(1 + (e.kind == "conversion") + (e.kind == "invalid_conversion")
+                        + bool(e.gpu_uuid) for e in plan.events)
+
+
+def test_export_after_shutdown_fails():
+    exporter = KafkaSpanExporter("unused:9092", producer=RecordingProducer())
+    exporter.shutdown()
+    assert exporter.export([object()]) is SpanExportResult.FAILURE

@@ -1,0 +1,76 @@
+import random
+
+import pytest
+
+from schemas.records import Conversion, Touchpoint
+from udfs.journeys import DAY_MS, JourneyConfig, JourneyState, expire, journeys_of, step
+
+CFG = JourneyConfig(lookback_days=30)
+
+
+def touch(ts, channel, user="u"):
+    return Touchpoint(user, ts, channel, f"{channel}-c", "t", "s")
+
+
+def order(ts, order_id="o1", revenue=100.0, user="u"):
+    return Conversion(user, ts, order_id, revenue, "USD", "t", "s")
+
+
+def test_lookback_excludes_touches_older_than_the_window():
+    events = [touch(0, "affiliate"), touch(31 * DAY_MS, "email"), order(31 * DAY_MS + 5)]
+    (journey,) = journeys_of(events, CFG)
+    assert [t.channel for t in journey.touches] == ["email"]
+
+
+def test_touch_exactly_at_the_window_edge_is_inside():
+    events = [touch(0, "display"), order(30 * DAY_MS)]
+    (journey,) = journeys_of(events, CFG)
+    assert [t.channel for t in journey.touches] == ["display"]
+
+
+def test_max_touches_keeps_the_last_n():
+    events = [touch(i, c) for i, c in enumerate("abcde")] + [order(10)]
+    (journey,) = journeys_of(events, JourneyConfig(max_touches=2))
+    assert [t.channel for t in journey.touches] == ["d", "e"]
+
+
+def test_a_conversion_closes_the_journey():
+    events = [touch(1, "display"), order(2, "o1"), touch(3, "email"), order(4, "o2")]
+    first, second = journeys_of(events, CFG)
+    assert [t.channel for t in first.touches] == ["display"]
+    assert [t.channel for t in second.touches] == ["email"]
+
+
+def test_touch_at_the_same_millisecond_as_the_order_counts_for_it():
+    events = [order(5), touch(5, "email")]
+    (journey,) = journeys_of(events, CFG)
+    assert [t.channel for t in journey.touches] == ["email"]
+
+
+def test_result_does_not_depend_on_arrival_order():
+    events = [touch(i * 1000, random.Random(i).choice("abc")) for i in range(30)]
+    events += [order(9_500, "o1"), order(25_000, "o2"), order(40_000, "o3")]
+    expected = journeys_of(events, CFG)
+    for seed in range(5):
+        shuffled = events[:]
+        random.Random(seed).shuffle(shuffled)
+        assert journeys_of(shuffled, CFG) == expected
+
+
+def test_step_does_not_mutate_the_previous_state():
+    state = JourneyState()
+    new_state, out = step(state, touch(1, "a"), CFG)
+    assert state.touches == [] and len(new_state.touches) == 1 and out == []
+
+
+def test_expire_drops_touches_no_future_order_can_reach():
+    state = JourneyState([touch(0, "a"), touch(10 * DAY_MS, "b")])
+    kept = expire(state, 35 * DAY_MS, CFG)
+    assert [t.channel for t in kept.touches] == ["b"]
+    assert expire(state, 5 * DAY_MS, CFG) is state
+
+
+@pytest.mark.parametrize("kwargs", [{"lookback_days": 0}, {"max_touches": 0}])
+def test_invalid_config_is_rejected(kwargs):
+    with pytest.raises(ValueError):
+        JourneyConfig(**kwargs)

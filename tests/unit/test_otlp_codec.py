@@ -1,0 +1,120 @@
+import json
+import time
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from pipelines.otlp_codec import decode_spans, request_to_json, sniff_encoding
+from schemas.records import Conversion, GpuCall, Touchpoint
+from tests.spans import make_spans
+
+T0 = 1_756_684_800_000_000_000  # 2025-09-01T00:00:00Z in ns
+
+
+def sample_spans():
+    return make_spans([
+        ("GET /landing", {"user.id": "u1", "marketing.channel": "email",
+                          "marketing.campaign": "spring"}, T0),
+        ("POST /checkout", {"user.id": "u1", "order.id": "o1", "order.revenue": 42.5,
+                            "order.currency": "EUR"}, T0 + 60_000_000_000),
+        ("recommend", {"gpu.uuid": "GPU-1", "gpu.workload": "ranker"}, T0 + 1_000_000),
+        ("SELECT", {"db.system.name": "postgresql"}, T0),
+    ], resource={"service.name": "shop", "k8s.pod.name": "pod-7"})
+
+
+def test_proto_batch_decodes_to_records_and_counts_ignored_spans():
+    payload = encode_spans(sample_spans()).SerializePartialToString()
+    out = decode_spans(payload)
+    assert out.spans == 4 and out.ignored == 1 and out.dead_letters == []
+    touch, order, gpu = out.records
+    assert isinstance(touch, Touchpoint)
+    assert (touch.user_id, touch.channel, touch.campaign, touch.ts_ms) == (
+        "u1", "email", "spring", T0 // 1_000_000)
+    assert len(touch.trace_id) == 32 and len(touch.span_id) == 16
+    assert isinstance(order, Conversion)
+    assert (order.order_id, order.revenue, order.currency) == ("o1", 42.5, "EUR")
+    assert isinstance(gpu, GpuCall)
+    # the pod comes from the resource, the GPU from the span
+    assert (gpu.gpu_uuid, gpu.k8s_pod, gpu.workload) == ("GPU-1", "pod-7", "ranker")
+
+
+def test_json_encoding_gives_the_same_records_as_proto():
+    request = encode_spans(sample_spans())
+    from_proto = decode_spans(request.SerializePartialToString(), "otlp_proto").records
+    body = request_to_json(request)
+    assert sniff_encoding(body) == "otlp_json"
+    # OTLP/JSON carries ids as hex and 64-bit ints as strings
+    span = json.loads(body)["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert span["traceId"] == from_proto[0].trace_id
+    assert isinstance(span["startTimeUnixNano"], str)
+    assert decode_spans(body, "auto").records == from_proto
+    assert decode_spans(body, "otlp_json").records == from_proto
+
+
+def test_hand_written_otlp_json_with_int_value_as_string():
+    body = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [{
+        "traceId": "5B8EFFF798038103D269B633813FC60C", "spanId": "EEE19B7EC3C1B174",
+        "name": "checkout", "startTimeUnixNano": str(T0), "endTimeUnixNano": str(T0 + 1),
+        "attributes": [{"key": "order.id", "value": {"intValue": "981"}},
+                       {"key": "order.revenue", "value": {"doubleValue": 10.0}},
+                       {"key": "enduser.id", "value": {"stringValue": "legacy-user"}}]}]}]}]}
+    out = decode_spans(json.dumps(body).encode())
+    assert out.dead_letters == []
+    (order,) = out.records
+    assert (order.order_id, order.user_id, order.revenue) == ("981", "legacy-user", 10.0)
+    assert order.trace_id == "5b8efff798038103d269b633813fc60c"
+
+
+def test_malformed_messages_become_dead_letters_with_reason_and_payload():
+    cases = {
+        b"this is not OTLP": "malformed_otlp_proto",
+        b"\x0a\xff\xff\xff\x0f\x01": "malformed_otlp_proto",
+        b'{"resourceSpans": [': "malformed_otlp_json",
+        b"[1, 2]": "malformed_otlp_json",
+        b"": "empty_message",
+    }
+    for payload, reason in cases.items():
+        out = decode_spans(payload)
+        assert out.records == []
+        (letter,) = out.dead_letters
+        assert letter.reason == reason, payload
+        assert letter.payload == payload
+        assert letter.detail
+
+
+def test_truncated_batch_keeps_nothing_of_the_message():
+    payload = encode_spans(sample_spans()).SerializePartialToString()
+    out = decode_spans(payload[: len(payload) // 2])
+    assert out.records == [] and [d.reason for d in out.dead_letters] == ["malformed_otlp_proto"]
+
+
+def test_invalid_spans_are_dead_lettered_one_by_one_and_the_rest_kept():
+    now = time.time_ns()
+    spans = make_spans([
+        ("ok", {"user.id": "u", "marketing.channel": "email"}, T0),
+        ("no user", {"marketing.channel": "email"}, T0),
+        ("neg", {"user.id": "u", "order.id": "o", "order.revenue": -3.0}, T0),
+        ("nan", {"user.id": "u", "order.id": "o2", "order.revenue": float("nan")}, T0),
+        ("cur", {"user.id": "u", "order.id": "o3", "order.revenue": 1.0,
+                 "order.currency": "dollars"}, T0),
+        ("future", {"user.id": "u", "marketing.channel": "email"}, now + 2 * 3600 * 10**9),
+        ("no revenue", {"user.id": "u", "order.id": "o4"}, T0),
+    ])
+    out = decode_spans(encode_spans(spans).SerializePartialToString())
+    assert [r.channel for r in out.records] == ["email"]
+    details = [d.detail for d in out.dead_letters]
+    assert details == [
+        "invalid touchpoint span: user.id is missing",
+        "invalid conversion span: order.revenue is negative: -3.0",
+        "invalid conversion span: order.revenue is not finite: nan",
+        "invalid conversion span: order.currency is not an ISO 4217 code: 'dollars'",
+        "invalid touchpoint span: start_time_unix_nano is more than 3600s in the future",
+        "invalid conversion span: order.revenue is missing",
+    ]
+    body = json.loads(out.dead_letters[0].payload)
+    assert body["name"] == "no user" and body["attributes"] == {"marketing.channel": "email"}
+
+
+def test_order_without_user_is_kept_for_unattributed_credit():
+    spans = make_spans([("pay", {"order.id": "o9", "order.revenue": 5}, T0)])
+    (order,) = decode_spans(encode_spans(spans).SerializePartialToString()).records
+    assert order.user_id == "" and order.revenue == 5.0 and order.currency == "USD"
