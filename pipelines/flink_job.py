@@ -249,17 +249,21 @@ def prefer_this_python() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def flink_configuration(config: StreamingJobConfig) -> Configuration:
+def flink_configuration(config: StreamingJobConfig, local: bool = True) -> Configuration:
+    """Job settings; `local` adds what only an in-process MiniCluster needs (jars, Python)."""
     checkpoints = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
     conf = Configuration()
-    conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
-    conf.set_string("python.executable", sys.executable)
-    conf.set_string("python.client.executable", sys.executable)
+    if local:
+        conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
+        conf.set_string("python.executable", sys.executable)
+        conf.set_string("python.client.executable", sys.executable)
     conf.set_string("python.execution-mode", config.flink.python_execution_mode)
     conf.set_string("execution.checkpointing.interval",
                     f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
-    conf.set_string("execution.checkpointing.dir", Path(checkpoints).resolve().as_uri())
+    if "://" not in checkpoints:
+        checkpoints = Path(checkpoints).resolve().as_uri()
+    conf.set_string("execution.checkpointing.dir", checkpoints)
     conf.set_string("execution.checkpointing.storage", "filesystem")
     conf.set_string("state.backend.type", "hashmap")
     conf.set_string("restart-strategy.type", "fixed-delay")

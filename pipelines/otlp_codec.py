@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
-from schemas.telemetry import InvalidSpan, span_to_record
+from schemas.telemetry import GPU_WORKLOAD, MARKERS, InvalidSpan, span_to_record
 
 ENCODINGS = ("auto", "otlp_proto", "otlp_json")
 # Kafka 4 brokers reject records more than 1 h ahead of their clock by default
@@ -69,7 +69,13 @@ def _decode_proto(payload: bytes, out: Decoded) -> None:
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 out.spans += 1
-                attrs = {kv.key: _any_value(kv.value) for kv in span.attributes}
+                raw = {kv.key: kv.value for kv in span.attributes}
+                # Most spans are ordinary tracing: recognise them by key alone, without
+                # converting any value.
+                if MARKERS.isdisjoint(raw) and not (GPU_WORKLOAD in raw and resource_attrs):
+                    out.ignored += 1
+                    continue
+                attrs = {key: _any_value(value) for key, value in raw.items()}
                 _classify(out, resource_attrs, attrs, span.trace_id.hex(), span.span_id.hex(),
                           span.name, span.start_time_unix_nano, span.end_time_unix_nano)
 

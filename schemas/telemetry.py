@@ -32,6 +32,9 @@ GPU_WORKLOAD = "gpu.workload"
 K8S_POD = "k8s.pod.name"
 K8S_NAMESPACE = "k8s.namespace.name"
 
+# A span carrying none of these (and no gpu.workload) is ordinary tracing.
+MARKERS = frozenset({CHANNEL, ORDER_ID, GPU_UUID})
+
 DEFAULT_CURRENCY = "USD"
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _MAX_TEXT = 256

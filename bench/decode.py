@@ -1,0 +1,98 @@
+"""OTLP decoding throughput: `decode_spans` against the bare protobuf parse (the ceiling).
+
+Builds messages of 500 spans each from the sample generator (same shape as the demo), then
+times, side by side on the same bytes:
+  baseline  ExportTraceServiceRequest.FromString + reading every span's attribute keys
+  ours      pipelines.otlp_codec.decode_spans (parse, classify, validate, build records)
+
+    .venv/bin/python bench/decode.py [--users 20000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: E402
+    ExportTraceServiceRequest,
+)
+
+from pipelines.generator import emit, plan_events  # noqa: E402
+from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
+from pipelines.otlp_codec import decode_spans  # noqa: E402
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+
+    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
+        self.messages.append(value)
+        return self
+
+    def get(self, timeout: float | None = None) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def messages(users: int, encoding: str) -> list[bytes]:
+    sink = Collect()
+    plan = plan_events(users, seed=1, malformed_messages=0)
+    emit(plan, KafkaSpanExporter("unused:0", producer=sink, encoding=encoding),
+         lambda _: None, batch_size=500)
+    return sink.messages
+
+
+def baseline(batch: list[bytes]) -> int:
+    spans = 0
+    for payload in batch:
+        for rs in ExportTraceServiceRequest.FromString(payload).resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    # the least a classifier must do: look at every attribute key
+                    spans += bool({kv.key for kv in span.attributes})
+    return spans
+
+
+def ours(batch: list[bytes]) -> int:
+    return sum(decode_spans(payload).spans for payload in batch)
+
+
+def best_of(repeat: int, fn, batch: list[bytes]) -> tuple[float, int]:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        spans = fn(batch)
+        times.append(time.perf_counter() - started)
+    return min(times), spans
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    batch = messages(args.users, "otlp_proto")
+    size = sum(map(len, batch))
+    print(f"{len(batch)} messages, {size / len(batch) / 1000:.0f} KB each on average")
+    base_s, spans = best_of(args.repeat, baseline, batch)
+    ours_s, spans_ours = best_of(args.repeat, ours, batch)
+    assert spans == spans_ours, (spans, spans_ours)
+    print(f"{'':28}{'spans/s':>12}{'MB/s':>8}")
+    print(f"{'baseline: parse + keys':28}{spans / base_s:12,.0f}{size / base_s / 1e6:8.1f}")
+    print(f"{'ours: decode_spans':28}{spans / ours_s:12,.0f}{size / ours_s / 1e6:8.1f}")
+    print(f"ratio ours/baseline: {base_s / ours_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
