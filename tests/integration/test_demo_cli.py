@@ -1,0 +1,27 @@
+"""The README's first command, as a user runs it (smaller sample): `seedance demo`."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
+    env = {**os.environ, "SEEDANCE_HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--users", "150"],
+                            env=env, capture_output=True, text=True, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    out = result.stdout
+    orders = int(re.search(r"(\d+) orders", out).group(1))
+    total = re.search(r"^total\s+([\d.]+)\s+([\d,.]+)\s+([\d.]+)\s+([\d,.]+)$", out, re.M)
+    assert total, out
+    # both models credit every valid order exactly once, with the same revenue
+    assert float(total.group(1)) == float(total.group(3)) == orders
+    assert total.group(2) == total.group(4)
+    assert "dead letters" in out and "Kafka broker stopped." in out
+    assert (tmp_path / "demo" / "warehouse.db").exists()
+    # nothing of ours still runs: no process mentions this state folder
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == ""
