@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.attribute import InputError
 from pipelines.config import ENV_VARS, ConfigError, StreamingJobConfig, load_config
 from pipelines.local_stack import LocalKafka, StackError
 from pipelines.paths import state_home
@@ -104,6 +105,37 @@ def cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from jobs.attribute import AttributeRequest, run
+    from udfs.models import ModelParams
+
+    out = Path(args.out)
+    request = AttributeRequest(
+        input=Path(args.input), out=out, format=args.format,
+        models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
+        by_campaign=args.by == "campaign", lookback_days=args.lookback_days,
+        max_touches=args.max_touches, transform=args.transform,
+        params=ModelParams(half_life_days=args.half_life_days, markov_order=args.markov_order,
+                           shapley_permutations=args.shapley_permutations, seed=args.seed),
+        skip_invalid=args.skip_invalid,
+        rejects=Path(args.rejects) if args.rejects else out.with_name(out.stem + ".rejects.csv"))
+    result, stats = run(request)
+    print(f"{stats['journeys']:,} journeys, {stats['touches']:,} touches, "
+          f"{stats['conversions']:,.0f} conversions; loaded in {stats['load_s']:.1f}s, "
+          f"models in {stats['models_s']:.1f}s")
+    if stats["rejected_rows"]:
+        print(f"{stats['rejected_rows']} invalid rows set aside in {request.rejects}")
+    for model, info in stats["info"].items():  # type: ignore[attr-defined]
+        if info.removal_effects:
+            effects = ", ".join(f"{c} {e:.3f}" for c, e in info.removal_effects.items())
+            print(f"{model} removal effects: {effects}")
+        if info.sampled_sets:
+            print(f"{model}: {info.sampled_sets} channel sets above 16 channels sampled; "
+                  f"largest standard error {info.max_standard_error:.2e}")
+    print(f"{len(result)} rows written to {out}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import run_demo
 
@@ -129,6 +161,29 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep-stack", action="store_true",
                       help="leave the Kafka broker running afterwards")
     demo.set_defaults(func=cmd_demo)
+
+    attr = sub.add_parser("attribute", help="batch attribution of an events or paths file")
+    attr.add_argument("--input", required=True, help="CSV or Parquet file")
+    attr.add_argument("--format", choices=["events", "paths"], default="events",
+                      help="events: user_id,timestamp,channel,campaign,event_type,revenue,"
+                           "order_id; paths: path,conversions,non_conversions,revenue")
+    attr.add_argument("--models", default="last_click,first_click,linear,position_based,"
+                      "time_decay,shapley,shapley_simplified,markov")
+    attr.add_argument("--out", required=True, help="result file, .csv or .parquet")
+    attr.add_argument("--by", choices=["channel", "campaign"], default="channel")
+    attr.add_argument("--lookback-days", type=float, default=30.0)
+    attr.add_argument("--max-touches", type=int, default=None)
+    attr.add_argument("--transform", choices=["none", "collapse", "drop_repeats", "unique"],
+                      default="none", help="path rewrite before the models run")
+    attr.add_argument("--half-life-days", type=float, default=7.0, help="time_decay")
+    attr.add_argument("--markov-order", type=int, default=1)
+    attr.add_argument("--shapley-permutations", type=int, default=2000,
+                      help="samples per channel set above 16 channels")
+    attr.add_argument("--seed", type=int, default=0)
+    attr.add_argument("--skip-invalid", action="store_true",
+                      help="set invalid rows aside in a rejects file instead of stopping")
+    attr.add_argument("--rejects", help="rejects file (default: <out>.rejects.csv)")
+    attr.set_defaults(func=cmd_attribute)
 
     stack = sub.add_parser("stack", help="the local Kafka broker (KRaft, loopback)")
     stack.add_argument("action", choices=["up", "down", "status"])
@@ -169,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
-    except (CliError, ConfigError, StackError, FileNotFoundError, ValueError) as error:
+    except (CliError, ConfigError, StackError, InputError, FileNotFoundError,
+            ValueError) as error:
         print(f"seedance: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pandas as pd
 
 PATH_SEPARATOR = " > "
 TRANSFORMS = ("none", "collapse", "drop_repeats", "unique")
@@ -101,3 +102,61 @@ def apply_transform(table: JourneyTable, transform: str) -> JourneyTable:
     return replace(table, offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
                    touch_channel=channel[keep], touch_campaign=table.touch_campaign[keep],
                    touch_ts=table.touch_ts[keep])
+
+
+def from_events(events: pd.DataFrame, lookback_days: float = 30.0,
+                max_touches: int | None = None) -> JourneyTable:
+    """Journeys from event rows, the batch twin of `udfs.journeys.step`.
+
+    Columns: user_id, ts_ms (int), is_conversion (bool), channel, campaign, revenue.
+    A conversion takes the user's touches since the previous conversion that lie inside
+    its lookback (the last `max_touches` of them); touches after a user's last conversion
+    form a non-converting journey (those within the lookback of its last touch).
+    """
+    lookback_ms = int(lookback_days * 86_400_000)
+    frame = events[["user_id", "ts_ms", "is_conversion", "channel", "campaign", "revenue"]]
+    frame = frame.assign(_kind=frame.is_conversion.astype(np.int8))
+    frame = frame.sort_values(["user_id", "ts_ms", "_kind"], kind="stable", ignore_index=True)
+    conv = frame.is_conversion.to_numpy(bool)
+    user_codes = pd.factorize(frame.user_id)[0]
+    # segment = number of conversions before this row within its user; a conversion row
+    # belongs to the segment it closes
+    cum = np.cumsum(conv)
+    user_start = np.r_[0, np.flatnonzero(np.diff(user_codes)) + 1]
+    before_user = np.repeat(cum[user_start] - conv[user_start],
+                            np.diff(np.r_[user_start, len(frame)]))
+    segment = cum - conv - before_user
+    key = user_codes.astype(np.int64) * (segment.max(initial=0) + 2) + segment
+    touches = frame.loc[~conv].assign(_key=key[~conv])
+    orders = frame.loc[conv].assign(_key=key[conv])
+    ts_by_order = pd.Series(orders.ts_ms.to_numpy(), index=orders._key.to_numpy())
+    end_ts = touches._key.map(ts_by_order)
+    open_last = touches.groupby("_key").ts_ms.transform("max")
+    converting = end_ts.notna().to_numpy()
+    anchor = np.where(converting, end_ts.fillna(0).to_numpy(np.int64), open_last.to_numpy())
+    touches = touches[touches.ts_ms.to_numpy() >= anchor - lookback_ms]
+    if max_touches is not None:
+        from_end = touches.groupby("_key").cumcount(ascending=False)
+        touches = touches[from_end.to_numpy() < max_touches]
+    # journeys: every order (with or without touches) and every open segment with touches
+    open_keys = np.setdiff1d(touches._key.unique(), orders._key.to_numpy())
+    journey_keys = np.concatenate([orders._key.to_numpy(), open_keys])
+    journey_index = pd.Series(np.arange(len(journey_keys)), index=journey_keys)
+    touch_journey = touches._key.map(journey_index).to_numpy()
+    order_in_touches = np.argsort(touch_journey, kind="stable")
+    counts = np.bincount(touch_journey, minlength=len(journey_keys))
+    channels, channel_codes = _codes(touches.channel.to_numpy()[order_in_touches]) \
+        if len(touches) else ((), np.zeros(0, np.int64))
+    campaigns, campaign_codes = _codes(touches.campaign.to_numpy()[order_in_touches]) \
+        if len(touches) else (("",), np.zeros(0, np.int64))
+    n_orders = len(orders)
+    return JourneyTable(
+        channels=channels, campaigns=campaigns,
+        offsets=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        touch_channel=channel_codes, touch_campaign=campaign_codes,
+        touch_ts=touches.ts_ms.to_numpy(np.int64)[order_in_touches],
+        conversions=np.r_[np.ones(n_orders), np.zeros(len(open_keys))],
+        non_conversions=np.r_[np.zeros(n_orders), np.ones(len(open_keys))],
+        revenue=np.r_[orders.revenue.to_numpy(np.float64), np.zeros(len(open_keys))],
+        conversion_ts=np.r_[orders.ts_ms.to_numpy(np.int64),
+                            np.zeros(len(open_keys), np.int64)])

@@ -123,7 +123,10 @@ def shapley_simplified_weights(table: JourneyTable) -> np.ndarray:
 
 def shapley_weights(table: JourneyTable, params: ModelParams, info: ModelInfo) -> np.ndarray:
     masks = channel_set_masks(table)
-    value = shapley.ValueFunction.from_counts(masks, table.conversions, table.non_conversions)
+    # v(empty set) = 0: journeys without any touch say nothing about channels
+    touched = table.lengths > 0
+    value = shapley.ValueFunction.from_counts(masks[touched], table.conversions[touched],
+                                              table.non_conversions[touched])
     converting = (table.conversions > 0) & (table.lengths > 0)
     sets, set_of_journey = np.unique(masks[converting], return_inverse=True)
     channel_count = len(table.channels)
