@@ -130,7 +130,7 @@ def shapley_weights(table: JourneyTable, params: ModelParams, info: ModelInfo) -
     converting = (table.conversions > 0) & (table.lengths > 0)
     sets, set_of_journey = np.unique(masks[converting], return_inverse=True)
     channel_count = len(table.channels)
-    phi = np.zeros((len(sets), channel_count))
+    phi = np.zeros((max(len(sets), 1), channel_count))  # one spare row: indexable if empty
     members = ((sets[:, None] >> np.arange(channel_count, dtype=np.uint64)) & np.uint64(1)) \
         .astype(bool)
     sizes = members.sum(axis=1)
@@ -152,7 +152,7 @@ def shapley_weights(table: JourneyTable, params: ModelParams, info: ModelInfo) -
     touch_set = journey_set[table.journey_of_touch]
     share = np.where(touch_set >= 0, phi[np.maximum(touch_set, 0), table.touch_channel], 0.0)
     positive = np.zeros(table.size, bool)
-    positive[converting] = phi.sum(axis=1)[set_of_journey] > 0
+    positive[converting] = phi[: len(sets)].sum(axis=1)[set_of_journey] > 0
     return _channel_shares(table, share, ~positive)
 
 

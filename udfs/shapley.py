@@ -31,7 +31,7 @@ class ValueFunction:
     def from_counts(cls, masks: np.ndarray, conversions: np.ndarray,
                     non_conversions: np.ndarray) -> ValueFunction:
         uniq, inverse = np.unique(masks, return_inverse=True)
-        conv = np.bincount(inverse, weights=conversions, minlength=len(uniq))
+        conv = np.bincount(inverse, weights=conversions, minlength=len(uniq)).astype(float)
         total = conv + np.bincount(inverse, weights=non_conversions, minlength=len(uniq))
         rates = np.divide(conv, total, out=np.zeros_like(conv), where=total > 0)
         return cls(uniq, rates)
