@@ -1,0 +1,101 @@
+"""`seedance attribute` as a user runs it: both input shapes, clear errors, rejects."""
+
+import pandas as pd
+import pytest
+
+from jobs.cli import main
+
+EVENTS = """user_id,timestamp,channel,campaign,event_type,revenue,order_id
+u1,2026-09-01T00:00:00Z,email,spring,touch,,
+u1,2026-09-02T00:00:00Z,search,brand,touch,,
+u1,2026-09-03T00:00:00Z,,,conversion,120,o1
+u2,1788220800000,display,aw,touch,,
+u2,1788224400000,,,conversion,30,o2
+u3,2026-09-05,,,conversion,10,o3
+"""
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_events_to_csv_by_channel(tmp_path, capsys):
+    src = write(tmp_path, "events.csv", EVENTS)
+    out = tmp_path / "out.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out),
+                 "--models", "last_click,linear,shapley"]) == 0
+    result = pd.read_csv(out)
+    assert list(result.columns) == ["model", "channel", "conversions", "revenue"]
+    last = result[result.model == "last_click"].set_index("channel")
+    assert last.loc["search", ["conversions", "revenue"]].tolist() == [1.0, 120.0]
+    assert last.loc["display", ["conversions", "revenue"]].tolist() == [1.0, 30.0]
+    assert last.loc["(unattributed)", ["conversions", "revenue"]].tolist() == [1.0, 10.0]
+    linear = result[result.model == "linear"].set_index("channel")
+    assert linear.loc["email"].revenue == pytest.approx(60.0)
+    assert "3 conversions" in capsys.readouterr().out
+
+
+def test_events_by_campaign_to_parquet(tmp_path):
+    src = write(tmp_path, "events.csv", EVENTS)
+    out = tmp_path / "out.parquet"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--by", "campaign",
+                 "--models", "first_click"]) == 0
+    result = pd.read_parquet(out)
+    assert set(result.columns) == {"model", "channel", "campaign", "conversions", "revenue"}
+    row = result[result.channel == "email"]
+    assert (row.campaign.item(), row.revenue.item()) == ("spring", 120.0)
+
+
+def test_paths_input(tmp_path):
+    src = write(tmp_path, "paths.csv", "path,conversions,non_conversions,revenue\n"
+                                       "a > b,3,1,30\na > c,1,1,10\n")
+    out = tmp_path / "out.csv"
+    assert main(["attribute", "--input", str(src), "--format", "paths", "--out", str(out),
+                 "--models", "markov"]) == 0
+    result = pd.read_csv(out).set_index("channel")
+    assert result.conversions.to_dict() == pytest.approx({"a": 3 * 4 / 7 + 0.8,
+                                                          "b": 3 * 3 / 7, "c": 0.2})
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("u9,2026-09-01,,,conversion,abc,o9", "events.csv:8: field 'revenue' is not a number"),
+    ("u9,2026-09-01,,,conversion,-4,o9", "events.csv:8: field 'revenue' is negative: -4"),
+    ("u9,yesterday,email,,touch,,", "events.csv:8: field 'timestamp' is not epoch"),
+    ("u9,2026-09-01,,,touch,,", "events.csv:8: field 'channel' is missing on a touch"),
+    (",2026-09-01,email,,touch,,", "events.csv:8: field 'user_id' is missing"),
+    ("u9,2026-09-01,email,,click,,", "events.csv:8: field 'event_type' must be touch or"),
+    ("u9,2026-09-01,,,conversion,5,o1", "events.csv:8: field 'order_id' repeats"),
+])
+def test_invalid_row_names_file_line_and_field(tmp_path, capsys, row, message):
+    src = write(tmp_path, "events.csv", EVENTS + row + "\n")
+    assert main(["attribute", "--input", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_skip_invalid_sets_rows_aside_and_continues(tmp_path):
+    src = write(tmp_path, "events.csv", EVENTS + "u9,2026-09-01,,,conversion,abc,o9\n")
+    out = tmp_path / "o.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--skip-invalid",
+                 "--models", "last_click"]) == 0
+    rejects = pd.read_csv(tmp_path / "o.rejects.csv")
+    assert rejects[["line", "field", "user_id"]].values.tolist() == [[8, "revenue", "u9"]]
+    assert pd.read_csv(out).conversions.sum() == 3.0
+
+
+def test_input_problems_are_reported_plainly(tmp_path, capsys):
+    missing_col = write(tmp_path, "p.csv", "path,conversions\na,1\n")
+    assert main(["attribute", "--input", str(missing_col), "--format", "paths",
+                 "--out", str(tmp_path / "o.csv")]) == 2
+    assert "missing column(s) non_conversions" in capsys.readouterr().err
+    assert main(["attribute", "--input", str(tmp_path / "nope.csv"),
+                 "--out", str(tmp_path / "o.csv")]) == 2
+    assert "file not found" in capsys.readouterr().err
+    paths = write(tmp_path, "q.csv", "path,conversions,non_conversions\na,1,0\n")
+    assert main(["attribute", "--input", str(paths), "--format", "paths",
+                 "--models", "time_decay", "--out", str(tmp_path / "o.csv")]) == 2
+    assert "time_decay needs touch and conversion times" in capsys.readouterr().err
+    assert main(["attribute", "--input", str(paths), "--format", "paths",
+                 "--models", "magic", "--out", str(tmp_path / "o.csv")]) == 2
+    assert "unknown attribution model(s) magic" in capsys.readouterr().err
