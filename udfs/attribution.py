@@ -1,44 +1,55 @@
-"""Attribution models: how much of each conversion each touch of its journey earns.
+"""Per-conversion credits for the streaming job, from the same models as the batch CLI.
 
-Every model returns weights over the journey's touches that sum to 1, so the credits of a
-conversion sum to its count (1) and its revenue: attribution is conservative.
+A converted journey becomes a one-journey JourneyTable and goes through
+`udfs.models.touch_weights`, so a model means the same thing in Flink, in Spark and in
+`seedance attribute`. The data-driven models (`shapley`, `markov`) need counts over many
+journeys and are not available per conversion yet.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+import numpy as np
 
 from schemas.records import UNATTRIBUTED, Credit
+from udfs import models as batch_models
+from udfs.journey_table import JourneyTable
 from udfs.journeys import ConvertedJourney
 
-
-def last_click_weights(length: int) -> list[float]:
-    return [0.0] * (length - 1) + [1.0]
-
-
-def linear_weights(length: int) -> list[float]:
-    return [1.0 / length] * length
-
-
-POSITIONAL_MODELS: dict[str, Callable[[int], list[float]]] = {
-    "last_click": last_click_weights,
-    "linear": linear_weights,
-}
-MODELS = tuple(POSITIONAL_MODELS)
+STREAMING_MODELS = ("last_click", "first_click", "linear", "position_based", "time_decay",
+                    "shapley_simplified")
 DEFAULT_MODELS = ("last_click", "linear")
 
 
 def validate_models(models: Sequence[str]) -> tuple[str, ...]:
-    unknown = [m for m in models if m not in POSITIONAL_MODELS]
-    if unknown:
-        raise ValueError(f"unknown attribution model(s) {', '.join(unknown)}; "
-                         f"available: {', '.join(MODELS)}")
-    if not models:
-        raise ValueError("at least one attribution model is needed")
-    return tuple(models)
+    chosen = batch_models.validate_models(tuple(models))
+    unsupported = [m for m in chosen if m not in STREAMING_MODELS]
+    if unsupported:
+        raise ValueError(f"model(s) {', '.join(unsupported)} need counts over many journeys "
+                         f"and are not available per conversion; streaming models: "
+                         f"{', '.join(STREAMING_MODELS)}")
+    return chosen
 
 
-def credit_journey(journey: ConvertedJourney, models: Sequence[str]) -> list[Credit]:
+def journey_table(journey: ConvertedJourney) -> JourneyTable:
+    touches = journey.touches
+    channels = tuple(sorted({t.channel for t in touches}))
+    code = {c: i for i, c in enumerate(channels)}
+    conversion = journey.conversion
+    return JourneyTable(
+        channels=channels, campaigns=("",),
+        offsets=np.array([0, len(touches)], dtype=np.int64),
+        touch_channel=np.array([code[t.channel] for t in touches], dtype=np.int64),
+        touch_campaign=np.zeros(len(touches), np.int64),
+        touch_ts=np.array([t.ts_ms for t in touches], dtype=np.int64),
+        conversions=np.ones(1), non_conversions=np.zeros(1),
+        revenue=np.array([conversion.revenue]),
+        conversion_ts=np.array([conversion.ts_ms], dtype=np.int64))
+
+
+def credit_journey(journey: ConvertedJourney, models: Sequence[str],
+                   params: batch_models.ModelParams | None = None) -> list[Credit]:
     """Per-touch credits of one conversion under each model (zero-weight touches omitted)."""
     conversion = journey.conversion
     out: list[Credit] = []
@@ -48,10 +59,11 @@ def credit_journey(journey: ConvertedJourney, models: Sequence[str]) -> list[Cre
                               0, UNATTRIBUTED, "", conversion.ts_ms, 1.0, conversion.revenue,
                               conversion.currency))
         return out
-    length = len(journey.touches)
+    table = journey_table(journey)
     for model in models:
-        weights = POSITIONAL_MODELS[model](length)
-        for index, (touch, weight) in enumerate(zip(journey.touches, weights, strict=True)):
+        weights = batch_models.touch_weights(table, model, params)
+        for index, (touch, weight) in enumerate(zip(journey.touches, weights.tolist(),
+                                                    strict=True)):
             if weight == 0.0:
                 continue
             out.append(Credit(model, conversion.order_id, conversion.user_id, conversion.ts_ms,

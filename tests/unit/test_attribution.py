@@ -52,3 +52,22 @@ def test_credits_are_conservative(channels, revenue):
         rows = [c for c in credits if c.model == model]
         assert math.isclose(sum(c.credit for c in rows), 1.0, rel_tol=1e-9)
         assert math.isclose(sum(c.revenue for c in rows), revenue, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def test_streaming_credits_equal_the_batch_models():
+    from udfs.journey_table import from_paths
+    from udfs.models import touch_weights
+
+    j = journey(["email", "search", "email", "display", "search"])
+    models = ["first_click", "position_based", "shapley_simplified"]
+    credits = credit_journey(j, models)
+    table = from_paths([[t.channel for t in j.touches]], [1], [0], [90.0])
+    for model in models:
+        expected = touch_weights(table, model)
+        got = {c.touch_index: c.credit for c in credits if c.model == model}
+        assert [got.get(i, 0.0) for i in range(5)] == pytest.approx(expected, rel=1e-12)
+
+
+def test_data_driven_models_are_refused_per_conversion():
+    with pytest.raises(ValueError, match="shapley.*not available per conversion"):
+        validate_models(["linear", "shapley"])
