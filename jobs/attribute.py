@@ -162,13 +162,16 @@ def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
     non_conversions = check.number("non_conversions", required)
     revenue = check.number("revenue", required) if "revenue" in frame.columns \
         else pd.Series(0.0, index=frame.index)
-    steps = check.text("path").map(
-        lambda p: tuple(s.strip() for s in p.split(PATH_SEPARATOR.strip())) if p else ())
-    check.flag(steps.map(lambda s: any(x == "" for x in s)), "path",
+    path = check.text("path")
+    check.flag(path.str.contains(r"(?:^|>)\s*(?:>|$)", regex=True) & (path != ""), "path",
                f"has an empty step (steps are joined by '{PATH_SEPARATOR}')")
     keep = check.finish(request.skip_invalid, request.rejects)
-    table = from_paths(list(steps[keep]), conversions[keep], non_conversions[keep],
-                       revenue[keep])
+    # Rows of the same path add up; splitting then runs once per distinct path.
+    summed = pd.DataFrame({"path": path, "conversions": conversions,
+                           "non_conversions": non_conversions, "revenue": revenue})[keep] \
+        .groupby("path", sort=False, as_index=False).sum()
+    steps = [tuple(s.strip() for s in p.split(">")) if p else () for p in summed.path]
+    table = from_paths(steps, summed.conversions, summed.non_conversions, summed.revenue)
     return table, int((~keep).sum())
 
 
