@@ -8,6 +8,7 @@ journeys and writes one row per model and channel (and campaign).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,8 +48,12 @@ class AttributeRequest:
     rejects: Path | None = None
 
 
-def read_table(path: Path) -> tuple[pd.DataFrame, int]:
-    """The file as strings, and the line number of its first data row."""
+def read_table(path: Path, numeric: tuple[str, ...] = ()) -> tuple[pd.DataFrame, int]:
+    """The file (text columns as strings), and the line number of its first data row.
+
+    `numeric` columns are parsed as numbers by the CSV reader where they can be (fast);
+    a column with a bad value stays text and is checked row by row.
+    """
     if not path.exists():
         raise InputError(f"{path}: file not found")
     suffix = path.suffix.lower()
@@ -56,10 +61,16 @@ def read_table(path: Path) -> tuple[pd.DataFrame, int]:
         return pd.read_parquet(path).astype(object).where(lambda f: f.notna(), None), 1
     if suffix in (".csv", ".txt"):
         try:
-            return pd.read_csv(path, dtype=str, keep_default_na=False), 2
+            header = pd.read_csv(path, nrows=0).columns
+            types = {c: str for c in header if c not in numeric}
+            return pd.read_csv(path, dtype=types, keep_default_na=False), 2
         except pd.errors.ParserError as error:
             raise InputError(f"{path}: not valid CSV: {error}") from None
     raise InputError(f"{path}: unsupported file type {suffix!r} (use .csv or .parquet)")
+
+
+Reason = str | Callable[[np.ndarray], pd.Series]
+"""A fixed reason, or one built only for the flagged rows (cheap on large valid files)."""
 
 
 class _Checker:
@@ -67,8 +78,9 @@ class _Checker:
 
     def __init__(self, path: Path, frame: pd.DataFrame, first_line: int) -> None:
         self.path, self.frame, self.first_line = path, frame, first_line
-        self.bad = pd.Series("", index=frame.index)
-        self.field = pd.Series("", index=frame.index)
+        self.invalid = np.zeros(len(frame), bool)
+        self.reasons: dict[int, tuple[str, str]] = {}  # row -> (field, reason)
+        self._text: dict[str, pd.Series] = {}
 
     def require_columns(self, columns: tuple[str, ...]) -> None:
         missing = [c for c in columns if c not in self.frame.columns]
@@ -76,42 +88,53 @@ class _Checker:
             raise InputError(f"{self.path}: missing column(s) {', '.join(missing)}; "
                              f"found: {', '.join(map(str, self.frame.columns))}")
 
-    def flag(self, mask: pd.Series, field: str, reason: pd.Series | str) -> None:
-        new = mask & (self.bad == "")
-        self.bad = self.bad.where(~new, reason if isinstance(reason, str) else reason[new])
-        self.field = self.field.where(~new, field)
+    def flag(self, mask: pd.Series | np.ndarray, field: str, reason: Reason) -> None:
+        new = np.flatnonzero(np.asarray(mask, bool) & ~self.invalid)
+        if not len(new):
+            return
+        texts = [reason] * len(new) if isinstance(reason, str) else list(reason(new))
+        self.invalid[new] = True
+        for row, text in zip(new.tolist(), texts, strict=True):
+            self.reasons[row] = (field, text)
 
     def text(self, column: str) -> pd.Series:
-        return self.frame[column].fillna("").astype(str).str.strip()
+        if column not in self._text:
+            self._text[column] = self.frame[column].fillna("").astype(str).str.strip()
+        return self._text[column]
+
+    def raw(self, column: str, prefix: str,
+            quote: bool = True) -> Callable[[np.ndarray], pd.Series]:
+        return lambda rows: prefix + self.text(column).iloc[rows].map(repr if quote else str)
 
     def number(self, column: str, required: pd.Series) -> pd.Series:
-        raw = self.text(column)
-        values = pd.to_numeric(raw, errors="coerce")
-        missing = required & (raw == "")
-        self.flag(missing, column, "is missing")
-        self.flag(required & ~missing & values.isna(), column,
-                  "is not a number: " + raw.map(repr))
-        self.flag(required & values.notna() & ~np.isfinite(values.fillna(0)), column,
-                  "is not finite")
-        self.flag(required & (values < 0), column, "is negative: " + raw)
+        values = pd.to_numeric(self.frame[column], errors="coerce")
+        if values.isna().any():  # only then look at the text: empty, or not a number
+            raw = self.text(column)
+            missing = required & (raw == "")
+            self.flag(missing, column, "is missing")
+            self.flag(required & ~missing & values.isna(), column,
+                      self.raw(column, "is not a number: "))
+        finite = np.isfinite(values.fillna(0.0).to_numpy(float))
+        self.flag(required & ~finite, column, "is not finite")
+        self.flag(required & (values < 0), column, self.raw(column, "is negative: ", quote=False))
         return values.fillna(0.0)
 
     def finish(self, skip_invalid: bool, rejects: Path | None) -> pd.Series:
-        invalid = self.bad != ""
-        if invalid.any() and not skip_invalid:
-            row = int(np.flatnonzero(invalid.to_numpy())[0])
-            more = int(invalid.sum()) - 1
+        rows = sorted(self.reasons)
+        if rows and not skip_invalid:
+            field, reason = self.reasons[rows[0]]
+            more = len(rows) - 1
             raise InputError(
-                f"{self.path}:{row + self.first_line}: field '{self.field.iloc[row]}' "
-                f"{self.bad.iloc[row]}" + (f" (and {more} more invalid rows; "
-                                           "--skip-invalid sets them aside)" if more else ""))
-        if invalid.any() and rejects is not None:
-            rejected = self.frame[invalid].copy()
-            rejected.insert(0, "reason", self.bad[invalid])
-            rejected.insert(0, "field", self.field[invalid])
-            rejected.insert(0, "line", np.flatnonzero(invalid.to_numpy()) + self.first_line)
+                f"{self.path}:{rows[0] + self.first_line}: field '{field}' {reason}"
+                + (f" (and {more} more invalid rows; --skip-invalid sets them aside)"
+                   if more else ""))
+        if rows and rejects is not None:
+            rejected = self.frame.iloc[rows].copy()
+            rejected.insert(0, "reason", [self.reasons[r][1] for r in rows])
+            rejected.insert(0, "field", [self.reasons[r][0] for r in rows])
+            rejected.insert(0, "line", np.asarray(rows) + self.first_line)
             rejected.to_csv(rejects, index=False)
-        return ~invalid
+        return pd.Series(~self.invalid, index=self.frame.index)
 
 
 def parse_timestamps(raw: pd.Series) -> pd.Series:
@@ -124,26 +147,26 @@ def parse_timestamps(raw: pd.Series) -> pd.Series:
 
 
 def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
-    frame, first_line = read_table(request.input)
+    frame, first_line = read_table(request.input, numeric=("revenue",))
     check = _Checker(request.input, frame, first_line)
     check.require_columns(EVENT_COLUMNS)
     kind = check.text("event_type").str.lower()
     check.flag(~kind.isin(["touch", "conversion"]), "event_type",
-               "must be touch or conversion, got " + kind.map(repr))
+               check.raw("event_type", "must be touch or conversion, got "))
     is_conversion = kind == "conversion"
     user = check.text("user_id")
     check.flag(user == "", "user_id", "is missing")
     ts_raw = check.text("timestamp")
     ts = parse_timestamps(ts_raw)
-    check.flag(ts.isna(), "timestamp", "is not epoch milliseconds or ISO 8601: "
-               + ts_raw.map(repr))
+    check.flag(ts.isna(), "timestamp",
+               check.raw("timestamp", "is not epoch milliseconds or ISO 8601: "))
     channel = check.text("channel")
     check.flag(~is_conversion & (channel == ""), "channel", "is missing on a touch")
     revenue = check.number("revenue", is_conversion)
     order_id = check.text("order_id")
     check.flag(is_conversion & (order_id == ""), "order_id", "is missing on a conversion")
-    check.flag(is_conversion & (order_id != "") & order_id.duplicated() & is_conversion,
-               "order_id", "repeats an earlier order: " + order_id)
+    check.flag(is_conversion & (order_id != "") & order_id.where(is_conversion).duplicated(),
+               "order_id", check.raw("order_id", "repeats an earlier order: "))
     keep = check.finish(request.skip_invalid, request.rejects)
     campaign = check.text("campaign") if "campaign" in frame.columns else pd.Series("", frame.index)
     events = pd.DataFrame({"user_id": user, "ts_ms": ts.fillna(0).astype(np.int64),
@@ -154,7 +177,8 @@ def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
 
 
 def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
-    frame, first_line = read_table(request.input)
+    frame, first_line = read_table(request.input,
+                                   numeric=("conversions", "non_conversions", "revenue"))
     check = _Checker(request.input, frame, first_line)
     check.require_columns(PATH_COLUMNS)
     required = pd.Series(True, index=frame.index)
@@ -162,15 +186,19 @@ def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
     non_conversions = check.number("non_conversions", required)
     revenue = check.number("revenue", required) if "revenue" in frame.columns \
         else pd.Series(0.0, index=frame.index)
-    path = check.text("path")
-    check.flag(path.str.contains(r"(?:^|>)\s*(?:>|$)", regex=True) & (path != ""), "path",
-               f"has an empty step (steps are joined by '{PATH_SEPARATOR}')")
+    path = frame["path"].fillna("").astype(str)
+    # Checked once per distinct path, not per row.
+    broken = [p for p in pd.unique(path)
+              if p.strip() and any(not step.strip() for step in p.split(">"))]
+    if broken:
+        check.flag(path.isin(broken), "path",
+                   f"has an empty step (steps are joined by '{PATH_SEPARATOR}')")
     keep = check.finish(request.skip_invalid, request.rejects)
     # Rows of the same path add up; splitting then runs once per distinct path.
     summed = pd.DataFrame({"path": path, "conversions": conversions,
                            "non_conversions": non_conversions, "revenue": revenue})[keep] \
         .groupby("path", sort=False, as_index=False).sum()
-    steps = [tuple(s.strip() for s in p.split(">")) if p else () for p in summed.path]
+    steps = [tuple(s.strip() for s in p.split(">")) if p.strip() else () for p in summed.path]
     table = from_paths(steps, summed.conversions, summed.non_conversions, summed.revenue)
     return table, int((~keep).sum())
 
