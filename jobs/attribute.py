@@ -14,13 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from udfs.journey_table import (
     PATH_SEPARATOR,
     JourneyTable,
     apply_transform,
     from_events,
-    from_paths,
+    from_flat_paths,
 )
 from udfs.models import ModelParams, attribute, validate_models
 
@@ -187,20 +189,41 @@ def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
     revenue = check.number("revenue", required) if "revenue" in frame.columns \
         else pd.Series(0.0, index=frame.index)
     path = frame["path"].fillna("").astype(str)
-    # Checked once per distinct path, not per row.
-    broken = [p for p in pd.unique(path)
-              if p.strip() and any(not step.strip() for step in p.split(">"))]
+    table, broken = _path_table(path, conversions, non_conversions, revenue)
     if broken:
         check.flag(path.isin(broken), "path",
                    f"has an empty step (steps are joined by '{PATH_SEPARATOR}')")
     keep = check.finish(request.skip_invalid, request.rejects)
-    # Rows of the same path add up; splitting then runs once per distinct path.
-    summed = pd.DataFrame({"path": path, "conversions": conversions,
-                           "non_conversions": non_conversions, "revenue": revenue})[keep] \
-        .groupby("path", sort=False, as_index=False).sum()
-    steps = [tuple(s.strip() for s in p.split(">")) if p.strip() else () for p in summed.path]
-    table = from_paths(steps, summed.conversions, summed.non_conversions, summed.revenue)
+    if not keep.all():  # sum again without the rows set aside
+        table, _ = _path_table(path[keep], conversions[keep], non_conversions[keep],
+                               revenue[keep])
     return table, int((~keep).sum())
+
+
+def split_paths(paths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """'a > b' strings -> (all steps, steps per path, path has an empty step)."""
+    lists = pc.split_pattern(pa.array(paths, type=pa.string()), pattern=">")
+    flat = pc.utf8_trim_whitespace(lists.flatten()).to_numpy(zero_copy_only=False)
+    lengths = np.diff(lists.offsets.to_numpy())
+    journey = np.repeat(np.arange(len(paths)), lengths)
+    empty_step = flat == ""
+    empty_path = np.bincount(journey, weights=~empty_step, minlength=len(paths)) == 0
+    broken = np.bincount(journey, weights=empty_step, minlength=len(paths)) > 0
+    broken &= ~empty_path  # "" is a journey without touches, not a broken one
+    keep = ~empty_path[journey]
+    return flat[keep], np.where(empty_path, 0, lengths), broken
+
+
+def _path_table(path: pd.Series, conversions: pd.Series, non_conversions: pd.Series,
+                revenue: pd.Series) -> tuple[JourneyTable, list[str]]:
+    """Rows of the same path add up; each distinct path is split and checked once."""
+    summed = pd.DataFrame({"path": path, "conversions": conversions,
+                           "non_conversions": non_conversions, "revenue": revenue}) \
+        .groupby("path", sort=False, as_index=False).sum()
+    steps, lengths, broken = split_paths(summed.path.to_numpy(dtype=object))
+    table = from_flat_paths(steps, lengths, summed.conversions, summed.non_conversions,
+                            summed.revenue)
+    return table, list(summed.path[broken])
 
 
 def write_result(frame: pd.DataFrame, out: Path) -> None:

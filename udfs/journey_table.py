@@ -57,27 +57,33 @@ class JourneyTable:
                                                    strict=True)]
 
 
-def _codes(values: Sequence[str]) -> tuple[tuple[str, ...], np.ndarray]:
-    uniques, inverse = np.unique(np.asarray(values, dtype=object).astype(str),
-                                 return_inverse=True)
-    return tuple(str(u) for u in uniques), inverse.astype(np.int64)
+def _codes(values: Sequence[str] | np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """Integer codes in sorted-name order (hashing, then a sort of the few distinct names)."""
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object), sort=True)
+    return tuple(str(u) for u in uniques), codes.astype(np.int64)
 
 
 def from_paths(paths: Sequence[Sequence[str]], conversions: Sequence[float],
                non_conversions: Sequence[float], revenue: Sequence[float]) -> JourneyTable:
     """Path summaries (the peers' input shape): no timestamps, no campaigns."""
     lengths = np.fromiter((len(p) for p in paths), dtype=np.int64, count=len(paths))
-    flat = [c for p in paths for c in p]
-    channels, codes = _codes(flat) if flat else ((), np.zeros(0, np.int64))
+    return from_flat_paths(np.asarray([c for p in paths for c in p], dtype=object), lengths,
+                           conversions, non_conversions, revenue)
+
+
+def from_flat_paths(steps: np.ndarray, lengths: np.ndarray, conversions: Sequence[float],
+                    non_conversions: Sequence[float], revenue: Sequence[float]) -> JourneyTable:
+    """Path summaries given as all steps in one array, cut by `lengths`."""
+    channels, codes = _codes(steps) if len(steps) else ((), np.zeros(0, np.int64))
     return JourneyTable(
         channels=channels, campaigns=("",),
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        touch_channel=codes, touch_campaign=np.zeros(len(flat), np.int64),
-        touch_ts=np.zeros(len(flat), np.int64),
+        touch_channel=codes, touch_campaign=np.zeros(len(steps), np.int64),
+        touch_ts=np.zeros(len(steps), np.int64),
         conversions=np.asarray(conversions, dtype=np.float64),
         non_conversions=np.asarray(non_conversions, dtype=np.float64),
         revenue=np.asarray(revenue, dtype=np.float64),
-        conversion_ts=np.zeros(len(paths), np.int64), has_timestamps=False)
+        conversion_ts=np.zeros(len(lengths), np.int64), has_timestamps=False)
 
 
 def apply_transform(table: JourneyTable, transform: str) -> JourneyTable:

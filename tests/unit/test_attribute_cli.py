@@ -99,3 +99,18 @@ def test_input_problems_are_reported_plainly(tmp_path, capsys):
     assert main(["attribute", "--input", str(paths), "--format", "paths",
                  "--models", "magic", "--out", str(tmp_path / "o.csv")]) == 2
     assert "unknown attribution model(s) magic" in capsys.readouterr().err
+
+
+def test_paths_with_a_broken_row_and_skip_invalid(tmp_path, capsys):
+    src = write(tmp_path, "paths.csv", "path,conversions,non_conversions,revenue\n"
+                                       "a > b,3,1,30\na >  > c,5,0,50\n,2,0,4\na > b,1,0,10\n")
+    out = tmp_path / "out.csv"
+    assert main(["attribute", "--input", str(src), "--format", "paths", "--out", str(out),
+                 "--models", "last_click"]) == 2
+    assert "paths.csv:3: field 'path' has an empty step" in capsys.readouterr().err
+    assert main(["attribute", "--input", str(src), "--format", "paths", "--out", str(out),
+                 "--models", "last_click", "--skip-invalid"]) == 0
+    result = pd.read_csv(out).set_index("channel")
+    assert result.conversions.to_dict() == {"b": 4.0, "(unattributed)": 2.0}
+    assert result.revenue.to_dict() == {"b": 40.0, "(unattributed)": 4.0}
+    assert pd.read_csv(tmp_path / "out.rejects.csv").line.tolist() == [3]
