@@ -114,6 +114,34 @@ def ca_markov(csv: Path) -> float:
     return seconds
 
 
+def removal_effects_side_by_side(csv: Path, workdir: Path) -> None:
+    """Exact removal effects and credits (ours) beside channelattribution's simulated ones."""
+    import ChannelAttribution as ca
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        peer = ca.markov_model(peer_frame(csv), "path", "total_conversions",
+                               var_null="total_null", out_more=True, verbose=0,
+                               flg_pro=False)
+        result, stats = run(AttributeRequest(input=csv, out=workdir / "re.parquet",
+                                             format="paths", models=("markov",)))
+    ours_re = stats["info"]["markov"].removal_effects  # type: ignore[index]
+    peer_re = dict(zip(peer["removal_effects"].channel_name,
+                       peer["removal_effects"].iloc[:, 1], strict=True))
+    peer_credit = dict(zip(peer["result"].channel_name, peer["result"].total_conversions,
+                           strict=True))
+    ours_credit = dict(zip(result.channel, result.conversions, strict=True))
+    total = sum(ours_credit.values())
+    re_sum = sum(ours_re.values())
+    print(f"  {'channel':8} {'RE exact':>9} {'RE peer':>8}   {'credit ours':>11} "
+          f"{'global split':>12} {'peer credit':>11}")
+    for channel in sorted(ours_re):
+        print(f"  {channel:8} {ours_re[channel]:9.3f} {peer_re.get(channel, 0):8.3f}   "
+              f"{ours_credit.get(channel, 0):11.0f} {ours_re[channel] / re_sum * total:12.0f} "
+              f"{peer_credit.get(channel, 0):11.0f}")
+    print("  (ours: each conversion split over its own journey's channels by exact RE;"
+          " global split: all conversions by RE / sum RE, as peers do)")
+
+
 def restrict(frame: pd.DataFrame, keep: int) -> pd.DataFrame:
     """Journeys that only use the `keep` most frequent channels."""
     counts = frame.path.str.split(" > ").explode().value_counts()
@@ -146,6 +174,7 @@ def main() -> None:
             print(f"  ours {model:28} {seconds:8.2f} s {model_only[model]:9.2f} s")
         separate = sum(v for k, v in times.items() if k != "all models, one run")
         print(f"  ours, 8 separate runs, total      {separate:8.2f} s")
+        removal_effects_side_by_side(csv, workdir)
         ca_s = ca_markov(csv)
         print(f"  channelattribution markov         {ca_s:8.2f} s   "
               f"ratio ours/peer {times['markov'] / ca_s:.2f} (end to end)")
