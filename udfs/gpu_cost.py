@@ -1,0 +1,158 @@
+"""GPU compute cost: samples x prices, allocated to the GPU-backed calls that ran.
+
+Each sample closes an interval of its GPU: from the previous sample (if it is at most
+`max_gap_ms` earlier) or else the nominal sampling interval back. The interval's cost is
+GPU-hours x the price of that GPU family and pricing class, cut where the price changes.
+Inside an interval (and price segment), the time covered by at least one call is
+allocated to the calls, in proportion to overlap x utilisation weight (a pod's own
+utilisation when the GPU is shared and reported per pod, else 1); the rest is idle cost of
+the GPU. So allocated + idle = the GPU's cost over every interval. Idle cost is reported
+per GPU and can be shared out over workloads in proportion to their allocated cost, as
+OpenCost does. Time between samples further apart than `max_gap_ms` is not costed: it is
+reported as unobserved.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from schemas.gpu import GpuSample, PriceCatalog
+from schemas.records import GpuCall
+
+HOUR_MS = 3_600_000
+
+
+class CallCost(NamedTuple):
+    trace_id: str
+    span_id: str
+    gpu_uuid: str
+    workload: str
+    pod: str
+    namespace: str
+    user_id: str
+    gpu_seconds: float  # busy GPU-seconds attributed to the call
+    cost_usd: float
+    price_known: bool  # False: the GPU's model was priced at the catalog's fallback
+
+
+class IdleCost(NamedTuple):
+    gpu_uuid: str
+    model: str
+    start_ms: int
+    end_ms: int
+    idle_seconds: float
+    cost_usd: float
+    price_known: bool
+
+
+@dataclass
+class GpuCost:
+    calls: list[CallCost] = field(default_factory=list)
+    idle: list[IdleCost] = field(default_factory=list)
+    total_usd: float = 0.0  # cost of every observed interval (allocated + idle)
+    unobserved_ms: int = 0
+
+
+def _union_length(spans: Iterable[tuple[int, int]]) -> int:
+    total, cursor = 0, None
+    for lo, hi in sorted(spans):
+        if cursor is None or lo > cursor:
+            total += hi - lo
+            cursor = hi
+        elif hi > cursor:
+            total += hi - cursor
+            cursor = hi
+    return total
+
+
+def allocate_gpu(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
+                 catalog: PriceCatalog, nominal_interval_ms: int,
+                 max_gap_ms: int) -> GpuCost:
+    """Cost of one GPU over its samples, split into per-call cost and idle cost."""
+    out = GpuCost()
+    if not samples:
+        return out
+    by_ts: dict[int, list[GpuSample]] = defaultdict(list)
+    for sample in samples:
+        by_ts[sample.ts_ms].append(sample)
+    per_call: dict[tuple[str, str], list[float]] = {}
+    known_call: dict[tuple[str, str], bool] = {}
+    call_of = {(c.trace_id, c.span_id): c for c in calls}
+    previous: int | None = None
+    for ts in sorted(by_ts):
+        group = by_ts[ts]
+        head = group[0]
+        if previous is not None and ts - previous <= max_gap_ms:
+            start = previous
+        else:
+            start = ts - nominal_interval_ms
+            if previous is not None:
+                out.unobserved_ms += max(0, start - previous)
+        previous = ts
+        # per-pod utilisation when the GPU is reported per pod (shared GPU)
+        pod_util = {s.pod: s.util_pct for s in group if s.pod}
+        for lo, hi, usd_per_hour, known in catalog.segments(head.model, head.pricing_class,
+                                                              start, ts):
+            cost = usd_per_hour * (hi - lo) / HOUR_MS
+            out.total_usd += cost
+            overlaps = []
+            for call in calls:
+                a, b = max(lo, call.start_ms), min(hi, call.end_ms)
+                if b > a:
+                    weight = pod_util.get(call.k8s_pod, 0.0) / 100 if len(pod_util) > 1 else 1.0
+                    overlaps.append((call, a, b, weight))
+            covered = _union_length((a, b) for _, a, b, _ in overlaps)
+            allocated = cost * covered / (hi - lo)
+            weights = [(b - a) * w for _, a, b, w in overlaps]
+            if overlaps and sum(weights) <= 0:  # shared, but no pod reported any use
+                weights = [b - a for _, a, b, _ in overlaps]
+            total_weight = sum(weights)
+            for (call, a, b, _), weight in zip(overlaps, weights, strict=True):
+                key = (call.trace_id, call.span_id)
+                acc = per_call.setdefault(key, [0.0, 0.0])
+                acc[0] += (b - a) / 1000
+                acc[1] += allocated * weight / total_weight
+                known_call[key] = known_call.get(key, True) and known
+            idle_ms = (hi - lo) - covered
+            if idle_ms > 0:
+                out.idle.append(IdleCost(head.gpu_uuid, head.model, lo, hi, idle_ms / 1000,
+                                         cost - allocated, known))
+    for key, (seconds, usd) in per_call.items():
+        call = call_of[key]
+        out.calls.append(CallCost(call.trace_id, call.span_id, call.gpu_uuid or
+                                  samples[0].gpu_uuid, call.workload, call.k8s_pod,
+                                  call.k8s_namespace, call.user_id, seconds, usd,
+                                  known_call[key]))
+    return out
+
+
+def cost_by(calls: Iterable[CallCost], key: str) -> dict[str, float]:
+    """Total cost per trace_id, workload, pod, user_id, ... (any CallCost field)."""
+    totals: dict[str, float] = defaultdict(float)
+    for call in calls:
+        totals[getattr(call, key)] += call.cost_usd
+    return dict(totals)
+
+
+def share_idle(calls: Sequence[CallCost], idle: Sequence[IdleCost]) -> dict[str, float]:
+    """Idle cost of each GPU spread over its workloads by their allocated cost (OpenCost's
+    shared idle). GPUs with no workload keep their idle under the key '(idle)'."""
+    allocated: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for call in calls:
+        allocated[call.gpu_uuid][call.workload or call.pod] += call.cost_usd
+    shares: dict[str, float] = defaultdict(float)
+    idle_by_gpu: dict[str, float] = defaultdict(float)
+    for row in idle:
+        idle_by_gpu[row.gpu_uuid] += row.cost_usd
+    for gpu, idle_usd in idle_by_gpu.items():
+        workloads = allocated.get(gpu)
+        total = sum(workloads.values()) if workloads else 0.0
+        if total <= 0:
+            shares["(idle)"] += idle_usd
+            continue
+        for workload, usd in workloads.items():
+            shares[workload] += idle_usd * usd / total
+    return dict(shares)
