@@ -136,6 +136,48 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from pipelines.gpu_probe import Thresholds, run_probe
+    from pipelines.gpu_sources import (
+        GpuSourceError,
+        nvml_source,
+        prometheus_source,
+        replay_source,
+    )
+    from pipelines.kafka_io import producer
+    from pipelines.otlp_metrics import encode_samples
+    from schemas.gpu import load_catalog
+
+    catalog = load_catalog(Path(args.prices) if args.prices else None)
+    limits = Thresholds(args.warn_mem_bandwidth, args.warn_idle_util,
+                        egress_mb_s=args.warn_egress_mb_s)
+    if args.replay:
+        scrapes = replay_source(Path(args.replay), args.interval if args.realtime else 0.0)
+    elif args.from_prometheus:
+        scrapes = prometheus_source(args.from_prometheus, args.interval, args.count)
+    else:
+        scrapes = nvml_source(args.interval, args.count)
+    publish = None
+    sink = None
+    if not args.no_publish:
+        bootstrap = resolve_bootstrap(args.bootstrap)
+        sink = producer(bootstrap)
+
+        def publish(batch: list) -> None:
+            sink.send(args.topic, encode_samples(batch)).get(30)
+
+    try:
+        samples, warnings = run_probe(scrapes, catalog, publish, limits)
+    except GpuSourceError as error:
+        raise CliError(str(error)) from None
+    finally:
+        if sink is not None:
+            sink.close()
+    target = "not published" if args.no_publish else f"published to {args.topic}"
+    print(f"{samples} samples {target}; {warnings} warnings")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from jobs.demo import run_demo
 
@@ -184,6 +226,25 @@ def build_parser() -> argparse.ArgumentParser:
                       help="set invalid rows aside in a rejects file instead of stopping")
     attr.add_argument("--rejects", help="rejects file (default: <out>.rejects.csv)")
     attr.set_defaults(func=cmd_attribute)
+
+    probe = sub.add_parser("probe", help="sample GPUs (NVML, dcgm-exporter or a recording) "
+                                          "and publish to Kafka")
+    source = probe.add_mutually_exclusive_group()
+    source.add_argument("--from-prometheus", metavar="URL",
+                        help="a dcgm-exporter /metrics endpoint")
+    source.add_argument("--replay", metavar="FILE", help="recorded samples (JSON lines)")
+    probe.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
+    probe.add_argument("--count", type=int, default=None, help="stop after N scrapes")
+    probe.add_argument("--realtime", action="store_true",
+                       help="replay at the recorded pace instead of at once")
+    probe.add_argument("--topic", default="otlp_metrics")
+    probe.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    probe.add_argument("--no-publish", action="store_true", help="print only")
+    probe.add_argument("--prices", help="GPU price catalog YAML (default: the examples)")
+    probe.add_argument("--warn-mem-bandwidth", type=float, default=90.0, metavar="PCT")
+    probe.add_argument("--warn-idle-util", type=float, default=5.0, metavar="PCT")
+    probe.add_argument("--warn-egress-mb-s", type=float, default=500.0, metavar="MB_S")
+    probe.set_defaults(func=cmd_probe)
 
     stack = sub.add_parser("stack", help="the local Kafka broker (KRaft, loopback)")
     stack.add_argument("action", choices=["up", "down", "status"])
