@@ -79,14 +79,23 @@ def job_config(args: argparse.Namespace) -> StreamingJobConfig:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pipelines.flink_job import run_job
-
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
+    until = "stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"
+    if args.job == "gpu-cost":
+        from pipelines.gpu_cost_job import run_gpu_job
+
+        gpu = config.gpu
+        print(f"Running the GPU cost job on {bootstrap}: {gpu.metrics_topic} + "
+              f"{config.topics.spans} -> {gpu.costs_topic} (dead letters: "
+              f"{gpu.metrics_dead_letter}); {until}")
+        run_gpu_job(config, bootstrap)
+        return 0
+    from pipelines.flink_job import run_job
+
     print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
           f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
-          f"late: {config.topics.late}); "
-          + ("stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"))
+          f"late: {config.topics.late}); {until}")
     run_job(config, bootstrap)
     return 0
 
@@ -98,10 +107,15 @@ def cmd_load(args: argparse.Namespace) -> int:
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     warehouse = Warehouse(config.warehouse.url)
     try:
-        rows = warehouse.load_from_kafka(bootstrap, config.topics.credits, follow=args.follow)
+        if args.follow:
+            print(f"loading {config.topics.credits} into {warehouse.url} as it arrives "
+                  "(Ctrl-C to stop)")
+            warehouse.load_credits(bootstrap, config.topics.credits, follow=True)
+        rows = warehouse.load_credits(bootstrap, config.topics.credits)
+        gpu_rows = warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic)
     finally:
         warehouse.close()
-    print(f"loaded {rows} credit rows into {warehouse.url}")
+    print(f"loaded {rows} credit rows and {gpu_rows} GPU cost rows into {warehouse.url}")
     return 0
 
 
@@ -267,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
         p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
         if name == "run":
+            p.add_argument("--job", choices=["attribution", "gpu-cost"], default="attribution")
             p.add_argument("--bounded", action="store_true",
                            help="stop at the end of the input present at start")
         else:

@@ -78,7 +78,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
 
         t = _step("Loading the credits into the warehouse")
         warehouse = Warehouse(config.warehouse.url)
-        rows = warehouse.load_from_kafka(info.bootstrap, topics.credits)
+        rows = warehouse.load_credits(info.bootstrap, topics.credits)
         _done(t)
         dead = count_messages(info.bootstrap, topics.dead_letter)
         late = count_messages(info.bootstrap, topics.late)

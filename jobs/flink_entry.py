@@ -15,7 +15,8 @@ from pathlib import Path
 from pyflink.datastream import StreamExecutionEnvironment
 
 from pipelines.config import load_config
-from pipelines.flink_job import build_pipeline, flink_configuration
+from pipelines.flink_job import build_pipeline
+from pipelines.flink_kafka import flink_configuration
 
 
 def main() -> None:

@@ -81,6 +81,17 @@ class FlinkConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    metrics_topic: str = "otlp_metrics"
+    metrics_dead_letter: str = "otlp_metrics_dlq"
+    costs_topic: str = "gpu_costs"
+    prices: str = ""
+    nominal_interval_s: float = 10.0
+    max_gap_s: float = 60.0
+    link_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class WarehouseConfig:
     url: str = ""
 
@@ -94,6 +105,7 @@ class StreamingJobConfig:
     journey: JourneySection = JourneySection()
     attribution: AttributionConfig = AttributionConfig()
     flink: FlinkConfig = FlinkConfig()
+    gpu: GpuConfig = GpuConfig()
     warehouse: WarehouseConfig = WarehouseConfig()
 
     def __post_init__(self) -> None:
@@ -110,6 +122,9 @@ class StreamingJobConfig:
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",
              "must not be negative"),
             (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
+            (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
+            (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",
+             "must be at least gpu.nominal_interval_s"),
             (self.journey.max_touches is None or self.journey.max_touches >= 1,
              "journey.max_touches", "must be at least 1 or null"),
         ]

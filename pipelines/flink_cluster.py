@@ -15,7 +15,7 @@ from pipelines.config import StreamingJobConfig
 
 class LocalFlinkCluster:
     def __init__(self, slots: int = 4) -> None:
-        from pipelines.flink_job import prefer_this_python
+        from pipelines.flink_kafka import prefer_this_python
 
         prefer_this_python()  # before the gateway JVM starts
         self._gateway = get_gateway()
@@ -34,7 +34,7 @@ class LocalFlinkCluster:
         self.rest_port = int(self._cluster.getRestAddress().get().getPort())
 
     def environment(self, config: StreamingJobConfig) -> StreamExecutionEnvironment:
-        from pipelines.flink_job import flink_configuration
+        from pipelines.flink_kafka import flink_configuration
 
         jvm = self._gateway.jvm
         j_env = jvm.org.apache.flink.streaming.api.environment.StreamExecutionEnvironment \

@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from pyflink.common import (
-    Configuration,
     Duration,
     JobExecutionResult,
     Types,
     WatermarkStrategy,
 )
-from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
 from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import (
     DataStream,
@@ -35,19 +30,15 @@ from pyflink.datastream import (
     RuntimeContext,
     StreamExecutionEnvironment,
 )
-from pyflink.datastream.connectors.base import DeliveryGuarantee
-from pyflink.datastream.connectors.kafka import (
-    KafkaOffsetResetStrategy,
-    KafkaOffsetsInitializer,
-    KafkaRecordSerializationSchema,
-    KafkaSink,
-    KafkaSource,
-)
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from pipelines.config import StreamingJobConfig
+from pipelines.flink_kafka import (
+    build_sink,
+    build_source,
+    run_pipeline,
+)
 from pipelines.otlp_codec import dead_letter_json, decode_spans
-from pipelines.paths import flink_connector_jars, state_home
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import credit_journey
 from udfs.journeys import JourneyConfig, JourneyState, event_order, expire, step
@@ -154,52 +145,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.state.clear()
 
 
-def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
-    return dict(config.kafka.properties)
-
-
-def build_source(config: StreamingJobConfig, bootstrap: str) -> KafkaSource:
-    starting = {
-        "earliest": KafkaOffsetsInitializer.earliest(),
-        "latest": KafkaOffsetsInitializer.latest(),
-        "committed": KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST),
-    }[config.input.starting_offsets]
-    builder = (KafkaSource.builder()
-               .set_bootstrap_servers(bootstrap)
-               .set_topics(config.topics.spans)
-               .set_group_id(config.input.group_id)
-               .set_starting_offsets(starting)
-               .set_value_only_deserializer(ByteArraySchema())
-               .set_property("commit.offsets.on.checkpoint", "true"))
-    for key, value in _kafka_properties(config).items():
-        builder = builder.set_property(key, value)
-    if config.input.bounded:
-        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
-    return builder.build()
-
-
-def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str) -> KafkaSink:
-    """Exactly-once: records become visible to read_committed readers at checkpoints."""
-    serializer = (KafkaRecordSerializationSchema.builder()
-                  .set_topic(topic)
-                  .set_value_serialization_schema(SimpleStringSchema())
-                  .build())
-    builder = (KafkaSink.builder()
-               .set_bootstrap_servers(bootstrap)
-               .set_record_serializer(serializer)
-               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-               .set_transactional_id_prefix(f"{config.input.group_id}-{topic}")
-               .set_property("transaction.timeout.ms",
-                             str(config.flink.transaction_timeout_s * 1000)))
-    for key, value in _kafka_properties(config).items():
-        builder = builder.set_property(key, value)
-    return builder.build()
-
-
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                    bootstrap: str) -> None:
     """ingest -> transform -> write, wired on `env`."""
-    raw = env.from_source(build_source(config, bootstrap), WatermarkStrategy.no_watermarks(),
+    raw = env.from_source(build_source(config, bootstrap, config.topics.spans),
+                          WatermarkStrategy.no_watermarks(),
                           "otlp-spans").uid("source-otlp-spans")
     write(transform(raw, config), config, bootstrap)
 
@@ -239,48 +189,7 @@ def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> No
         .name("late-events-sink").uid("late-events-sink")
 
 
-def prefer_this_python() -> None:
-    """Thread mode embeds the Python found first on PATH (through pemja): make it this one.
-
-    Must happen before the Flink gateway JVM starts, which inherits the environment.
-    """
-    bin_dir = str(Path(sys.executable).parent)
-    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-
-
-def flink_configuration(config: StreamingJobConfig, local: bool = True) -> Configuration:
-    """Job settings; `local` adds what only an in-process MiniCluster needs (jars, Python)."""
-    checkpoints = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
-    conf = Configuration()
-    if local:
-        conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
-        conf.set_string("python.executable", sys.executable)
-        conf.set_string("python.client.executable", sys.executable)
-    conf.set_string("python.execution-mode", config.flink.python_execution_mode)
-    conf.set_string("execution.checkpointing.interval",
-                    f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
-    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
-    if "://" not in checkpoints:
-        checkpoints = Path(checkpoints).resolve().as_uri()
-    conf.set_string("execution.checkpointing.dir", checkpoints)
-    conf.set_string("execution.checkpointing.storage", "filesystem")
-    conf.set_string("state.backend.type", "hashmap")
-    conf.set_string("restart-strategy.type", "fixed-delay")
-    conf.set_string("restart-strategy.fixed-delay.attempts", "3")
-    conf.set_string("restart-strategy.fixed-delay.delay", "2 s")
-    return conf
-
-
 def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution",
             env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
-    """Build and run the job; blocks until a bounded job finishes (or forever, unbounded).
-
-    Without `env`, Flink runs in a MiniCluster of its own inside this process.
-    """
-    if env is None:
-        prefer_this_python()
-        env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
-        env.set_parallelism(config.flink.parallelism)
-    build_pipeline(env, config, bootstrap)
-    return env.execute(job_name)
+    """Run the attribution job (see `run_pipeline`)."""
+    return run_pipeline(build_pipeline, config, bootstrap, job_name, env)

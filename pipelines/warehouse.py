@@ -25,6 +25,13 @@ CREDIT_COLUMNS = ("model", "order_id", "touch_index", "user_id", "conversion_ts_
                   "currency")
 
 
+GPU_CALL_COLUMNS = ("gpu_uuid", "interval_end_ms", "trace_id", "span_id", "interval_start_ms",
+                    "model", "workload", "pod", "namespace", "user_id", "gpu_seconds",
+                    "cost_usd", "interval_cost_usd", "price_known")
+GPU_IDLE_COLUMNS = ("gpu_uuid", "interval_end_ms", "interval_start_ms", "model", "idle_seconds",
+                    "cost_usd", "interval_cost_usd", "price_known")
+
+
 def default_url() -> str:
     return f"sqlite:///{state_home() / 'warehouse.db'}"
 
@@ -56,18 +63,42 @@ class Warehouse:
     def close(self) -> None:
         self.db.close()
 
-    def upsert_credits(self, rows: Iterable[tuple[object, ...]]) -> None:
-        placeholders = ", ".join("?" for _ in CREDIT_COLUMNS)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in CREDIT_COLUMNS[3:])
+    def upsert(self, table: str, columns: tuple[str, ...], keys: int,
+               rows: Iterable[tuple[object, ...]]) -> None:
+        """Insert or replace by the first `keys` columns (the table's primary key)."""
+        placeholders = ", ".join("?" for _ in columns)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in columns[keys:])
         self.db.executemany(
-            f"INSERT INTO attribution_credits ({', '.join(CREDIT_COLUMNS)}) "
-            f"VALUES ({placeholders}) "
-            f"ON CONFLICT (model, order_id, touch_index) DO UPDATE SET {updates}", rows)
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
+            f"ON CONFLICT ({', '.join(columns[:keys])}) DO UPDATE SET {updates}", rows)
 
-    def load_from_kafka(self, bootstrap: str, topic: str, consumer: str = "warehouse-loader",
-                        follow: bool = False, idle_timeout_s: float = 30.0,
+    def upsert_credits(self, messages: list[bytes]) -> None:
+        self.upsert("attribution_credits", CREDIT_COLUMNS, 3, map(credit_row, messages))
+
+    def upsert_gpu_costs(self, messages: list[bytes]) -> None:
+        calls, idle = [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "call":
+                calls.append(tuple(row[c] for c in GPU_CALL_COLUMNS))
+            elif row["kind"] == "idle":
+                idle.append(tuple(row[c] for c in GPU_IDLE_COLUMNS))
+        self.upsert("gpu_call_costs", GPU_CALL_COLUMNS, 4, calls)
+        self.upsert("gpu_idle_costs", GPU_IDLE_COLUMNS, 2, idle)
+
+    def load_credits(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_credits, follow=follow)
+
+    def load_gpu_costs(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_gpu_costs, follow=follow)
+
+    def load_from_kafka(self, bootstrap: str, topic: str,
+                        apply: Callable[[list[bytes]], None],
+                        consumer: str = "warehouse-loader", follow: bool = False,
+                        idle_timeout_s: float = 30.0,
                         progress: Callable[[int], None] | None = None) -> int:
-        """Load credits from `topic` up to its end (or forever with follow). Returns rows."""
+        """Load `topic` up to its end (or forever with follow) through `apply`, which writes
+        a batch of messages; returns the number of messages loaded."""
         client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                                enable_auto_commit=False, isolation_level="read_committed")
         loaded = 0
@@ -89,10 +120,10 @@ class Warehouse:
             last_progress = time.monotonic()
             while True:
                 batch = client.poll(timeout_ms=500, max_records=10_000)
-                rows = [credit_row(r.value) for records in batch.values() for r in records]
+                rows = [r.value for records in batch.values() for r in records]
                 if rows:
                     with self.db:  # one transaction: rows and offsets together
-                        self.upsert_credits(rows)
+                        apply(rows)
                         self.db.executemany(
                             "INSERT INTO kafka_offsets (consumer, topic, partition, next_offset) "
                             "VALUES (?, ?, ?, ?) ON CONFLICT (consumer, topic, partition) "
@@ -117,6 +148,30 @@ class Warehouse:
         return self.db.execute(
             "SELECT model, channel, SUM(credit), SUM(revenue) FROM attribution_credits "
             "GROUP BY model, channel ORDER BY model, SUM(revenue) DESC").fetchall()
+
+    def gpu_cost_summary(self) -> dict[str, object]:
+        """Cost per workload, the costliest traces, idle per GPU, and the conservation check."""
+        q = self.db.execute
+        return {
+            "per_workload": q("SELECT namespace, workload, SUM(gpu_seconds), SUM(cost_usd) "
+                              "FROM gpu_call_costs GROUP BY namespace, workload "
+                              "ORDER BY SUM(cost_usd) DESC").fetchall(),
+            "top_traces": q("SELECT trace_id, user_id, SUM(cost_usd) FROM gpu_call_costs "
+                            "GROUP BY trace_id, user_id ORDER BY SUM(cost_usd) DESC "
+                            "LIMIT 5").fetchall(),
+            "idle_per_gpu": q("SELECT gpu_uuid, model, SUM(idle_seconds), SUM(cost_usd) "
+                              "FROM gpu_idle_costs GROUP BY gpu_uuid, model").fetchall(),
+            "allocated_usd": q("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs")
+            .fetchone()[0],
+            "idle_usd": q("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_idle_costs").fetchone()[0],
+            "interval_usd": q(
+                "SELECT COALESCE(SUM(cost), 0) FROM (SELECT MAX(interval_cost_usd) AS cost FROM "
+                "(SELECT gpu_uuid, interval_end_ms, interval_cost_usd FROM gpu_call_costs "
+                "UNION ALL SELECT gpu_uuid, interval_end_ms, interval_cost_usd "
+                "FROM gpu_idle_costs) GROUP BY gpu_uuid, interval_end_ms)").fetchone()[0],
+            "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "
+                                      "price_known").fetchone()[0],
+        }
 
     def totals(self) -> list[tuple[str, int, float, float]]:
         """Per model: orders, conversions credited, revenue credited (conservation check)."""

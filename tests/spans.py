@@ -13,17 +13,18 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pipelines.generator import SeededIds
 
 
-def make_spans(specs: Sequence[tuple[str, dict[str, object], int]],
+def make_spans(specs: Sequence[tuple[str, dict[str, object], int]
+                              | tuple[str, dict[str, object], int, int]],
                resource: dict[str, str] | None = None) -> list[ReadableSpan]:
-    """Spans from (name, attributes, start_ns); each span is a trace of its own."""
+    """Spans from (name, attributes, start_ns[, end_ns]); each span is a trace of its own."""
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create(resource or {"service.name": "test"}),
                               id_generator=SeededIds(1))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("tests")
-    for name, attributes, start in specs:
+    for name, attributes, start, *end in specs:
         span = tracer.start_span(name, kind=trace.SpanKind.SERVER, attributes=attributes,
                                  start_time=start)
-        span.end(end_time=start + 1_000_000)
+        span.end(end_time=end[0] if end else start + 1_000_000)
     provider.shutdown()
     return list(memory.get_finished_spans())

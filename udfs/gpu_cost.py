@@ -68,20 +68,32 @@ def _union_length(spans: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-def allocate_gpu(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
-                 catalog: PriceCatalog, nominal_interval_ms: int,
-                 max_gap_ms: int) -> GpuCost:
-    """Cost of one GPU over its samples, split into per-call cost and idle cost."""
-    out = GpuCost()
-    if not samples:
-        return out
+class IntervalCost(NamedTuple):
+    """One closed sampling interval (or price segment) of one GPU."""
+
+    gpu_uuid: str
+    model: str
+    start_ms: int
+    end_ms: int
+    cost_usd: float  # = sum of the calls' cost_usd + idle.cost_usd
+    price_known: bool
+    calls: tuple[CallCost, ...]
+    idle: IdleCost | None
+
+
+def allocate_intervals(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
+                       catalog: PriceCatalog, nominal_interval_ms: int, max_gap_ms: int,
+                       previous_ts: int | None = None) -> tuple[list[IntervalCost], int]:
+    """Cost of one GPU per interval closed by `samples`; also the unobserved milliseconds.
+
+    `previous_ts` is the last sample already accounted for (streaming resumes from it).
+    """
     by_ts: dict[int, list[GpuSample]] = defaultdict(list)
     for sample in samples:
         by_ts[sample.ts_ms].append(sample)
-    per_call: dict[tuple[str, str], list[float]] = {}
-    known_call: dict[tuple[str, str], bool] = {}
-    call_of = {(c.trace_id, c.span_id): c for c in calls}
-    previous: int | None = None
+    out: list[IntervalCost] = []
+    unobserved = 0
+    previous = previous_ts
     for ts in sorted(by_ts):
         group = by_ts[ts]
         head = group[0]
@@ -90,42 +102,62 @@ def allocate_gpu(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
         else:
             start = ts - nominal_interval_ms
             if previous is not None:
-                out.unobserved_ms += max(0, start - previous)
+                unobserved += max(0, start - previous)
         previous = ts
         # per-pod utilisation when the GPU is reported per pod (shared GPU)
         pod_util = {s.pod: s.util_pct for s in group if s.pod}
         for lo, hi, usd_per_hour, known in catalog.segments(head.model, head.pricing_class,
                                                               start, ts):
-            cost = usd_per_hour * (hi - lo) / HOUR_MS
-            out.total_usd += cost
-            overlaps = []
-            for call in calls:
-                a, b = max(lo, call.start_ms), min(hi, call.end_ms)
-                if b > a:
-                    weight = pod_util.get(call.k8s_pod, 0.0) / 100 if len(pod_util) > 1 else 1.0
-                    overlaps.append((call, a, b, weight))
-            covered = _union_length((a, b) for _, a, b, _ in overlaps)
-            allocated = cost * covered / (hi - lo)
-            weights = [(b - a) * w for _, a, b, w in overlaps]
-            if overlaps and sum(weights) <= 0:  # shared, but no pod reported any use
-                weights = [b - a for _, a, b, _ in overlaps]
-            total_weight = sum(weights)
-            for (call, a, b, _), weight in zip(overlaps, weights, strict=True):
-                key = (call.trace_id, call.span_id)
-                acc = per_call.setdefault(key, [0.0, 0.0])
-                acc[0] += (b - a) / 1000
-                acc[1] += allocated * weight / total_weight
-                known_call[key] = known_call.get(key, True) and known
-            idle_ms = (hi - lo) - covered
-            if idle_ms > 0:
-                out.idle.append(IdleCost(head.gpu_uuid, head.model, lo, hi, idle_ms / 1000,
-                                         cost - allocated, known))
-    for key, (seconds, usd) in per_call.items():
-        call = call_of[key]
-        out.calls.append(CallCost(call.trace_id, call.span_id, call.gpu_uuid or
-                                  samples[0].gpu_uuid, call.workload, call.k8s_pod,
-                                  call.k8s_namespace, call.user_id, seconds, usd,
-                                  known_call[key]))
+            out.append(_segment(head, lo, hi, usd_per_hour * (hi - lo) / HOUR_MS, known,
+                                calls, pod_util))
+    return out, unobserved
+
+
+def _segment(head: GpuSample, lo: int, hi: int, cost: float, known: bool,
+             calls: Sequence[GpuCall], pod_util: dict[str, float]) -> IntervalCost:
+    overlaps = []
+    for call in calls:
+        a, b = max(lo, call.start_ms), min(hi, call.end_ms)
+        if b > a:
+            weight = pod_util.get(call.k8s_pod, 0.0) / 100 if len(pod_util) > 1 else 1.0
+            overlaps.append((call, a, b, weight))
+    covered = _union_length((a, b) for _, a, b, _ in overlaps)
+    allocated = cost * covered / (hi - lo)
+    weights = [(b - a) * w for _, a, b, w in overlaps]
+    if overlaps and sum(weights) <= 0:  # shared, but no pod reported any use
+        weights = [b - a for _, a, b, _ in overlaps]
+    total_weight = sum(weights)
+    shares = tuple(
+        CallCost(call.trace_id, call.span_id, head.gpu_uuid, call.workload, call.k8s_pod,
+                 call.k8s_namespace, call.user_id, (b - a) / 1000,
+                 allocated * weight / total_weight, known)
+        for (call, a, b, _), weight in zip(overlaps, weights, strict=True))
+    idle_ms = (hi - lo) - covered
+    idle = IdleCost(head.gpu_uuid, head.model, lo, hi, idle_ms / 1000, cost - allocated,
+                    known) if idle_ms > 0 else None
+    return IntervalCost(head.gpu_uuid, head.model, lo, hi, cost, known, shares, idle)
+
+
+def allocate_gpu(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
+                 catalog: PriceCatalog, nominal_interval_ms: int,
+                 max_gap_ms: int) -> GpuCost:
+    """Cost of one GPU over its samples: per call (summed over intervals) and idle."""
+    intervals, unobserved = allocate_intervals(samples, calls, catalog, nominal_interval_ms,
+                                               max_gap_ms)
+    out = GpuCost(unobserved_ms=unobserved)
+    per_call: dict[tuple[str, str], CallCost] = {}
+    for interval in intervals:
+        out.total_usd += interval.cost_usd
+        if interval.idle is not None:
+            out.idle.append(interval.idle)
+        for share in interval.calls:
+            key = (share.trace_id, share.span_id)
+            before = per_call.get(key)
+            per_call[key] = share if before is None else before._replace(
+                gpu_seconds=before.gpu_seconds + share.gpu_seconds,
+                cost_usd=before.cost_usd + share.cost_usd,
+                price_known=before.price_known and share.price_known)
+    out.calls = list(per_call.values())
     return out
 
 

@@ -31,3 +31,37 @@ CREATE TABLE IF NOT EXISTS kafka_offsets (
     next_offset BIGINT  NOT NULL,
     PRIMARY KEY (consumer, topic, partition)
 );
+
+-- GPU cost of each GPU-backed call in each priced interval (gpu_costs topic, kind=call).
+-- Sum by span_id, trace_id, workload or user_id for cost per call, trace, workload, user.
+CREATE TABLE IF NOT EXISTS gpu_call_costs (
+    gpu_uuid          TEXT             NOT NULL,
+    interval_end_ms   BIGINT           NOT NULL,
+    trace_id          TEXT             NOT NULL,
+    span_id           TEXT             NOT NULL,
+    interval_start_ms BIGINT           NOT NULL,
+    model             TEXT             NOT NULL,
+    workload          TEXT             NOT NULL,
+    pod               TEXT             NOT NULL,
+    namespace         TEXT             NOT NULL,
+    user_id           TEXT             NOT NULL,
+    gpu_seconds       DOUBLE PRECISION NOT NULL,
+    cost_usd          DOUBLE PRECISION NOT NULL,
+    interval_cost_usd DOUBLE PRECISION NOT NULL,  -- the whole interval's cost (calls + idle)
+    price_known       BOOLEAN          NOT NULL,  -- false: fallback price (unknown model)
+    PRIMARY KEY (gpu_uuid, interval_end_ms, trace_id, span_id)
+);
+
+-- Idle GPU time and its cost per priced interval (kind=idle). Per interval:
+-- sum(gpu_call_costs.cost_usd) + gpu_idle_costs.cost_usd = interval_cost_usd.
+CREATE TABLE IF NOT EXISTS gpu_idle_costs (
+    gpu_uuid          TEXT             NOT NULL,
+    interval_end_ms   BIGINT           NOT NULL,
+    interval_start_ms BIGINT           NOT NULL,
+    model             TEXT             NOT NULL,
+    idle_seconds      DOUBLE PRECISION NOT NULL,
+    cost_usd          DOUBLE PRECISION NOT NULL,
+    interval_cost_usd DOUBLE PRECISION NOT NULL,
+    price_known       BOOLEAN          NOT NULL,
+    PRIMARY KEY (gpu_uuid, interval_end_ms)
+);

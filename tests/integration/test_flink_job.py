@@ -111,8 +111,8 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
     # and into the embedded warehouse, idempotently
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    assert warehouse.load_from_kafka(kafka, job_config.topics.credits) == len(EXPECTED)
-    assert warehouse.load_from_kafka(kafka, job_config.topics.credits) == 0  # resumes
+    assert warehouse.load_credits(kafka, job_config.topics.credits) == len(EXPECTED)
+    assert warehouse.load_credits(kafka, job_config.topics.credits) == 0  # resumes
     totals = {model: (orders, conv, rev) for model, orders, conv, rev in warehouse.totals()}
     for model in ("last_click", "linear"):
         orders, conversions, revenue = totals[model]

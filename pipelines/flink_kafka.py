@@ -1,0 +1,116 @@
+"""Flink plumbing shared by the jobs: Kafka sources and exactly-once sinks, settings."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pyflink.common import Configuration, JobExecutionResult
+from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
+    KafkaSource,
+)
+
+from pipelines.config import StreamingJobConfig
+from pipelines.paths import flink_connector_jars, state_home
+
+
+def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
+    return dict(config.kafka.properties)
+
+
+def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
+                 group_suffix: str = "") -> KafkaSource:
+    starting = {
+        "earliest": KafkaOffsetsInitializer.earliest(),
+        "latest": KafkaOffsetsInitializer.latest(),
+        "committed": KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST),
+    }[config.input.starting_offsets]
+    builder = (KafkaSource.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_topics(topic)
+               .set_group_id(config.input.group_id + group_suffix)
+               .set_starting_offsets(starting)
+               .set_value_only_deserializer(ByteArraySchema())
+               .set_property("commit.offsets.on.checkpoint", "true"))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    if config.input.bounded:
+        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+    return builder.build()
+
+
+def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,
+               job: str = "attribution") -> KafkaSink:
+    """Exactly-once: records become visible to read_committed readers at checkpoints."""
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic)
+                  .set_value_serialization_schema(SimpleStringSchema())
+                  .build())
+    builder = (KafkaSink.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_record_serializer(serializer)
+               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+               # unique per job and topic: two jobs' transactions must never fence each other
+               .set_transactional_id_prefix(f"{config.input.group_id}-{job}-{topic}")
+               .set_property("transaction.timeout.ms",
+                             str(config.flink.transaction_timeout_s * 1000)))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    return builder.build()
+
+
+def prefer_this_python() -> None:
+    """Thread mode embeds the Python found first on PATH (through pemja): make it this one.
+
+    Must happen before the Flink gateway JVM starts, which inherits the environment.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def flink_configuration(config: StreamingJobConfig, local: bool = True) -> Configuration:
+    """Job settings; `local` adds what only an in-process MiniCluster needs (jars, Python)."""
+    checkpoints = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
+    conf = Configuration()
+    if local:
+        conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
+        conf.set_string("python.executable", sys.executable)
+        conf.set_string("python.client.executable", sys.executable)
+    conf.set_string("python.execution-mode", config.flink.python_execution_mode)
+    conf.set_string("execution.checkpointing.interval",
+                    f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
+    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    if "://" not in checkpoints:
+        checkpoints = Path(checkpoints).resolve().as_uri()
+    conf.set_string("execution.checkpointing.dir", checkpoints)
+    conf.set_string("execution.checkpointing.storage", "filesystem")
+    conf.set_string("state.backend.type", "hashmap")
+    conf.set_string("restart-strategy.type", "fixed-delay")
+    conf.set_string("restart-strategy.fixed-delay.attempts", "3")
+    conf.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    return conf
+
+
+def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig, str], None],
+                 config: StreamingJobConfig, bootstrap: str, job_name: str,
+                 env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+    """Build and run a job; blocks until a bounded job finishes (or forever, unbounded).
+
+    Without `env`, Flink runs in a MiniCluster of its own inside this process.
+    """
+    if env is None:
+        prefer_this_python()
+        env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
+        env.set_parallelism(config.flink.parallelism)
+    build(env, config, bootstrap)
+    return env.execute(job_name)

@@ -1,0 +1,256 @@
+"""The GPU cost job on PyFlink: GPU samples + GPU-backed spans -> cost per call and idle.
+
+ingest     otlp_metrics (GPU samples) and otlp_spans (GPU-backed calls), each with its own
+           event-time watermarks (samples: their time; calls: their start)
+link       calls that name only a pod get the GPU of the latest sample naming that pod
+           (keyed by pod); calls that stay unlinked past link_timeout are dead-lettered
+cost       keyed by GPU UUID: when the watermark passes a sample, its interval is priced
+           and split between the calls that overlapped it and idle (udfs.gpu_cost)
+write      one JSON row per (call, interval) and per idle interval to `gpu_costs`;
+           impossible samples to `otlp_metrics_dlq` with the reason; all exactly-once
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyflink.common import Duration, JobExecutionResult, Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.datastream import (
+    DataStream,
+    KeyedProcessFunction,
+    OutputTag,
+    ProcessFunction,
+    RuntimeContext,
+    StreamExecutionEnvironment,
+)
+from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+
+from pipelines.config import StreamingJobConfig
+from pipelines.flink_kafka import build_sink, build_source, run_pipeline
+from pipelines.otlp_codec import dead_letter_json, decode_spans
+from pipelines.otlp_metrics import decode_samples
+from schemas.gpu import GpuSample, load_catalog, sample_problem
+from schemas.records import DeadLetter, GpuCall
+from udfs.gpu_cost import allocate_intervals
+
+DEAD_LETTERS = OutputTag("gpu-dead-letters", Types.STRING())
+LATE = OutputTag("gpu-late", Types.STRING())
+
+
+class DecodeSamples(ProcessFunction):  # type: ignore[misc]
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        samples, letters = decode_samples(value)
+        for letter in letters:
+            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+        for sample in samples:
+            problem = sample_problem(sample)
+            if problem:
+                body = json.dumps(sample._asdict(), default=str).encode()
+                yield DEAD_LETTERS, dead_letter_json(
+                    DeadLetter("invalid_gpu_sample", problem, body), self.source)
+            else:
+                yield sample
+
+
+class DecodeCalls(ProcessFunction):  # type: ignore[misc]
+    """GPU-backed calls from the span topic (other spans are the attribution job's)."""
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        for record in decode_spans(value).records:
+            if isinstance(record, GpuCall):
+                yield record
+
+
+class SampleTime(TimestampAssigner):  # type: ignore[misc]
+    def extract_timestamp(self, value: GpuSample, record_timestamp: int) -> int:
+        return value.ts_ms
+
+
+class CallTime(TimestampAssigner):  # type: ignore[misc]
+    def extract_timestamp(self, value: GpuCall, record_timestamp: int) -> int:
+        return value.start_ms
+
+
+def route_key(record: GpuSample | GpuCall) -> str:
+    if isinstance(record, GpuSample):
+        return f"pod:{record.namespace}/{record.pod}" if record.pod else f"gpu:{record.gpu_uuid}"
+    if record.gpu_uuid:
+        return f"gpu:{record.gpu_uuid}"
+    return f"pod:{record.k8s_namespace}/{record.k8s_pod}" if record.k8s_pod else "unlinked"
+
+
+class LinkCalls(KeyedProcessFunction):  # type: ignore[misc]
+    """Keyed by pod: remember the pod's GPU from its samples and give it to its calls."""
+
+    def __init__(self, link_timeout_ms: int, source: str) -> None:
+        self.timeout_ms = link_timeout_ms
+        self.source = source
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.gpu = runtime_context.get_state(ValueStateDescriptor("gpu", Types.STRING()))
+        self.waiting = runtime_context.get_list_state(
+            ListStateDescriptor("waiting", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: GpuSample | GpuCall,
+                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        if isinstance(value, GpuSample):
+            if value.pod:
+                self.gpu.update(value.gpu_uuid)
+                for call in self.waiting.get() or []:
+                    yield call._replace(gpu_uuid=value.gpu_uuid)
+                self.waiting.clear()
+            yield value
+            return
+        if value.gpu_uuid:
+            yield value
+        elif ctx.get_current_key() == "unlinked":
+            yield DEAD_LETTERS, _unlinked(value, "the span names neither gpu.uuid nor a pod",
+                                          self.source)
+        elif self.gpu.value():
+            yield value._replace(gpu_uuid=self.gpu.value())
+        else:
+            self.waiting.add(value)
+            ctx.timer_service().register_event_time_timer(value.start_ms + self.timeout_ms)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
+        waiting = list(self.waiting.get() or [])
+        expired = [c for c in waiting if c.start_ms + self.timeout_ms <= timestamp]
+        if not expired:
+            return
+        for call in expired:
+            yield DEAD_LETTERS, _unlinked(
+                call, f"no GPU sample named pod {call.k8s_namespace}/{call.k8s_pod} within "
+                      f"{self.timeout_ms / 1000:.0f}s", self.source)
+        self.waiting.update([c for c in waiting if c not in expired])
+
+
+def _unlinked(call: GpuCall, why: str, source: str) -> str:
+    return dead_letter_json(DeadLetter("unlinked_gpu_call", why,
+                                       json.dumps(call._asdict()).encode()), source)
+
+
+class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
+    """Keyed by GPU UUID: price each interval once the watermark has passed its end."""
+
+    def __init__(self, prices: str, nominal_ms: int, max_gap_ms: int) -> None:
+        self.prices = prices
+        self.nominal_ms = nominal_ms
+        self.max_gap_ms = max_gap_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.catalog = load_catalog(Path(self.prices) if self.prices else None)
+        self.last_ts = runtime_context.get_state(ValueStateDescriptor("last", Types.LONG()))
+        self.samples = runtime_context.get_list_state(
+            ListStateDescriptor("samples", Types.PICKLED_BYTE_ARRAY()))
+        self.calls = runtime_context.get_list_state(
+            ListStateDescriptor("calls", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value: GpuSample | GpuCall,
+                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        closed = self.last_ts.value()
+        if isinstance(value, GpuSample):
+            if closed is not None and value.ts_ms <= closed:
+                yield LATE, json.dumps({"type": "gpu_sample", **value._asdict(),
+                                        "closed_until_ms": closed})
+                return
+            self.samples.add(value)
+            ctx.timer_service().register_event_time_timer(value.ts_ms)
+            return
+        if closed is not None and value.start_ms < closed:
+            # the part before `closed` was already priced (as idle): say so, keep the rest
+            yield LATE, json.dumps({"type": "gpu_call", **value._asdict(),
+                                    "closed_until_ms": closed})
+            if value.end_ms <= closed:
+                return
+        self.calls.add(value)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+        pending = list(self.samples.get() or [])
+        ready = [s for s in pending if s.ts_ms <= timestamp]
+        if not ready:
+            return
+        calls = list(self.calls.get() or [])
+        intervals, unobserved = allocate_intervals(ready, calls, self.catalog, self.nominal_ms,
+                                                   self.max_gap_ms, self.last_ts.value())
+        for interval in intervals:
+            common = {"gpu_uuid": interval.gpu_uuid, "model": interval.model,
+                      "interval_start_ms": interval.start_ms,
+                      "interval_end_ms": interval.end_ms,
+                      "interval_cost_usd": interval.cost_usd,
+                      "price_known": interval.price_known}
+            for share in interval.calls:
+                yield json.dumps({"kind": "call", **common, **share._asdict()},
+                                 separators=(",", ":"))
+            if interval.idle is not None:
+                yield json.dumps({"kind": "idle", **common,
+                                  "idle_seconds": interval.idle.idle_seconds,
+                                  "cost_usd": interval.idle.cost_usd}, separators=(",", ":"))
+        if unobserved:
+            yield json.dumps({"kind": "unobserved", "gpu_uuid": ready[0].gpu_uuid,
+                              "until_ms": min(s.ts_ms for s in ready),
+                              "unobserved_ms": unobserved}, separators=(",", ":"))
+        newest = max(s.ts_ms for s in ready)
+        self.last_ts.update(newest)
+        rest = [s for s in pending if s.ts_ms > timestamp]
+        for state, keep in ((self.samples, rest),
+                            (self.calls, [c for c in calls if c.end_ms > newest])):
+            if keep:
+                state.update(keep)
+            else:
+                state.clear()
+
+
+def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
+                       bootstrap: str) -> None:
+    gpu = config.gpu
+    slack = Duration.of_millis(int(config.event_time.max_out_of_orderness_s * 1000))
+    idle = Duration.of_millis(int(config.event_time.idleness_s * 1000))
+    raw_metrics = env.from_source(build_source(config, bootstrap, gpu.metrics_topic, "-gpu"),
+                                  WatermarkStrategy.no_watermarks(), "otlp-metrics") \
+        .uid("source-otlp-metrics")
+    raw_spans = env.from_source(build_source(config, bootstrap, config.topics.spans, "-gpu"),
+                                WatermarkStrategy.no_watermarks(), "otlp-spans-gpu") \
+        .uid("source-otlp-spans-gpu")
+    samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
+        .name("decode-gpu-samples").uid("decode-gpu-samples")
+    calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls").uid("decode-gpu-calls")
+    # each input keeps its own watermark; the union follows the slower one
+    timed_samples = samples.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
+        .with_timestamp_assigner(SampleTime())).name("sample-time").uid("sample-time")
+    timed_calls = calls.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
+        .with_timestamp_assigner(CallTime())).name("call-time").uid("call-time")
+    linked = (timed_samples.union(timed_calls)
+              .key_by(route_key, key_type=Types.STRING())
+              .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))
+              .name("link-calls-to-gpus").uid("link-calls-to-gpus"))
+    costs = (linked
+             .key_by(lambda r: r.gpu_uuid, key_type=Types.STRING())
+             .process(CostPerGpu(gpu.prices, int(gpu.nominal_interval_s * 1000),
+                                 int(gpu.max_gap_s * 1000)), output_type=Types.STRING())
+             .name("cost-per-gpu").uid("cost-per-gpu"))
+    dead = samples.get_side_output(DEAD_LETTERS).union(linked.get_side_output(DEAD_LETTERS))
+    write(costs, dead, costs.get_side_output(LATE), config, bootstrap)
+
+
+def write(costs: DataStream, dead: DataStream, late: DataStream, config: StreamingJobConfig,
+          bootstrap: str) -> None:
+    costs.sink_to(build_sink(config, bootstrap, config.gpu.costs_topic, "gpu")) \
+        .name("gpu-costs-sink").uid("gpu-costs-sink")
+    dead.sink_to(build_sink(config, bootstrap, config.gpu.metrics_dead_letter, "gpu")) \
+        .name("gpu-dead-letter-sink").uid("gpu-dead-letter-sink")
+    late.sink_to(build_sink(config, bootstrap, config.topics.late, "gpu")) \
+        .name("gpu-late-sink").uid("gpu-late-sink")
+
+
+def run_gpu_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-gpu-cost",
+                env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+    return run_pipeline(build_gpu_pipeline, config, bootstrap, job_name, env)
