@@ -82,6 +82,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     until = "stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"
+    from pipelines.kafka_io import ensure_topics
+
+    topics, gpu = config.topics, config.gpu
+    ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late]
+                  + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
+                     if args.job == "gpu-cost" else []))
     if args.job == "gpu-cost":
         from pipelines.gpu_cost_job import run_gpu_job
 

@@ -10,10 +10,11 @@ import time
 from collections import defaultdict
 
 from pipelines.config import load_config
-from pipelines.generator import emit, plan_events
+from pipelines.generator import emit, gpu_samples, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import count_messages, producer, recreate_topics
 from pipelines.local_stack import LocalKafka
+from pipelines.otlp_metrics import encode_samples
 from pipelines.paths import state_home
 from pipelines.warehouse import Warehouse
 
@@ -39,6 +40,19 @@ def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
             f"{plan.late_count} late touches, {len(plan.malformed)} malformed messages")
 
 
+def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
+                        days: int = 45) -> int:
+    """The GPU samples that go with `generate`'s telemetry, as `seedance probe` sends them."""
+    samples = gpu_samples(plan_events(users, seed=seed, days=days), seed=seed)
+    raw = producer(bootstrap)
+    try:
+        for start in range(0, len(samples), 500):
+            raw.send(topic, encode_samples(samples[start:start + 500])).get(30)
+    finally:
+        raw.close()
+    return len(samples)
+
+
 def _step(text: str) -> float:
     print(f"==> {text}", flush=True)
     return time.monotonic()
@@ -49,7 +63,8 @@ def _done(started: float) -> None:
 
 
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
-    from pipelines.flink_job import run_job  # heavy import: only when needed
+    from pipelines.flink_job import run_job  # heavy imports: only when needed
+    from pipelines.gpu_cost_job import run_gpu_job
 
     home = state_home()
     kafka = LocalKafka(home / "kafka")
@@ -63,26 +78,37 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         config = config.replace("flink", checkpoint_interval_s=2.0,
                                 checkpoint_dir=str(home / "demo" / "checkpoints"))
         config = config.replace("warehouse", url=f"sqlite:///{home / 'demo' / 'warehouse.db'}")
-        topics = config.topics
+        # the generated GPUs are sampled once a minute around their calls
+        config = config.replace("gpu", nominal_interval_s=60.0, max_gap_s=60.0)
+        topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, [topics.spans, topics.credits, topics.dead_letter,
-                                         topics.late])
+                                         topics.late, gpu.metrics_topic, gpu.costs_topic,
+                                         gpu.metrics_dead_letter])
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
         print("    " + generate(info.bootstrap, topics.spans, users=users, seed=seed))
+        samples = publish_gpu_samples(info.bootstrap, gpu.metrics_topic, users, seed)
+        print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
         _done(t)
 
         t = _step("Running the Flink attribution job until the sample is consumed")
         run_job(config, info.bootstrap, job_name="seedance-demo")
         _done(t)
 
-        t = _step("Loading the credits into the warehouse")
+        t = _step("Running the Flink GPU cost job over the GPU samples and GPU-backed spans")
+        run_gpu_job(config, info.bootstrap, job_name="seedance-demo-gpu-cost")
+        _done(t)
+
+        t = _step("Loading credits and GPU costs into the warehouse")
         warehouse = Warehouse(config.warehouse.url)
         rows = warehouse.load_credits(info.bootstrap, topics.credits)
+        warehouse.load_gpu_costs(info.bootstrap, gpu.costs_topic)
         _done(t)
         dead = count_messages(info.bootstrap, topics.dead_letter)
         late = count_messages(info.bootstrap, topics.late)
         print_summary(warehouse)
+        print_gpu_summary(warehouse)
         warehouse.close()
         print(f"\n{rows} credit rows; {dead} dead letters in '{topics.dead_letter}'; "
               f"{late} late events in '{topics.late}'.")
@@ -118,3 +144,21 @@ def print_summary(warehouse: Warehouse) -> None:
         _, conv, rev = totals[model]
         line += f"{conv:16.2f}{rev:20,.2f}"
     print(line)
+
+
+def print_gpu_summary(warehouse: Warehouse) -> None:
+    summary = warehouse.gpu_cost_summary()
+    print("\nGPU compute cost per workload")
+    for namespace, workload, seconds, usd in summary["per_workload"]:  # type: ignore[union-attr]
+        print(f"  {namespace + '/' if namespace else ''}{workload:24} {seconds:10.1f} GPU-s "
+              f"  ${usd:,.4f}")
+    print("Costliest traces")
+    for trace_id, user, usd in summary["top_traces"]:  # type: ignore[union-attr]
+        print(f"  {trace_id}  {user:12} ${usd:,.6f}")
+    print("Idle cost per GPU")
+    for uuid, model, seconds, usd in summary["idle_per_gpu"]:  # type: ignore[union-attr]
+        print(f"  {uuid} {model:22} {seconds:10.0f} s   ${usd:,.4f}")
+    allocated, idle, total = (summary["allocated_usd"], summary["idle_usd"],
+                              summary["interval_usd"])
+    print(f"Allocated ${allocated:,.4f} + idle ${idle:,.4f} = ${allocated + idle:,.4f}; "
+          f"sampled GPU time cost ${total:,.4f}")

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from schemas import telemetry as attr
+from schemas.gpu import GpuSample
 
 CHANNELS: dict[str, tuple[str, ...]] = {
     "paid_search": ("gs-brand", "gs-generic"),
@@ -30,7 +31,9 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "organic_search": ("",),
 }
 CHANNEL_WEIGHTS = (0.25, 0.22, 0.15, 0.15, 0.08, 0.15)
-GPUS = ("GPU-6f1c2a3e-0000-4000-8000-00000000a100", "GPU-6f1c2a3e-0000-4000-8000-0000000l40s")
+GPU_MODELS = {"GPU-6f1c2a3e-0000-4000-8000-00000000a100": "NVIDIA A100-SXM4-80GB",
+              "GPU-6f1c2a3e-0000-4000-8000-0000000l40s": "NVIDIA L40S"}
+GPUS = tuple(GPU_MODELS)
 HOUR_NS = 3_600_000_000_000
 DAY_NS = 24 * HOUR_NS
 
@@ -232,3 +235,24 @@ def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
 def valid_events(plan: Plan) -> Iterable[PlannedEvent]:
     """Events the pipeline should use: not broken at the source and not emitted late."""
     return (e for e in plan.events if e.kind != "invalid_conversion" and e.emit_rank < LATE_RANK)
+
+
+def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:
+    """DCGM-like samples of the plan's GPUs around their calls (the interval that holds a
+    call and the one before it); the time in between is left unsampled, as when a node is
+    scaled down."""
+    rng = random.Random(seed ^ 0x6A)
+    stamps: dict[str, set[int]] = {gpu: set() for gpu in GPUS}
+    for event in plan.events:
+        if event.gpu_uuid and event.emit_rank < LATE_RANK:
+            end_ms = (event.ts_ns + 42_000_000) // 1_000_000
+            closing = -(-end_ms // interval_ms) * interval_ms
+            stamps[event.gpu_uuid].update((closing - interval_ms, closing))
+    out = []
+    for gpu, times in stamps.items():
+        for ts in sorted(times):
+            out.append(GpuSample(ts, gpu, GPU_MODELS[gpu], "gpu-node-1", "", "",
+                                 round(rng.uniform(5, 90), 1), round(rng.uniform(2, 60), 1),
+                                 round(rng.uniform(2_000, 30_000)), 40_000.0,
+                                 round(rng.uniform(80, 350), 1), float(ts)))
+    return sorted(out, key=lambda s: (s.ts_ms, s.gpu_uuid))

@@ -10,12 +10,17 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
+# Records written by the jobs carry event time, which can be older than the retention
+# period; topics created here keep records by their arrival time instead.
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+        missing = [NewTopic(t, partitions, 1, topic_configs=TOPIC_CONFIG)
+                   for t in topics if t not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(missing)

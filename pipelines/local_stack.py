@@ -46,6 +46,9 @@ group.initial.rebalance.delay.ms=0
 transaction.max.timeout.ms=3600000
 auto.create.topics.enable=true
 log.retention.hours=720
+# Results carry event time (weeks old in a replay or backfill); with CreateTime, retention
+# would delete them minutes after they are written. The broker stamps arrival time instead.
+log.message.timestamp.type=LogAppendTime
 """
 
 LOG4J2 = """\

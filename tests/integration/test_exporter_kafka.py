@@ -45,3 +45,25 @@ def test_partition_by_trace_writes_one_keyed_message_per_trace(kafka, topic):
     for key, value in messages:
         (record,) = decode_spans(value).records
         assert key.decode() == record.trace_id
+
+
+def test_records_are_kept_by_arrival_time_not_by_their_old_event_time(kafka, topic):
+    # Results carry event time; a weeks-old CreateTime would let retention delete them at once.
+    from kafka import KafkaConsumer, TopicPartition
+
+    from pipelines.kafka_io import producer
+
+    name = topic("results")
+    sixty_days_ago_ms = 1_700_000_000_000
+    out = producer(kafka)
+    out.send(name, b"x", timestamp_ms=sixty_days_ago_ms).get(30)
+    out.send("auto-created-" + name, b"y", timestamp_ms=sixty_days_ago_ms).get(30)
+    out.close()
+    for topic_name in (name, "auto-created-" + name):
+        consumer = KafkaConsumer(bootstrap_servers=kafka, auto_offset_reset="earliest")
+        consumer.assign([TopicPartition(topic_name, 0)])
+        records = consumer.poll(timeout_ms=5000)
+        consumer.close()
+        (record,) = [r for batch in records.values() for r in batch]
+        assert record.timestamp_type == 1  # LogAppendTime
+        assert record.timestamp > sixty_days_ago_ms
