@@ -89,6 +89,7 @@ class GpuConfig:
     nominal_interval_s: float = 10.0
     max_gap_s: float = 60.0
     link_timeout_s: float = 600.0
+    emit_every_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class StreamingJobConfig:
              "must not be negative"),
             (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
             (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
+            (self.gpu.emit_every_s > 0, "gpu.emit_every_s", "must be positive"),
             (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",
              "must be at least gpu.nominal_interval_s"),
             (self.journey.max_touches is None or self.journey.max_touches >= 1,

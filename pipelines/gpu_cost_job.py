@@ -27,7 +27,11 @@ from pyflink.datastream import (
     RuntimeContext,
     StreamExecutionEnvironment,
 )
-from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from pyflink.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import build_sink, build_source, run_pipeline
@@ -137,20 +141,35 @@ def _unlinked(call: GpuCall, why: str, source: str) -> str:
 
 
 class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
-    """Keyed by GPU UUID: price each interval once the watermark has passed its end."""
+    """Keyed by GPU UUID: price each interval once the watermark has passed its end.
 
-    def __init__(self, prices: str, nominal_ms: int, max_gap_ms: int) -> None:
+    Samples and calls wait in buckets of one emit period (keyed by the period's end), so
+    a timer reads only what it closes: every element is read back once, however far the
+    inputs run ahead of the watermark. Calls still running stay in `active`.
+    """
+
+    def __init__(self, prices: str, nominal_ms: int, max_gap_ms: int, emit_every_ms: int) -> None:
         self.prices = prices
         self.nominal_ms = nominal_ms
         self.max_gap_ms = max_gap_ms
+        self.period_ms = emit_every_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.catalog = load_catalog(Path(self.prices) if self.prices else None)
         self.last_ts = runtime_context.get_state(ValueStateDescriptor("last", Types.LONG()))
-        self.samples = runtime_context.get_list_state(
-            ListStateDescriptor("samples", Types.PICKLED_BYTE_ARRAY()))
-        self.calls = runtime_context.get_list_state(
-            ListStateDescriptor("calls", Types.PICKLED_BYTE_ARRAY()))
+        self.samples = runtime_context.get_map_state(MapStateDescriptor(
+            "samples", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.calls = runtime_context.get_map_state(MapStateDescriptor(
+            "calls", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.active = runtime_context.get_state(
+            ValueStateDescriptor("active", Types.PICKLED_BYTE_ARRAY()))
+
+    def _period(self, ts_ms: int) -> int:
+        return -(-ts_ms // self.period_ms) * self.period_ms
+
+    def _bucket_add(self, state: Any, key: int, value: Any) -> None:
+        bucket = state.get(key)
+        state.put(key, [*bucket, value] if bucket else [value])
 
     def process_element(self, value: GpuSample | GpuCall,
                         ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
@@ -160,23 +179,32 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
                 yield LATE, json.dumps({"type": "gpu_sample", **value._asdict(),
                                         "closed_until_ms": closed})
                 return
-            self.samples.add(value)
-            ctx.timer_service().register_event_time_timer(value.ts_ms)
+            period = self._period(value.ts_ms)
+            self._bucket_add(self.samples, period, value)
+            ctx.timer_service().register_event_time_timer(period)
             return
         if closed is not None and value.start_ms < closed:
             # the part before `closed` was already priced (as idle): say so, keep the rest
             yield LATE, json.dumps({"type": "gpu_call", **value._asdict(),
                                     "closed_until_ms": closed})
-            if value.end_ms <= closed:
-                return
-        self.calls.add(value)
+            if value.end_ms > closed:
+                self.active.update([*(self.active.value() or []), value])
+            return
+        self._bucket_add(self.calls, self._period(value.start_ms), value)
+
+    def _take(self, state: Any, until: int) -> list[Any]:
+        keys = [k for k in state.keys() if k <= until]  # noqa: SIM118 - MapState, not dict
+        taken = [item for k in keys for item in state.get(k)]
+        for k in keys:
+            state.remove(k)
+        return taken
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
-        pending = list(self.samples.get() or [])
-        ready = [s for s in pending if s.ts_ms <= timestamp]
+        ready = self._take(self.samples, timestamp)
+        calls = (self.active.value() or []) + self._take(self.calls, timestamp)
         if not ready:
+            self.active.update(calls)
             return
-        calls = list(self.calls.get() or [])
         intervals, unobserved = allocate_intervals(ready, calls, self.catalog, self.nominal_ms,
                                                    self.max_gap_ms, self.last_ts.value())
         for interval in intervals:
@@ -198,13 +226,7 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
                               "unobserved_ms": unobserved}, separators=(",", ":"))
         newest = max(s.ts_ms for s in ready)
         self.last_ts.update(newest)
-        rest = [s for s in pending if s.ts_ms > timestamp]
-        for state, keep in ((self.samples, rest),
-                            (self.calls, [c for c in calls if c.end_ms > newest])):
-            if keep:
-                state.update(keep)
-            else:
-                state.clear()
+        self.active.update([c for c in calls if c.end_ms > newest])
 
 
 def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -235,7 +257,8 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     costs = (linked
              .key_by(lambda r: r.gpu_uuid, key_type=Types.STRING())
              .process(CostPerGpu(gpu.prices, int(gpu.nominal_interval_s * 1000),
-                                 int(gpu.max_gap_s * 1000)), output_type=Types.STRING())
+                                 int(gpu.max_gap_s * 1000), int(gpu.emit_every_s * 1000)),
+                      output_type=Types.STRING())
              .name("cost-per-gpu").uid("cost-per-gpu"))
     dead = samples.get_side_output(DEAD_LETTERS).union(linked.get_side_output(DEAD_LETTERS))
     write(costs, dead, costs.get_side_output(LATE), config, bootstrap)

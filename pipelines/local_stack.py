@@ -214,7 +214,11 @@ class LocalKafka:
 
 def _new_cluster_id() -> str:
     # KRaft cluster ids are 16 random bytes in URL-safe base64 without padding (22 chars).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # One starting with "-" would be read as an option by the storage tool: draw again.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _reap(pid: int) -> None:

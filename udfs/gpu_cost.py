@@ -94,6 +94,11 @@ def allocate_intervals(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
     out: list[IntervalCost] = []
     unobserved = 0
     previous = previous_ts
+    # Sweep: intervals come in time order, so calls join the active set once (by start)
+    # and leave it once they have ended; each segment only looks at active calls.
+    pending = sorted(calls, key=lambda c: c.start_ms)
+    next_call = 0
+    active: list[GpuCall] = []
     for ts in sorted(by_ts):
         group = by_ts[ts]
         head = group[0]
@@ -108,8 +113,12 @@ def allocate_intervals(samples: Sequence[GpuSample], calls: Sequence[GpuCall],
         pod_util = {s.pod: s.util_pct for s in group if s.pod}
         for lo, hi, usd_per_hour, known in catalog.segments(head.model, head.pricing_class,
                                                               start, ts):
+            while next_call < len(pending) and pending[next_call].start_ms < hi:
+                active.append(pending[next_call])
+                next_call += 1
+            active = [c for c in active if c.end_ms > lo]
             out.append(_segment(head, lo, hi, usd_per_hour * (hi - lo) / HOUR_MS, known,
-                                calls, pod_util))
+                                active, pod_util))
     return out, unobserved
 
 
