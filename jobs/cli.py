@@ -66,6 +66,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
     summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
                        encoding=args.encoding, partition_by_trace=args.partition_by_trace)
     print(summary)
+    if args.gpu_recording:
+        from jobs.demo import write_gpu_recording
+
+        count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days)
+        print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
+              f"(publish them with `seedance probe --replay {args.gpu_recording}`)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jobs.demo import print_gpu_summary, print_summary
+    from pipelines.warehouse import Warehouse
+
+    config = job_config(args)
+    warehouse = Warehouse(config.warehouse.url)
+    try:
+        if warehouse.totals():
+            print_summary(warehouse)
+        if warehouse.gpu_cost_summary()["interval_usd"]:
+            print_gpu_summary(warehouse)
+        if not warehouse.totals() and not warehouse.gpu_cost_summary()["interval_usd"]:
+            print(f"{warehouse.url} holds no results yet: run a job, then `seedance load`")
+    finally:
+        warehouse.close()
     return 0
 
 
@@ -279,7 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    gen.add_argument("--gpu-recording", metavar="FILE",
+                     help="also write GPU samples for the generated GPU calls (JSON lines, "
+                          "for `seedance probe --replay`)")
     gen.set_defaults(func=cmd_generate)
+
+    report = sub.add_parser("report", help="print the results held in the warehouse")
+    report.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
+    report.set_defaults(func=cmd_report)
 
     for name, func, text in (("run", cmd_run, "run the streaming attribution job (Flink)"),
                              ("load", cmd_load, "load result topics into the warehouse")):

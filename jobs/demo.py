@@ -6,8 +6,10 @@ stack up -> sample telemetry through the OpenTelemetry SDK -> the Flink job over
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from pipelines.config import load_config
 from pipelines.generator import emit, gpu_samples, plan_events
@@ -50,6 +52,15 @@ def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
             raw.send(topic, encode_samples(samples[start:start + 500])).get(30)
     finally:
         raw.close()
+    return len(samples)
+
+
+def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45) -> int:
+    """The same GPU samples as a recording for `seedance probe --replay`."""
+    samples = gpu_samples(plan_events(users, seed=seed, days=days), seed=seed)
+    with path.open("w") as out:
+        for sample in samples:
+            out.write(json.dumps(sample._asdict()) + "\n")
     return len(samples)
 
 
@@ -160,5 +171,8 @@ def print_gpu_summary(warehouse: Warehouse) -> None:
         print(f"  {uuid} {model:22} {seconds:10.0f} s   ${usd:,.4f}")
     allocated, idle, total = (summary["allocated_usd"], summary["idle_usd"],
                               summary["interval_usd"])
+    print("Idle cost shared over workloads by their allocated cost (as OpenCost does)")
+    for workload, usd in summary["idle_shared"]:  # type: ignore[union-attr]
+        print(f"  {workload:24} ${usd:,.4f}")
     print(f"Allocated ${allocated:,.4f} + idle ${idle:,.4f} = ${allocated + idle:,.4f}; "
           f"sampled GPU time cost ${total:,.4f}")

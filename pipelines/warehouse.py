@@ -169,6 +169,17 @@ class Warehouse:
                 "(SELECT gpu_uuid, interval_end_ms, interval_cost_usd FROM gpu_call_costs "
                 "UNION ALL SELECT gpu_uuid, interval_end_ms, interval_cost_usd "
                 "FROM gpu_idle_costs) GROUP BY gpu_uuid, interval_end_ms)").fetchone()[0],
+            # OpenCost-style shared idle: each GPU's idle cost over its workloads in
+            # proportion to their allocated cost on that GPU
+            "idle_shared": q(
+                "WITH alloc AS (SELECT gpu_uuid, workload, SUM(cost_usd) AS usd "
+                "FROM gpu_call_costs GROUP BY gpu_uuid, workload), "
+                "total AS (SELECT gpu_uuid, SUM(usd) AS usd FROM alloc GROUP BY gpu_uuid), "
+                "idle AS (SELECT gpu_uuid, SUM(cost_usd) AS usd FROM gpu_idle_costs "
+                "GROUP BY gpu_uuid) "
+                "SELECT alloc.workload, SUM(idle.usd * alloc.usd / total.usd) FROM alloc "
+                "JOIN total USING (gpu_uuid) JOIN idle USING (gpu_uuid) "
+                "WHERE total.usd > 0 GROUP BY alloc.workload ORDER BY 2 DESC").fetchall(),
             "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "
                                       "price_known").fetchone()[0],
         }

@@ -21,6 +21,12 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     assert float(total.group(1)) == float(total.group(3)) == orders
     assert total.group(2) == total.group(4)
     assert "dead letters" in out and "Kafka broker stopped." in out
+    # GPU cost of the GPU-backed calls: allocated + idle = the sampled GPU time's cost
+    gpu = re.search(r"Allocated \$([\d,.]+) \+ idle \$([\d,.]+) = \$([\d,.]+); "
+                    r"sampled GPU time cost \$([\d,.]+)", out)
+    assert gpu, out
+    allocated, _, total, sampled = (float(x.replace(",", "")) for x in gpu.groups())
+    assert allocated > 0 and abs(total - sampled) < 1e-4
     assert (tmp_path / "demo" / "warehouse.db").exists()
     # nothing of ours still runs: no process mentions this state folder
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
