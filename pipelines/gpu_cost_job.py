@@ -13,9 +13,10 @@ write      one JSON row per (call, interval) and per idle interval to `gpu_costs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyflink.common import Duration, JobExecutionResult, Types, WatermarkStrategy
 from pyflink.common.watermark_strategy import TimestampAssigner
@@ -45,41 +46,16 @@ DEAD_LETTERS = OutputTag("gpu-dead-letters", Types.STRING())
 LATE = OutputTag("gpu-late", Types.STRING())
 
 
-class DecodeSamples(ProcessFunction):  # type: ignore[misc]
-    def __init__(self, source: str) -> None:
-        self.source = source
+class Batch(NamedTuple):
+    """Samples or calls of one message that share a routing key (one GPU, or one pod).
 
-    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        samples, letters = decode_samples(value)
-        for letter in letters:
-            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
-        for sample in samples:
-            problem = sample_problem(sample)
-            if problem:
-                body = json.dumps(sample._asdict(), default=str).encode()
-                yield DEAD_LETTERS, dead_letter_json(
-                    DeadLetter("invalid_gpu_sample", problem, body), self.source)
-            else:
-                yield sample
+    The job moves batches, not single samples: Python state is then touched once per GPU
+    and message instead of once per sample."""
 
-
-class DecodeCalls(ProcessFunction):  # type: ignore[misc]
-    """GPU-backed calls from the span topic (other spans are the attribution job's)."""
-
-    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        for record in decode_spans(value).records:
-            if isinstance(record, GpuCall):
-                yield record
-
-
-class SampleTime(TimestampAssigner):  # type: ignore[misc]
-    def extract_timestamp(self, value: GpuSample, record_timestamp: int) -> int:
-        return value.ts_ms
-
-
-class CallTime(TimestampAssigner):  # type: ignore[misc]
-    def extract_timestamp(self, value: GpuCall, record_timestamp: int) -> int:
-        return value.start_ms
+    kind: str  # "samples" | "calls"
+    key: str
+    items: tuple[Any, ...]
+    ts_ms: int  # the earliest time in the batch: the watermark never passes its items
 
 
 def route_key(record: GpuSample | GpuCall) -> str:
@@ -88,6 +64,48 @@ def route_key(record: GpuSample | GpuCall) -> str:
     if record.gpu_uuid:
         return f"gpu:{record.gpu_uuid}"
     return f"pod:{record.k8s_namespace}/{record.k8s_pod}" if record.k8s_pod else "unlinked"
+
+
+def batches(kind: str, items: Iterable[Any], key: Callable[[Any], str],
+            time_of: Callable[[Any], int]) -> Iterator[Batch]:
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    for group_key, group in groups.items():
+        yield Batch(kind, group_key, tuple(group), min(map(time_of, group)))
+
+
+class DecodeSamples(ProcessFunction):  # type: ignore[misc]
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        samples, letters = decode_samples(value)
+        for letter in letters:
+            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+        valid = []
+        for sample in samples:
+            problem = sample_problem(sample)
+            if problem:
+                body = json.dumps(sample._asdict(), default=str).encode()
+                yield DEAD_LETTERS, dead_letter_json(
+                    DeadLetter("invalid_gpu_sample", problem, body), self.source)
+            else:
+                valid.append(sample)
+        yield from batches("samples", valid, route_key, lambda s: s.ts_ms)
+
+
+class DecodeCalls(ProcessFunction):  # type: ignore[misc]
+    """GPU-backed calls from the span topic (other spans are the attribution job's)."""
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        calls = [r for r in decode_spans(value).records if isinstance(r, GpuCall)]
+        yield from batches("calls", calls, route_key, lambda c: c.start_ms)
+
+
+class BatchTime(TimestampAssigner):  # type: ignore[misc]
+    def extract_timestamp(self, value: Batch, record_timestamp: int) -> int:
+        return value.ts_ms
 
 
 class LinkCalls(KeyedProcessFunction):  # type: ignore[misc]
@@ -102,26 +120,37 @@ class LinkCalls(KeyedProcessFunction):  # type: ignore[misc]
         self.waiting = runtime_context.get_list_state(
             ListStateDescriptor("waiting", Types.PICKLED_BYTE_ARRAY()))
 
-    def process_element(self, value: GpuSample | GpuCall,
-                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        if isinstance(value, GpuSample):
-            if value.pod:
-                self.gpu.update(value.gpu_uuid)
-                for call in self.waiting.get() or []:
-                    yield call._replace(gpu_uuid=value.gpu_uuid)
-                self.waiting.clear()
-            yield value
+    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        key = ctx.get_current_key()
+        if not key.startswith("pod:"):
+            if key == "unlinked":
+                for call in value.items:
+                    yield DEAD_LETTERS, _unlinked(
+                        call, "the span names neither gpu.uuid nor a pod", self.source)
+            else:
+                yield value
             return
-        if value.gpu_uuid:
-            yield value
-        elif ctx.get_current_key() == "unlinked":
-            yield DEAD_LETTERS, _unlinked(value, "the span names neither gpu.uuid nor a pod",
-                                          self.source)
-        elif self.gpu.value():
-            yield value._replace(gpu_uuid=self.gpu.value())
-        else:
-            self.waiting.add(value)
-            ctx.timer_service().register_event_time_timer(value.start_ms + self.timeout_ms)
+        if value.kind == "samples":
+            newest = max(value.items, key=lambda s: s.ts_ms)
+            self.gpu.update(newest.gpu_uuid)
+            waiting = list(self.waiting.get() or [])
+            if waiting:
+                linked = [c._replace(gpu_uuid=newest.gpu_uuid) for c in waiting]
+                yield Batch("calls", f"gpu:{newest.gpu_uuid}", tuple(linked),
+                            min(c.start_ms for c in linked))
+                self.waiting.clear()
+            # a pod may hold several GPUs: pass each GPU's samples on as its own batch
+            yield from batches("samples", value.items, lambda s: f"gpu:{s.gpu_uuid}",
+                               lambda s: s.ts_ms)
+            return
+        gpu = self.gpu.value()
+        if gpu:
+            linked = tuple(c._replace(gpu_uuid=gpu) for c in value.items)
+            yield Batch("calls", f"gpu:{gpu}", linked, value.ts_ms)
+            return
+        for call in value.items:
+            self.waiting.add(call)
+            ctx.timer_service().register_event_time_timer(call.start_ms + self.timeout_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         waiting = list(self.waiting.get() or [])
@@ -167,30 +196,38 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
     def _period(self, ts_ms: int) -> int:
         return -(-ts_ms // self.period_ms) * self.period_ms
 
-    def _bucket_add(self, state: Any, key: int, value: Any) -> None:
+    def _bucket_add(self, state: Any, key: int, values: list[Any]) -> None:
         bucket = state.get(key)
-        state.put(key, [*bucket, value] if bucket else [value])
+        state.put(key, [*bucket, *values] if bucket else values)
 
-    def process_element(self, value: GpuSample | GpuCall,
-                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         closed = self.last_ts.value()
-        if isinstance(value, GpuSample):
-            if closed is not None and value.ts_ms <= closed:
-                yield LATE, json.dumps({"type": "gpu_sample", **value._asdict(),
+        by_period: dict[int, list[Any]] = defaultdict(list)
+        if value.kind == "samples":
+            for sample in value.items:
+                if closed is not None and sample.ts_ms <= closed:
+                    yield LATE, json.dumps({"type": "gpu_sample", **sample._asdict(),
+                                            "closed_until_ms": closed})
+                else:
+                    by_period[self._period(sample.ts_ms)].append(sample)
+            for period, group in by_period.items():
+                self._bucket_add(self.samples, period, group)
+                ctx.timer_service().register_event_time_timer(period)
+            return
+        carried = []
+        for call in value.items:
+            if closed is not None and call.start_ms < closed:
+                # the part before `closed` was already priced (as idle): say so, keep the rest
+                yield LATE, json.dumps({"type": "gpu_call", **call._asdict(),
                                         "closed_until_ms": closed})
-                return
-            period = self._period(value.ts_ms)
-            self._bucket_add(self.samples, period, value)
-            ctx.timer_service().register_event_time_timer(period)
-            return
-        if closed is not None and value.start_ms < closed:
-            # the part before `closed` was already priced (as idle): say so, keep the rest
-            yield LATE, json.dumps({"type": "gpu_call", **value._asdict(),
-                                    "closed_until_ms": closed})
-            if value.end_ms > closed:
-                self.active.update([*(self.active.value() or []), value])
-            return
-        self._bucket_add(self.calls, self._period(value.start_ms), value)
+                if call.end_ms > closed:
+                    carried.append(call)
+            else:
+                by_period[self._period(call.start_ms)].append(call)
+        if carried:
+            self.active.update([*(self.active.value() or []), *carried])
+        for period, group in by_period.items():
+            self._bucket_add(self.calls, period, group)
 
     def _take(self, state: Any, until: int) -> list[Any]:
         keys = [k for k in state.keys() if k <= until]  # noqa: SIM118 - MapState, not dict
@@ -246,16 +283,16 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     # each input keeps its own watermark; the union follows the slower one
     timed_samples = samples.assign_timestamps_and_watermarks(
         WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
-        .with_timestamp_assigner(SampleTime())).name("sample-time").uid("sample-time")
+        .with_timestamp_assigner(BatchTime())).name("sample-time").uid("sample-time")
     timed_calls = calls.assign_timestamps_and_watermarks(
         WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
-        .with_timestamp_assigner(CallTime())).name("call-time").uid("call-time")
+        .with_timestamp_assigner(BatchTime())).name("call-time").uid("call-time")
     linked = (timed_samples.union(timed_calls)
-              .key_by(route_key, key_type=Types.STRING())
+              .key_by(lambda batch: batch.key, key_type=Types.STRING())
               .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))
               .name("link-calls-to-gpus").uid("link-calls-to-gpus"))
     costs = (linked
-             .key_by(lambda r: r.gpu_uuid, key_type=Types.STRING())
+             .key_by(lambda batch: batch.key, key_type=Types.STRING())
              .process(CostPerGpu(gpu.prices, int(gpu.nominal_interval_s * 1000),
                                  int(gpu.max_gap_s * 1000), int(gpu.emit_every_s * 1000)),
                       output_type=Types.STRING())
