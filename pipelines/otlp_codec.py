@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,6 +200,3 @@ def dead_letter_json(letter: DeadLetter, source: str) -> str:
         "payload_base64": base64.b64encode(letter.payload).decode(),
     }, separators=(",", ":"))
 
-
-def records_of(decoded: Sequence[Decoded]) -> list[Record]:
-    return [record for item in decoded for record in item.records]
