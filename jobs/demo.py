@@ -86,7 +86,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     try:
         config = load_config().replace("input", bounded=True, starting_offsets="earliest",
                                        group_id="seedance-demo")
-        config = config.replace("flink", checkpoint_interval_s=2.0,
+        config = config.replace("flink", checkpoint_interval_s=2.0, resume=False,
                                 checkpoint_dir=str(home / "demo" / "checkpoints"))
         config = config.replace("warehouse", url=f"sqlite:///{home / 'demo' / 'warehouse.db'}")
         # the generated GPUs are sampled once a minute around their calls

@@ -78,6 +78,7 @@ class FlinkConfig:
     checkpoint_dir: str = ""
     python_execution_mode: str = "thread"
     transaction_timeout_s: int = 900
+    resume: bool = True
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,14 @@ class LocalFlinkCluster:
         self._cluster.start()
         self.rest_port = int(self._cluster.getRestAddress().get().getPort())
 
-    def environment(self, config: StreamingJobConfig) -> StreamExecutionEnvironment:
+    def environment(self, config: StreamingJobConfig,
+                    job_name: str = "seedance-attribution") -> StreamExecutionEnvironment:
         from pipelines.flink_kafka import flink_configuration
 
         jvm = self._gateway.jvm
+        settings = flink_configuration(config, job_name=job_name)._j_configuration
         j_env = jvm.org.apache.flink.streaming.api.environment.StreamExecutionEnvironment \
-            .createRemoteEnvironment("127.0.0.1", self.rest_port,
-                                     flink_configuration(config)._j_configuration,
+            .createRemoteEnvironment("127.0.0.1", self.rest_port, settings,
                                      self._gateway.new_array(jvm.String, 0))
         env = StreamExecutionEnvironment(j_env)
         env.set_parallelism(config.flink.parallelism)

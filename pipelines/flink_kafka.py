@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from pyflink.datastream.connectors.kafka import (
 
 from pipelines.config import StreamingJobConfig
 from pipelines.paths import flink_connector_jars, state_home
+
+log = logging.getLogger(__name__)
 
 
 def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
@@ -78,9 +81,27 @@ def prefer_this_python() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def flink_configuration(config: StreamingJobConfig, local: bool = True) -> Configuration:
+def checkpoint_root(config: StreamingJobConfig, job_name: str) -> str:
+    """Each job checkpoints under a folder of its own (path or URI)."""
+    base = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
+    if "://" not in base:
+        base = Path(base).resolve().as_uri()
+    return f"{base.rstrip('/')}/{job_name}"
+
+
+def latest_checkpoint(root: str) -> Path | None:
+    """The newest complete checkpoint (a chk-N folder with its _metadata) of a local root."""
+    if not root.startswith("file:"):
+        return None
+    folder = Path(root.removeprefix("file://"))
+    complete = [m.parent for m in folder.glob("*/chk-*/_metadata")]
+    return max(complete, key=lambda p: p.stat().st_mtime) if complete else None
+
+
+def flink_configuration(config: StreamingJobConfig, local: bool = True,
+                        job_name: str = "seedance-attribution") -> Configuration:
     """Job settings; `local` adds what only an in-process MiniCluster needs (jars, Python)."""
-    checkpoints = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
+    checkpoints = checkpoint_root(config, job_name)
     conf = Configuration()
     if local:
         conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
@@ -90,9 +111,10 @@ def flink_configuration(config: StreamingJobConfig, local: bool = True) -> Confi
     conf.set_string("execution.checkpointing.interval",
                     f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
-    if "://" not in checkpoints:
-        checkpoints = Path(checkpoints).resolve().as_uri()
     conf.set_string("execution.checkpointing.dir", checkpoints)
+    # kept when the job is cancelled (Ctrl-C) so that the next run can resume from it
+    conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
+                    "RETAIN_ON_CANCELLATION")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     conf.set_string("state.backend.type", "hashmap")
     conf.set_string("restart-strategy.type", "fixed-delay")
@@ -110,7 +132,15 @@ def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig
     """
     if env is None:
         prefer_this_python()
-        env = StreamExecutionEnvironment.get_execution_environment(flink_configuration(config))
+        conf = flink_configuration(config, job_name=job_name)
+        resume_from = latest_checkpoint(checkpoint_root(config, job_name)) \
+            if config.flink.resume else None
+        if resume_from is not None:
+            # state (journeys, open intervals) and source offsets come back together
+            log.warning("resuming %s from checkpoint %s", job_name, resume_from)
+            print(f"Resuming from checkpoint {resume_from}", flush=True)
+            conf.set_string("execution.state-recovery.path", resume_from.as_uri())
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
         env.set_parallelism(config.flink.parallelism)
     build(env, config, bootstrap)
     return env.execute(job_name)
