@@ -1,17 +1,20 @@
 # The two commands of the README. Each one sets up what it needs first (idempotent).
-.PHONY: setup demo test lint clean
+.PHONY: setup setup-dev demo test lint clean
 
 setup:
 	@bash jobs/setup/bootstrap.sh
 
+setup-dev:
+	@bash jobs/setup/bootstrap.sh dev
+
 demo: setup
 	@.venv/bin/seedance demo
 
-test: setup
+test: setup-dev
 	@.venv/bin/ruff check .
 	@.venv/bin/python -m pytest
 
-lint: setup
+lint: setup-dev
 	@.venv/bin/ruff check .
 	@.venv/bin/ruff format --check .
 

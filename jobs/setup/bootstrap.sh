@@ -4,6 +4,8 @@
 # Maven Central. Each step is skipped when its inputs have not changed since the last run,
 # so a rerun downloads nothing. Caches: pip's and Maven's own (~/.cache/pip, ~/.m2).
 set -euo pipefail
+# usage: bootstrap.sh [dev]   -- "dev" adds the test tools (pytest, ruff, peer packages)
+extras=${1:-}
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 venv="$root/.venv"
@@ -24,12 +26,15 @@ fi
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-py_hash=$(hash_of pyproject.toml)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp_dir/venv" 2>/dev/null)" != "$py_hash" ]; then
-  echo "==> Python environment (.venv): installing pinned packages"
+py_hash="$(hash_of pyproject.toml)-${extras:-core}"
+# a dev environment also serves the demo: only rebuild when it lacks what is asked for
+have=$(cat "$stamp_dir/venv" 2>/dev/null || true)
+if [ ! -x "$venv/bin/python" ] || { [ "$have" != "$py_hash" ] && \
+     [ "$have" != "$(hash_of pyproject.toml)-dev" ]; }; then
+  echo "==> Python environment (.venv): installing pinned packages${extras:+ (with $extras tools)}"
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet --progress-bar off -e ".[dev]"
+  "$venv/bin/python" -m pip install --quiet --progress-bar off -e ".${extras:+[$extras]}"
   echo "$py_hash" > "$stamp_dir/venv"
 fi
 
