@@ -1,0 +1,99 @@
+"""Attribution job throughput: spans per second through Kafka + Flink, beside a plain Kafka
+consumer that only decodes the same messages (the ceiling).
+
+Starts its own Kafka broker in a temporary folder, generates the sample population with
+the OpenTelemetry SDK into a topic, then times side by side on the same topic:
+  ceiling   kafka-python consumer + decode_spans, one process, nothing else
+  job       the Flink attribution job, bounded (read to the end, then finish), and the
+            same job on an empty topic (start-up and shutdown alone), so the difference
+            is the time spent on the data
+
+    .venv/bin/python bench/streaming.py [--users 30000] [--mode thread|process]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka import KafkaConsumer, TopicPartition  # noqa: E402
+
+from jobs.demo import generate  # noqa: E402
+from pipelines.config import load_config  # noqa: E402
+from pipelines.flink_job import run_job  # noqa: E402
+from pipelines.kafka_io import count_messages, ensure_topics  # noqa: E402
+from pipelines.local_stack import LocalKafka  # noqa: E402
+from pipelines.otlp_codec import decode_spans  # noqa: E402
+
+
+def decode_only(bootstrap: str, topic: str) -> tuple[float, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             max_partition_fetch_bytes=8 * 1024 * 1024)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    end = consumer.end_offsets([tp])[tp]
+    spans = 0
+    started = time.perf_counter()
+    while consumer.position(tp) < end:
+        for records in consumer.poll(timeout_ms=500, max_records=500).values():
+            for record in records:
+                spans += decode_spans(record.value).spans
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return seconds, spans
+
+
+def job_seconds(config, bootstrap: str, name: str) -> float:
+    started = time.perf_counter()
+    run_job(config, bootstrap, job_name=name)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=30_000)
+    parser.add_argument("--mode", choices=["thread", "process"], default="thread")
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="seedance-bench-stream-"))
+    broker = LocalKafka(home / "kafka")
+    info = broker.up()
+    try:
+        base = load_config().replace("input", bounded=True, starting_offsets="earliest")
+        base = base.replace("flink", checkpoint_interval_s=10.0, resume=False,
+                            checkpoint_dir=str(home / "checkpoints"),
+                            python_execution_mode=args.mode)
+        print(generate(info.bootstrap, "bench_spans", users=args.users, seed=11))
+        ensure_topics(info.bootstrap, ["bench_empty"])
+        ceiling_s, spans = decode_only(info.bootstrap, "bench_spans")
+
+        def config_for(topic: str, run: str):
+            return base.replace("topics", spans=topic, credits=f"{run}_credits",
+                                dead_letter=f"{run}_dlq", late=f"{run}_late") \
+                .replace("input", bounded=True, starting_offsets="earliest",
+                         group_id=f"bench-{run}")
+
+        empty_s = job_seconds(config_for("bench_empty", "empty"), info.bootstrap, "empty")
+        full_s = job_seconds(config_for("bench_spans", "full"), info.bootstrap, "full")
+        credits = count_messages(info.bootstrap, "full_credits")
+    finally:
+        broker.down()
+    data_s = max(full_s - empty_s, 1e-9)
+    print(f"{spans:,} spans in the topic; "
+          f"{credits:,} credit rows; python execution mode: {args.mode}")
+    print(f"{'':44}{'seconds':>9}{'spans/s':>12}")
+    print(f"{'ceiling: kafka-python + decode_spans':44}{ceiling_s:9.2f}{spans / ceiling_s:12,.0f}")
+    print(f"{'Flink job, whole run (start-up included)':44}{full_s:9.2f}{spans / full_s:12,.0f}")
+    print(f"{'Flink job on an empty topic (start-up only)':44}{empty_s:9.2f}")
+    print(f"{'Flink job, time on the data':44}{data_s:9.2f}{spans / data_s:12,.0f}")
+    print(f"ratio job/ceiling (time on the data): {ceiling_s / data_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
