@@ -6,6 +6,8 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from jobs.attribute import InputError
@@ -119,15 +121,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Running the GPU cost job on {bootstrap}: {gpu.metrics_topic} + "
               f"{config.topics.spans} -> {gpu.costs_topic} (dead letters: "
               f"{gpu.metrics_dead_letter}); {until}")
-        run_gpu_job(config, bootstrap)
+        with resume_hint(config, "seedance-gpu-cost"):
+            run_gpu_job(config, bootstrap)
         return 0
     from pipelines.flink_job import run_job
 
     print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
           f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
           f"late: {config.topics.late}); {until}")
-    run_job(config, bootstrap)
+    with resume_hint(config, "seedance-attribution"):
+        run_job(config, bootstrap)
     return 0
+
+
+@contextmanager
+def resume_hint(config: StreamingJobConfig, job_name: str) -> Iterator[None]:
+    """A job that fails while resuming from a checkpoint: say which, and how to start afresh."""
+    from py4j.protocol import Py4JJavaError
+
+    from pipelines.flink_kafka import checkpoint_root, latest_checkpoint
+
+    checkpoint = latest_checkpoint(checkpoint_root(config, job_name)) \
+        if config.flink.resume else None
+    try:
+        yield
+    except Py4JJavaError as error:
+        if checkpoint is None:
+            raise
+        first = str(error.java_exception).splitlines()[0]
+        raise CliError(f"the job failed after resuming from {checkpoint} ({first}); if the "
+                       "job or its topics changed since, start afresh with `flink.resume: "
+                       "false` in the config or remove that checkpoint folder") from None
 
 
 def cmd_load(args: argparse.Namespace) -> int:

@@ -108,3 +108,19 @@ def test_sigkill_and_restart_loses_nothing_and_duplicates_nothing(kafka, topic, 
     assert set(keys) == expected, "missing or unexpected credits"
     assert 0 < before_restart < len(expected)
     assert "Resuming from checkpoint" in log.read_text()
+
+
+def test_a_checkpoint_that_cannot_be_restored_is_named_with_the_way_out(kafka, topic, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    broken = checkpoints / "seedance-attribution" / ("0" * 32) / "chk-7"
+    broken.mkdir(parents=True)
+    (broken / "_metadata").write_bytes(b"not a checkpoint")
+    config = tmp_path / "job.yaml"
+    config.write_text(f"topics:\n  spans: {topic('spans')}\ninput:\n  bounded: true\n"
+                      f"flink:\n  checkpoint_dir: {checkpoints}\n")
+    result = subprocess.run([sys.executable, "-m", "jobs.cli", "run", "--config", str(config),
+                             "--bootstrap", kafka], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "SEEDANCE_HOME": str(tmp_path)})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"after resuming from {broken}" in result.stderr
+    assert "flink.resume: false" in result.stderr
