@@ -336,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
     report.set_defaults(func=cmd_report)
 
-    for name, func, text in (("run", cmd_run, "run the streaming attribution job (Flink)"),
+    for name, func, text in (("run", cmd_run, "run a streaming job on Flink: attribution "
+                                              "(default) or gpu-cost"),
                              ("load", cmd_load, "load result topics into the warehouse")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")

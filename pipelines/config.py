@@ -23,8 +23,8 @@ ENV_VARS = {
     "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
     "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path (overrides warehouse.url)",
     "SEEDANCE_HOME": "state folder: broker data, checkpoints, embedded warehouse "
-                     "(default ./.seedance)",
-    "SEEDANCE_JARS": "folder of the fetched jars (default ./.cache/jars)",
+                     "(default <project>/.seedance)",
+    "SEEDANCE_JARS": "folder of the fetched jars (default <project>/.cache/jars)",
 }
 
 
