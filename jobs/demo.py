@@ -155,6 +155,9 @@ def print_summary(warehouse: Warehouse) -> None:
         _, conv, rev = totals[model]
         line += f"{conv:16.2f}{rev:20,.2f}"
     print(line)
+    stages = warehouse.stage_summary()
+    print("Orders by lifecycle stage: " + ", ".join(
+        f"{stage} {orders}" for model, stage, orders, _ in stages if model == models[0]))
 
 
 def print_gpu_summary(warehouse: Warehouse) -> None:

@@ -64,6 +64,8 @@ class EventTimeConfig:
 class JourneySection:
     lookback_days: float = 30.0
     max_touches: int | None = None
+    winback_days: float = 90.0
+    history_days: float = 730.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class StreamingJobConfig:
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",
              "must not be negative"),
             (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
+            (self.journey.history_days >= self.journey.winback_days, "journey.history_days",
+             "must be at least journey.winback_days"),
             (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
             (self.gpu.emit_every_s > 0, "gpu.emit_every_s", "must be positive"),
             (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",

@@ -41,7 +41,14 @@ from pipelines.flink_kafka import (
 from pipelines.otlp_codec import dead_letter_json, decode_spans
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import credit_journey
-from udfs.journeys import JourneyConfig, JourneyState, event_order, expire, step
+from udfs.journeys import (
+    JourneyConfig,
+    JourneyState,
+    event_order,
+    expire,
+    next_wake_up,
+    step,
+)
 
 log = logging.getLogger(__name__)
 
@@ -136,13 +143,13 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                 for credit in credit_journey(journey, self.models):
                     yield credit_json(credit)
         state = expire(state, timestamp, self.journey)
-        if state.touches:
-            self.state.update(state)
-            # Wake up once the newest touch leaves the lookback, to drop the state.
-            ctx.timer_service().register_event_time_timer(
-                state.touches[-1].ts_ms + self.journey.lookback_ms + 1)
-        else:
+        wake_up = next_wake_up(state, self.journey)
+        if wake_up is None:
             self.state.clear()
+        else:
+            # touches wait for their lookback to pass; the last order for its history
+            self.state.update(state)
+            ctx.timer_service().register_event_time_timer(wake_up)
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -168,7 +175,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
                   .with_idleness(Duration.of_millis(int(config.event_time.idleness_s * 1000)))
                   .with_timestamp_assigner(EventTime()))
-    journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches)
+    journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches,
+                            config.journey.winback_days, config.journey.history_days)
     credits = (decoded
                .assign_timestamps_and_watermarks(watermarks).name("event-time").uid("event-time")
                .key_by(lambda stamped: stamped[0].user_id, key_type=Types.STRING())

@@ -22,7 +22,7 @@ DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "warehouse.sq
 
 CREDIT_COLUMNS = ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms",
                   "conversion_date", "channel", "campaign", "touch_ts_ms", "credit", "revenue",
-                  "currency")
+                  "currency", "stage")
 
 
 GPU_CALL_COLUMNS = ("gpu_uuid", "interval_end_ms", "trace_id", "span_id", "interval_start_ms",
@@ -49,7 +49,7 @@ def credit_row(message: bytes) -> tuple[object, ...]:
     return (data["model"], data["order_id"], int(data["touch_index"]), data["user_id"],
             int(data["conversion_ts_ms"]), day, data["channel"], data["campaign"],
             int(data["touch_ts_ms"]), float(data["credit"]), float(data["revenue"]),
-            data["currency"])
+            data["currency"], data.get("stage", "unknown"))
 
 
 class Warehouse:
@@ -59,6 +59,11 @@ class Warehouse:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path)
         self.db.executescript(DDL.read_text())
+        # files from before the lifecycle stage existed get the column added
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attribution_credits)")}
+        if "stage" not in columns:
+            self.db.execute("ALTER TABLE attribution_credits "
+                            "ADD COLUMN stage TEXT NOT NULL DEFAULT 'unknown'")
 
     def close(self) -> None:
         self.db.close()
@@ -183,6 +188,12 @@ class Warehouse:
             "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "
                                       "price_known").fetchone()[0],
         }
+
+    def stage_summary(self) -> list[tuple[str, str, int, float]]:
+        """(model, lifecycle stage, orders, revenue credited)."""
+        return self.db.execute(
+            "SELECT model, stage, COUNT(DISTINCT order_id), SUM(revenue) "
+            "FROM attribution_credits GROUP BY model, stage ORDER BY model, stage").fetchall()
 
     def totals(self) -> list[tuple[str, int, float, float]]:
         """Per model: orders, conversions credited, revenue credited (conservation check)."""

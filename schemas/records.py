@@ -72,6 +72,7 @@ class Credit(NamedTuple):
     credit: float
     revenue: float
     currency: str
+    stage: str = "unknown"  # lifecycle stage of the order: new, repeat, winback, unknown
 
 
 UNATTRIBUTED = "(unattributed)"

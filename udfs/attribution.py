@@ -57,7 +57,7 @@ def credit_journey(journey: ConvertedJourney, models: Sequence[str],
         for model in models:
             out.append(Credit(model, conversion.order_id, conversion.user_id, conversion.ts_ms,
                               0, UNATTRIBUTED, "", conversion.ts_ms, 1.0, conversion.revenue,
-                              conversion.currency))
+                              conversion.currency, journey.stage))
         return out
     table = journey_table(journey)
     for model in models:
@@ -68,5 +68,5 @@ def credit_journey(journey: ConvertedJourney, models: Sequence[str],
                 continue
             out.append(Credit(model, conversion.order_id, conversion.user_id, conversion.ts_ms,
                               index, touch.channel, touch.campaign, touch.ts_ms, weight,
-                              conversion.revenue * weight, conversion.currency))
+                              conversion.revenue * weight, conversion.currency, journey.stage))
     return out

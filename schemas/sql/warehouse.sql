@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS attribution_credits (
     credit            DOUBLE PRECISION NOT NULL,  -- share of the conversion, 0..1
     revenue           DOUBLE PRECISION NOT NULL,  -- credit x order revenue
     currency          TEXT             NOT NULL,
+    stage             TEXT             NOT NULL DEFAULT 'unknown',  -- new|repeat|winback|unknown
     PRIMARY KEY (model, order_id, touch_index)
 );
 

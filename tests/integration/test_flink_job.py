@@ -93,6 +93,9 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
     credits = messages(kafka, job_config.topics.credits)
     got = {credit_key(row): (row["credit"], row["revenue"]) for row in credits}
+    stages = {row["order_id"]: row["stage"] for row in credits}
+    assert stages == {"oA": "new", "oB": "new", "oC": "new", "oD": "new", "oE1": "new",
+                      "oE2": "repeat"}
     assert len(credits) == len(got), "no duplicates"
     assert got.keys() == EXPECTED.keys()
     for key, (credit, revenue) in EXPECTED.items():

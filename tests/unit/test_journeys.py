@@ -74,3 +74,22 @@ def test_expire_drops_touches_no_future_order_can_reach():
 def test_invalid_config_is_rejected(kwargs):
     with pytest.raises(ValueError):
         JourneyConfig(**kwargs)
+
+
+def test_each_order_carries_its_lifecycle_stage():
+    events = [order(0, "o1"), order(10 * DAY_MS, "o2"), order(200 * DAY_MS, "o3"),
+              order(5, "o4", user="")]
+    stages = {j.conversion.order_id: j.stage for j in journeys_of(
+        [e for e in events if e.user_id], CFG)}
+    assert stages == {"o1": "new", "o2": "repeat", "o3": "winback"}
+    (anonymous,) = journeys_of([events[3]], CFG)
+    assert anonymous.stage == "unknown"
+
+
+def test_order_history_is_forgotten_after_history_days():
+    config = JourneyConfig(winback_days=90, history_days=365)
+    state, _ = step(JourneyState(), order(0), config)
+    assert expire(state, 300 * DAY_MS, config).last_order_ts_ms == 0
+    assert expire(state, 366 * DAY_MS, config).last_order_ts_ms is None
+    with pytest.raises(ValueError, match="history_days"):
+        JourneyConfig(winback_days=90, history_days=30)
