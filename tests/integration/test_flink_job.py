@@ -136,15 +136,19 @@ def test_generated_population_matches_the_batch_reference(kafka, flink, job_conf
         by_user[e.user_id].append(
             Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
             else Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, "", ""))
-    expected = {}
+    expected, expected_stage = {}, {}
     for events in by_user.values():
         for journey in journeys_of(events, JourneyConfig()):
+            expected_stage[journey.conversion.order_id] = journey.stage
             for c in credit_journey(journey, ("last_click", "linear")):
                 expected[(c.model, c.order_id, c.touch_index, c.channel)] = c.revenue
 
-    got = {credit_key(r): r["revenue"] for r in messages(kafka, job_config.topics.credits)}
+    rows = messages(kafka, job_config.topics.credits)
+    got = {credit_key(r): r["revenue"] for r in rows}
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    assert {r["order_id"]: r["stage"] for r in rows} == expected_stage
+    assert {"new", "repeat"} <= set(expected_stage.values())
     invalid = sum(e.kind == "invalid_conversion" for e in plan.events)
     assert len(messages(kafka, job_config.topics.dead_letter)) == len(plan.malformed) + invalid
     assert len(messages(kafka, job_config.topics.late)) == plan.late_count
