@@ -24,7 +24,7 @@ def shares(cost: float, credits: np.ndarray, stage_weights: np.ndarray) -> np.nd
         total = weighted.sum()
     if total <= 0:
         return np.zeros(len(weighted))
-    return cost * weighted / total
+    return cost * (weighted / total)  # fraction first: tiny credits must not underflow
 
 
 def allocate_spend(spend: pd.DataFrame, credits: pd.DataFrame,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from udfs.allocation import allocate_spend, shares
@@ -43,6 +43,7 @@ def test_shares_weight_credit_by_stage():
 
 @given(st.floats(0, 1e6), st.lists(st.tuples(st.floats(0, 1), st.sampled_from(
     [0.6, 0.3, 0.1, 0.2])), min_size=1, max_size=20))
+@example(1.5, [(5e-324, 0.6)])  # a subnormal credit once made cost x credit underflow
 def test_shares_preserve_the_cost(cost, rows):
     credit = np.array([c for c, _ in rows])
     part = shares(cost, credit, np.array([w for _, w in rows]))
