@@ -124,12 +124,25 @@ def peers(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
+def require_peers() -> None:
+    """The peers are optional installs: say how to get them instead of failing half-way."""
+    import importlib.util
+
+    missing = [name for module, name in (("mta", "mta"),
+                                         ("ChannelAttribution", "channelattribution"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        sys.exit(f"peer package(s) {', '.join(missing)} not installed: run "
+                 "`.venv/bin/pip install -e '.[dev,bench]'` first")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
+    require_peers()
     errors: dict[str, dict[str, float]] = {}
     for scenario in SCENARIOS:
         frame, truth = simulate(args.users, scenario, args.seed)

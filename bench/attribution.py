@@ -150,6 +150,18 @@ def restrict(frame: pd.DataFrame, keep: int) -> pd.DataFrame:
     return frame[mask]
 
 
+def require_peers() -> None:
+    """The peers are optional installs: say how to get them instead of failing half-way."""
+    import importlib.util
+
+    missing = [name for module, name in (("mta", "mta"),
+                                         ("ChannelAttribution", "channelattribution"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        sys.exit(f"peer package(s) {', '.join(missing)} not installed: run "
+                 "`.venv/bin/pip install -e '.[dev,bench]'` first")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -158,6 +170,7 @@ def main() -> None:
     parser.add_argument("--mta-max-channels", type=int, default=12,
                         help="largest channel count mta's n*3^n Shapley is run on")
     args = parser.parse_args()
+    require_peers()
     workdir = Path(tempfile.mkdtemp(prefix="seedance-bench-"))
     for channels in (int(c) for c in args.channels.split(",")):
         frame = synthetic_paths(args.journeys, channels)
