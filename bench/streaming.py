@@ -66,13 +66,15 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=30_000)
     parser.add_argument("--mode", choices=["thread", "process"], default="thread")
+    parser.add_argument("--checkpoint-s", type=float, default=1.0,
+                        help="checkpoint interval: a bounded job ends at its next checkpoint")
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="seedance-bench-stream-"))
     broker = LocalKafka(home / "kafka")
     info = broker.up()
     try:
         base = load_config().replace("input", bounded=True, starting_offsets="earliest")
-        base = base.replace("flink", checkpoint_interval_s=10.0, resume=False,
+        base = base.replace("flink", checkpoint_interval_s=args.checkpoint_s, resume=False,
                             checkpoint_dir=str(home / "checkpoints"),
                             python_execution_mode=args.mode)
         print(generate(info.bootstrap, "bench_spans", users=args.users, seed=11))
