@@ -17,6 +17,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.paths import state_home
+from udfs.gpu_cost import share_idle
 
 DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "warehouse.sql"
 
@@ -174,20 +175,22 @@ class Warehouse:
                 "(SELECT gpu_uuid, interval_end_ms, interval_cost_usd FROM gpu_call_costs "
                 "UNION ALL SELECT gpu_uuid, interval_end_ms, interval_cost_usd "
                 "FROM gpu_idle_costs) GROUP BY gpu_uuid, interval_end_ms)").fetchone()[0],
-            # OpenCost-style shared idle: each GPU's idle cost over its workloads in
-            # proportion to their allocated cost on that GPU
-            "idle_shared": q(
-                "WITH alloc AS (SELECT gpu_uuid, workload, SUM(cost_usd) AS usd "
-                "FROM gpu_call_costs GROUP BY gpu_uuid, workload), "
-                "total AS (SELECT gpu_uuid, SUM(usd) AS usd FROM alloc GROUP BY gpu_uuid), "
-                "idle AS (SELECT gpu_uuid, SUM(cost_usd) AS usd FROM gpu_idle_costs "
-                "GROUP BY gpu_uuid) "
-                "SELECT alloc.workload, SUM(idle.usd * alloc.usd / total.usd) FROM alloc "
-                "JOIN total USING (gpu_uuid) JOIN idle USING (gpu_uuid) "
-                "WHERE total.usd > 0 GROUP BY alloc.workload ORDER BY 2 DESC").fetchall(),
+            # OpenCost-style shared idle, by the same rule as everywhere (udfs.gpu_cost)
+            "idle_shared": sorted(share_idle(*self._gpu_totals()).items(),
+                                  key=lambda item: -item[1]),
             "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "
                                       "price_known").fetchone()[0],
         }
+
+    def _gpu_totals(self) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+        allocated: dict[str, dict[str, float]] = {}
+        for gpu, workload, usd in self.db.execute(
+                "SELECT gpu_uuid, workload, SUM(cost_usd) FROM gpu_call_costs "
+                "GROUP BY gpu_uuid, workload"):
+            allocated.setdefault(gpu, {})[workload] = usd
+        idle = dict(self.db.execute(
+            "SELECT gpu_uuid, SUM(cost_usd) FROM gpu_idle_costs GROUP BY gpu_uuid").fetchall())
+        return allocated, idle
 
     def stage_summary(self) -> list[tuple[str, str, int, float]]:
         """(model, lifecycle stage, orders, revenue credited)."""

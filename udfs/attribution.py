@@ -19,7 +19,6 @@ from udfs.journeys import ConvertedJourney
 
 STREAMING_MODELS = ("last_click", "first_click", "linear", "position_based", "time_decay",
                     "shapley_simplified")
-DEFAULT_MODELS = ("last_click", "linear")
 
 
 def validate_models(models: Sequence[str]) -> tuple[str, ...]:

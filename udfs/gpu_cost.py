@@ -15,7 +15,7 @@ reported as unobserved.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -178,22 +178,31 @@ def cost_by(calls: Iterable[CallCost], key: str) -> dict[str, float]:
     return dict(totals)
 
 
-def share_idle(calls: Sequence[CallCost], idle: Sequence[IdleCost]) -> dict[str, float]:
-    """Idle cost of each GPU spread over its workloads by their allocated cost (OpenCost's
-    shared idle). GPUs with no workload keep their idle under the key '(idle)'."""
-    allocated: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for call in calls:
-        allocated[call.gpu_uuid][call.workload or call.pod] += call.cost_usd
+def share_idle(allocated: Mapping[str, Mapping[str, float]],
+               idle: Mapping[str, float]) -> dict[str, float]:
+    """Idle cost of each GPU spread over its workloads by their allocated cost on that GPU
+    (OpenCost's shared idle). `allocated`: GPU -> workload -> USD; `idle`: GPU -> USD.
+    A GPU that ran no workload keeps its idle cost under '(idle)', so the shares add up to
+    the idle cost."""
     shares: dict[str, float] = defaultdict(float)
-    idle_by_gpu: dict[str, float] = defaultdict(float)
-    for row in idle:
-        idle_by_gpu[row.gpu_uuid] += row.cost_usd
-    for gpu, idle_usd in idle_by_gpu.items():
-        workloads = allocated.get(gpu)
-        total = sum(workloads.values()) if workloads else 0.0
+    for gpu, idle_usd in idle.items():
+        workloads = allocated.get(gpu) or {}
+        total = sum(workloads.values())
         if total <= 0:
             shares["(idle)"] += idle_usd
             continue
         for workload, usd in workloads.items():
             shares[workload] += idle_usd * usd / total
     return dict(shares)
+
+
+def totals_by_gpu(calls: Iterable[CallCost],
+                  idle: Iterable[IdleCost]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The inputs of `share_idle` from cost rows: allocated per GPU and workload, idle per GPU."""
+    allocated: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for call in calls:
+        allocated[call.gpu_uuid][call.workload or call.pod] += call.cost_usd
+    idle_usd: dict[str, float] = defaultdict(float)
+    for row in idle:
+        idle_usd[row.gpu_uuid] += row.cost_usd
+    return {g: dict(w) for g, w in allocated.items()}, dict(idle_usd)

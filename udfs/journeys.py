@@ -50,9 +50,6 @@ class JourneyState:
     touches: list[Touchpoint] = field(default_factory=list)
     last_order_ts_ms: int | None = None
 
-    def is_empty(self) -> bool:
-        return not self.touches and self.last_order_ts_ms is None
-
 
 @dataclass(frozen=True)
 class ConvertedJourney:

@@ -6,7 +6,7 @@ import pytest
 
 from schemas.gpu import GpuSample, Price, PriceCatalog, load_catalog, sample_problem
 from schemas.records import GpuCall
-from udfs.gpu_cost import allocate_gpu, cost_by, share_idle
+from udfs.gpu_cost import allocate_gpu, cost_by, share_idle, totals_by_gpu
 
 S = 1000
 H100 = "NVIDIA H100 80GB HBM3"
@@ -89,7 +89,7 @@ def test_costs_roll_up_per_trace_and_workload_and_idle_is_shared_out():
     per_trace = cost_by(out.calls, "trace_id")
     assert per_trace["t1"] == pytest.approx(per_trace["t2"])
     idle_total = sum(i.cost_usd for i in out.idle)
-    shares = share_idle(out.calls, out.idle)
+    shares = share_idle(*totals_by_gpu(out.calls, out.idle))
     assert shares == pytest.approx({"ranker": idle_total / 2, "recsys": idle_total / 2})
     assert math.isclose(sum(per_trace.values()) + sum(shares.values()), out.total_usd,
                         rel_tol=1e-12)
@@ -116,3 +116,8 @@ def test_shipped_catalog_has_every_example_gpu_and_class():
             assert (gpu, pricing_class) in families
     (segment,) = catalog.segments("NVIDIA H200", "spot", 1_800_000_000_000, 1_800_000_060_000)
     assert segment[2] == 3.70 and segment[3] is True
+
+
+def test_idle_of_a_gpu_without_workloads_stays_idle_and_shares_add_up():
+    shares = share_idle({"g1": {"a": 3.0, "b": 1.0}}, {"g1": 8.0, "g2": 5.0})
+    assert shares == pytest.approx({"a": 6.0, "b": 2.0, "(idle)": 5.0})
