@@ -25,6 +25,9 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peers import require_peers  # noqa: E402
 
 from udfs.journey_table import from_paths  # noqa: E402
 from udfs.models import attribute  # noqa: E402
@@ -122,18 +125,6 @@ def peers(frame: pd.DataFrame) -> dict[str, dict[str, float]]:
         model = MTA(data=grouped.copy(), allow_loops=True).shapley(normalize=True)
         out["mta shapley"] = normalised(dict(model.attribution["shapley"]))
     return out
-
-
-def require_peers() -> None:
-    """The peers are optional installs: say how to get them instead of failing half-way."""
-    import importlib.util
-
-    missing = [name for module, name in (("mta", "mta"),
-                                         ("ChannelAttribution", "channelattribution"))
-               if importlib.util.find_spec(module) is None]
-    if missing:
-        sys.exit(f"peer package(s) {', '.join(missing)} not installed: run "
-                 "`.venv/bin/pip install -e '.[dev,bench]'` first")
 
 
 def main() -> None:

@@ -27,6 +27,9 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from peers import require_peers  # noqa: E402
 
 from jobs.attribute import AttributeRequest, run  # noqa: E402
 from udfs.journey_table import from_paths  # noqa: E402
@@ -148,18 +151,6 @@ def restrict(frame: pd.DataFrame, keep: int) -> pd.DataFrame:
     allowed = set(counts.index[:keep])
     mask = frame.path.str.split(" > ").map(lambda steps: set(steps) <= allowed)
     return frame[mask]
-
-
-def require_peers() -> None:
-    """The peers are optional installs: say how to get them instead of failing half-way."""
-    import importlib.util
-
-    missing = [name for module, name in (("mta", "mta"),
-                                         ("ChannelAttribution", "channelattribution"))
-               if importlib.util.find_spec(module) is None]
-    if missing:
-        sys.exit(f"peer package(s) {', '.join(missing)} not installed: run "
-                 "`.venv/bin/pip install -e '.[dev,bench]'` first")
 
 
 def main() -> None:

@@ -10,30 +10,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
-from pipelines.generator import Plan, PlannedEvent, emit, plan_events, valid_events
+from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import read_all
-from schemas.records import Conversion, Touchpoint
-from udfs.attribution import credit_journey
-from udfs.journeys import JourneyConfig, journeys_of
+from tests.reference import reference_credits
 
 DAY_NS = 86_400 * 10**9
 
 
 def expected_credits(plan: Plan) -> set[tuple[str, str, int]]:
-    by_user: dict[str, list[Touchpoint | Conversion]] = defaultdict(list)
-    for e in valid_events(plan):
-        ms = e.ts_ns // 10**6
-        by_user[e.user_id].append(
-            Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
-            else Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, "", ""))
-    return {(c.model, c.order_id, c.touch_index)
-            for events in by_user.values()
-            for journey in journeys_of(events, JourneyConfig())
-            for c in credit_journey(journey, ("last_click", "linear"))}
+    return {(c.model, c.order_id, c.touch_index) for c in reference_credits(plan)}
 
 
 def start_job(config: Path, kafka: str, env: dict[str, str], log: Path) -> subprocess.Popen:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from datetime import UTC, datetime
 
 import pytest
 
 from pipelines.flink_job import run_job
-from pipelines.generator import Plan, PlannedEvent, emit, plan_events, valid_events
+from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import producer, read_all
 from pipelines.warehouse import Warehouse
-from schemas.records import Conversion, Touchpoint
+from tests.reference import reference_journeys
 from udfs.attribution import credit_journey
-from udfs.journeys import JourneyConfig, journeys_of
 
 T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
 S = 10**9
@@ -130,18 +128,10 @@ def test_generated_population_matches_the_batch_reference(kafka, flink, job_conf
     publish(kafka, job_config.topics.spans, plan, encoding=encoding)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
-    by_user: dict[str, list[Touchpoint | Conversion]] = defaultdict(list)
-    for e in valid_events(plan):
-        ms = e.ts_ns // 10**6
-        by_user[e.user_id].append(
-            Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
-            else Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, "", ""))
-    expected, expected_stage = {}, {}
-    for events in by_user.values():
-        for journey in journeys_of(events, JourneyConfig()):
-            expected_stage[journey.conversion.order_id] = journey.stage
-            for c in credit_journey(journey, ("last_click", "linear")):
-                expected[(c.model, c.order_id, c.touch_index, c.channel)] = c.revenue
+    journeys = reference_journeys(plan)
+    expected_stage = {j.conversion.order_id: j.stage for j in journeys}
+    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
+                for j in journeys for c in credit_journey(j, ("last_click", "linear"))}
 
     rows = messages(kafka, job_config.topics.credits)
     got = {credit_key(r): r["revenue"] for r in rows}
