@@ -84,11 +84,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     config = job_config(args)
     warehouse = Warehouse(config.warehouse.url)
     try:
-        if warehouse.totals():
+        has_credits = bool(warehouse.totals())
+        has_gpu_costs = bool(warehouse.gpu_cost_summary()["interval_usd"])
+        if has_credits:
             print_summary(warehouse)
-        if warehouse.gpu_cost_summary()["interval_usd"]:
+        if has_gpu_costs:
             print_gpu_summary(warehouse)
-        if not warehouse.totals() and not warehouse.gpu_cost_summary()["interval_usd"]:
+        if not has_credits and not has_gpu_costs:
             print(f"{warehouse.url} holds no results yet: run a job, then `seedance load`")
     finally:
         warehouse.close()
