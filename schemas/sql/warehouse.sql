@@ -66,3 +66,15 @@ CREATE TABLE IF NOT EXISTS gpu_idle_costs (
     price_known       BOOLEAN          NOT NULL,
     PRIMARY KEY (gpu_uuid, interval_end_ms)
 );
+
+-- Ad spend as the platforms report it (ad_spend topic), one row per campaign-day.
+-- A restated report replaces the row: the latest restatement wins.
+CREATE TABLE IF NOT EXISTS ad_spend (
+    platform  TEXT             NOT NULL,  -- google_ads, meta, ... (free text, lower case)
+    account   TEXT             NOT NULL,  -- the platform's account / customer id
+    campaign  TEXT             NOT NULL,  -- matches marketing.campaign on the touches
+    day       TEXT             NOT NULL,  -- YYYY-MM-DD, the platform's reporting day
+    amount    DOUBLE PRECISION NOT NULL,
+    currency  TEXT             NOT NULL,
+    PRIMARY KEY (platform, account, campaign, day)
+);
