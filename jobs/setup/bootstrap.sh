@@ -18,6 +18,30 @@ need python3.11 "Install Python 3.11 (the pinned apache-flink 2.2.0 supports 3.9
 need java "Install a Java 17 runtime (Debian: apt-get install openjdk-17-jre-headless)."
 need mvn "Install Maven (Debian: apt-get install maven); it fetches the Kafka and Flink jars."
 
+# The integration tests start a private PostgreSQL server (pipelines/local_postgres.py):
+# the dev set-up needs its binaries. Debian keeps them in /usr/lib/postgresql/<v>/bin.
+has_postgres() {
+  local dir
+  dir=$(pg_config --bindir 2>/dev/null || true)
+  if [ -n "$dir" ] && [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then return 0; fi
+  for dir in /usr/lib/postgresql/*/bin; do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/postgres" ]; then return 0; fi
+  done
+  return 1
+}
+if [ "$extras" = "dev" ] && ! has_postgres; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+     [ ! -e "$stamp_dir/postgresql" ]; then
+    echo "==> PostgreSQL server (Debian package postgresql) for the warehouse tests"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql \
+      >/dev/null
+    touch "$stamp_dir/postgresql"
+  fi
+  has_postgres || { echo "error: the PostgreSQL server (initdb, postgres) is not installed;" \
+    "the tests start one. Install it (Debian: sudo apt-get install postgresql)." >&2; exit 1; }
+fi
+
 py=$(command -v python3.11 || command -v python3)
 if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
   echo "error: $py is not Python 3.11; install 3.11 or put it first on PATH." >&2
