@@ -79,7 +79,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs.demo import print_gpu_summary, print_summary
-    from pipelines.warehouse import Warehouse
+    from pipelines.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     warehouse = Warehouse(config.warehouse.url)
@@ -91,7 +91,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         if has_gpu_costs:
             print_gpu_summary(warehouse)
         if not has_credits and not has_gpu_costs:
-            print(f"{warehouse.url} holds no results yet: run a job, then `seedance load`")
+            print(f"{redacted_url(warehouse.url)} holds no results yet: run a job, then "
+                  "`seedance load`")
     finally:
         warehouse.close()
     return 0
@@ -157,21 +158,22 @@ def resume_hint(config: StreamingJobConfig, job_name: str) -> Iterator[None]:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from pipelines.warehouse import Warehouse
+    from pipelines.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     warehouse = Warehouse(config.warehouse.url)
     try:
         if args.follow:
-            print(f"loading {config.topics.credits} into {warehouse.url} as it arrives "
-                  "(Ctrl-C to stop)")
+            print(f"loading {config.topics.credits} into {redacted_url(warehouse.url)} as it "
+                  "arrives (Ctrl-C to stop)")
             warehouse.load_credits(bootstrap, config.topics.credits, follow=True)
         rows = warehouse.load_credits(bootstrap, config.topics.credits)
         gpu_rows = warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic)
     finally:
         warehouse.close()
-    print(f"loaded {rows} credit rows and {gpu_rows} GPU cost rows into {warehouse.url}")
+    print(f"loaded {rows} credit rows and {gpu_rows} GPU cost rows into "
+          f"{redacted_url(warehouse.url)}")
     return 0
 
 

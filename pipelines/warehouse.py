@@ -1,6 +1,7 @@
 """The warehouse: tables the dashboards read, loaded from the result topics.
 
-The embedded default is a SQLite file. Loading is idempotent (upsert by key) and
+The embedded default is a SQLite file; production uses PostgreSQL (same tables, same
+portable DDL in schemas/sql/warehouse.sql). Loading is idempotent (upsert by key) and
 exactly-once end to end: the loader reads with read_committed and stores the next Kafka
 offset in the same database transaction as the rows, so a crash never loses or doubles.
 """
@@ -8,12 +9,18 @@ offset in the same database transaction as the rows, so a crash never loses or d
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.paths import state_home
@@ -37,10 +44,69 @@ def default_url() -> str:
     return f"sqlite:///{state_home() / 'warehouse.db'}"
 
 
+class WarehouseError(ValueError):
+    """The warehouse cannot be opened or reached; the message names it (password hidden)."""
+
+
+def redacted_url(url: str) -> str:
+    """`url` fit for messages and logs: a password in it (user:PASSWORD@ or ?password=)
+    is replaced by ***."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    query = "&".join(
+        f"{key}=***" if key.lower() == "password" else item
+        for item in parts.query.split("&") if item
+        for key in [item.split("=", 1)[0]])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 def _sqlite_path(url: str) -> Path:
-    if not url.startswith("sqlite:///"):
-        raise ValueError(f"unsupported warehouse URL {url!r}: expected sqlite:///path/to/file.db")
     return Path(url.removeprefix("sqlite:///"))
+
+
+# Quoted strings, quoted names and comments are copied as they are; `?` and `;` outside them
+# are placeholders and statement ends. (Portable SQL: no dollar quotes.)
+_LEXEME = re.compile(r"'[^']*'|\"[^\"]*\"|--[^\n]*|/\*.*?\*/|[?;]", re.S)
+
+
+def _pyformat(sql: str) -> str:
+    """`?` placeholders -> psycopg's `%s`; a literal `%` becomes `%%` (psycopg scans the
+    whole text for placeholders, quoted strings included)."""
+    return _LEXEME.sub(lambda m: "%s" if m.group(0) == "?" else m.group(0),
+                       sql.replace("%", "%%"))
+
+
+def split_statements(text: str) -> list[str]:
+    """The `;`-separated statements of an SQL file, comments removed."""
+    statements: list[str] = []
+    current: list[str] = []
+    pos = 0
+    for match in _LEXEME.finditer(text):
+        current.append(text[pos:match.start()])
+        token = match.group(0)
+        if token == ";":
+            statements.append("".join(current))
+            current = []
+        elif token.startswith(("--", "/*")):
+            current.append(" ")
+        else:
+            current.append(token)
+        pos = match.end()
+    statements.append("".join(current) + text[pos:])
+    return [s.strip() for s in statements if s.strip()]
+
+
+def _plain(value: object) -> object:
+    """PostgreSQL's numeric (SUM of integers, NUMERIC columns) as SQLite gives it back:
+    an int when integral, else a float."""
+    if isinstance(value, Decimal):
+        exponent = value.as_tuple().exponent
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
+    return value
 
 
 def credit_row(message: bytes) -> tuple[object, ...]:
@@ -54,29 +120,131 @@ def credit_row(message: bytes) -> tuple[object, ...]:
 
 
 class Warehouse:
+    """The warehouse tables on SQLite (`sqlite:///path`) or PostgreSQL
+    (`postgresql://user@host:port/db`; password from the URL or PGPASSWORD).
+
+    The public API is dialect-neutral: SQL uses `?` placeholders, rows come back as tuples
+    of plain Python values, statements outside `transaction()` commit on their own.
+    """
+
     def __init__(self, url: str = "") -> None:
         self.url = url or default_url()
-        self.path = _sqlite_path(self.url)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path)
-        self.db.executescript(DDL.read_text())
-        # files from before the lifecycle stage existed get the column added
-        columns = {row[1] for row in self.db.execute("PRAGMA table_info(attribution_credits)")}
-        if "stage" not in columns:
-            self.db.execute("ALTER TABLE attribution_credits "
-                            "ADD COLUMN stage TEXT NOT NULL DEFAULT 'unknown'")
+        self.path: Path | None = None  # the SQLite file, None on PostgreSQL
+        self._depth = 0  # open transaction() blocks
+        self._conn: Any
+        scheme = self.url.split(":", 1)[0].lower()
+        if self.url.startswith("sqlite:///"):
+            self.dialect = "sqlite"
+            self.path = _sqlite_path(self.url)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # no implicit transactions: transaction() says where they begin and end
+            self._conn = sqlite3.connect(self.path, isolation_level=None)
+        elif scheme in ("postgresql", "postgres"):
+            self.dialect = "postgresql"
+            try:
+                self._conn = psycopg.connect(self.url, autocommit=True)
+            except psycopg.Error as error:
+                raise WarehouseError(f"cannot connect to the warehouse "
+                                     f"{redacted_url(self.url)}: {error}".strip()) from None
+        else:
+            raise ValueError(f"unsupported warehouse URL {redacted_url(self.url)!r}: expected "
+                             "sqlite:///path/to/file.db or postgresql://user@host:port/db")
+        self.apply_ddl(DDL)
+        if self.dialect == "sqlite":
+            # files from before the lifecycle stage existed get the column added
+            columns = {row[1] for row in self.query("PRAGMA table_info(attribution_credits)")}
+            if "stage" not in columns:
+                self.execute("ALTER TABLE attribution_credits "
+                             "ADD COLUMN stage TEXT NOT NULL DEFAULT 'unknown'")
+
+    # -- the dialect-neutral API ----------------------------------------------------------
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        """Rows of a SELECT (`?` placeholders) as tuples of plain values."""
+        rows = self._cursor(sql, params).fetchall()
+        if self.dialect == "postgresql":
+            return [tuple(_plain(v) for v in row) for row in rows]
+        return rows
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        """Run one statement (`?` placeholders); returns the number of rows it changed."""
+        return int(self._cursor(sql, params).rowcount)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[object]]) -> None:
+        """Run one statement per row, all of them or none (inside a transaction)."""
+        if self.dialect == "postgresql":
+            sql = _pyformat(sql)
+        with self.transaction():
+            cursor = self._conn.cursor()
+            try:
+                cursor.executemany(sql, rows)
+            finally:
+                cursor.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """A block whose statements commit together, or roll back if it raises. Nested
+        blocks are savepoints: an inner one that raises undoes only its own work."""
+        if self.dialect == "postgresql":
+            with self._conn.transaction():
+                self._depth += 1
+                try:
+                    yield
+                finally:
+                    self._depth -= 1
+            return
+        savepoint = f"sp{self._depth}"
+        outer = self._depth == 0
+        self._conn.execute("BEGIN" if outer else f"SAVEPOINT {savepoint}")
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if outer:
+                self._conn.execute("ROLLBACK")
+            else:
+                self._conn.execute(f"ROLLBACK TO {savepoint}")
+                self._conn.execute(f"RELEASE {savepoint}")
+            raise
+        self._depth -= 1
+        try:
+            self._conn.execute("COMMIT" if outer else f"RELEASE {savepoint}")
+        except BaseException:
+            if outer:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def apply_ddl(self, path: Path | str) -> None:
+        """Run a .sql file of `;`-separated statements in one transaction. Idempotent when
+        the file is (CREATE ... IF NOT EXISTS), as schemas/sql files are."""
+        with self.transaction():
+            for statement in split_statements(Path(path).read_text()):
+                self.execute(statement)
 
     def close(self) -> None:
-        self.db.close()
+        self._conn.close()
 
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _cursor(self, sql: str, params: Sequence[object]) -> Any:
+        if self.dialect == "postgresql":
+            return self._conn.execute(_pyformat(sql), tuple(params))
+        return self._conn.execute(sql, tuple(params))
+
+    # -- loading --------------------------------------------------------------------------
     def upsert(self, table: str, columns: tuple[str, ...], keys: int,
                rows: Iterable[tuple[object, ...]]) -> None:
         """Insert or replace by the first `keys` columns (the table's primary key)."""
         placeholders = ", ".join("?" for _ in columns)
         updates = ", ".join(f"{c} = excluded.{c}" for c in columns[keys:])
-        self.db.executemany(
+        action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+        self.executemany(
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
-            f"ON CONFLICT ({', '.join(columns[:keys])}) DO UPDATE SET {updates}", rows)
+            f"ON CONFLICT ({', '.join(columns[:keys])}) {action}", rows)
 
     def upsert_credits(self, messages: list[bytes]) -> None:
         self.upsert("attribution_credits", CREDIT_COLUMNS, 3, map(credit_row, messages))
@@ -114,9 +282,9 @@ class Warehouse:
             if not partitions:
                 return 0
             client.assign(partitions)
-            stored = dict(self.db.execute(
+            stored = dict(self.query(
                 "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
-                (consumer, topic)).fetchall())
+                (consumer, topic)))
             for tp in partitions:
                 if tp.partition in stored:
                     client.seek(tp, stored[tp.partition])
@@ -128,9 +296,9 @@ class Warehouse:
                 batch = client.poll(timeout_ms=500, max_records=10_000)
                 rows = [r.value for records in batch.values() for r in records]
                 if rows:
-                    with self.db:  # one transaction: rows and offsets together
+                    with self.transaction():  # rows and offsets commit together
                         apply(rows)
-                        self.db.executemany(
+                        self.executemany(
                             "INSERT INTO kafka_offsets (consumer, topic, partition, next_offset) "
                             "VALUES (?, ?, ?, ?) ON CONFLICT (consumer, topic, partition) "
                             "DO UPDATE SET next_offset = excluded.next_offset",
@@ -149,57 +317,63 @@ class Warehouse:
             client.close()
         return loaded
 
+    # -- summaries ------------------------------------------------------------------------
     def channel_summary(self) -> list[tuple[str, str, float, float]]:
         """(model, channel, conversions credited, revenue credited), largest first."""
-        return self.db.execute(
+        return self.query(
             "SELECT model, channel, SUM(credit), SUM(revenue) FROM attribution_credits "
-            "GROUP BY model, channel ORDER BY model, SUM(revenue) DESC").fetchall()
+            "GROUP BY model, channel ORDER BY model, SUM(revenue) DESC")
 
     def gpu_cost_summary(self) -> dict[str, object]:
         """Cost per workload, the costliest traces, idle per GPU, and the conservation check."""
-        q = self.db.execute
+        q = self.query
+
+        def total(sql: str) -> float:
+            return float(q(sql)[0][0])
+
         return {
             "per_workload": q("SELECT namespace, workload, SUM(gpu_seconds), SUM(cost_usd) "
                               "FROM gpu_call_costs GROUP BY namespace, workload "
-                              "ORDER BY SUM(cost_usd) DESC").fetchall(),
+                              "ORDER BY SUM(cost_usd) DESC"),
             "top_traces": q("SELECT trace_id, user_id, SUM(cost_usd) FROM gpu_call_costs "
-                            "GROUP BY trace_id, user_id ORDER BY SUM(cost_usd) DESC "
-                            "LIMIT 5").fetchall(),
+                            "GROUP BY trace_id, user_id ORDER BY SUM(cost_usd) DESC LIMIT 5"),
             "idle_per_gpu": q("SELECT gpu_uuid, model, SUM(idle_seconds), SUM(cost_usd) "
-                              "FROM gpu_idle_costs GROUP BY gpu_uuid, model").fetchall(),
-            "allocated_usd": q("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs")
-            .fetchone()[0],
-            "idle_usd": q("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_idle_costs").fetchone()[0],
-            "interval_usd": q(
+                              "FROM gpu_idle_costs GROUP BY gpu_uuid, model "
+                              "ORDER BY gpu_uuid, model"),
+            "allocated_usd": total("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs"),
+            "idle_usd": total("SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_idle_costs"),
+            # each interval's cost once, whether it had calls, idle time or both
+            "interval_usd": total(
                 "SELECT COALESCE(SUM(cost), 0) FROM (SELECT MAX(interval_cost_usd) AS cost FROM "
                 "(SELECT gpu_uuid, interval_end_ms, interval_cost_usd FROM gpu_call_costs "
                 "UNION ALL SELECT gpu_uuid, interval_end_ms, interval_cost_usd "
-                "FROM gpu_idle_costs) GROUP BY gpu_uuid, interval_end_ms)").fetchone()[0],
+                "FROM gpu_idle_costs) AS priced GROUP BY gpu_uuid, interval_end_ms) "
+                "AS intervals"),
             # OpenCost-style shared idle, by the same rule as everywhere (udfs.gpu_cost)
             "idle_shared": sorted(share_idle(*self._gpu_totals()).items(),
                                   key=lambda item: -item[1]),
             "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "
-                                      "price_known").fetchone()[0],
+                                      "price_known")[0][0],
         }
 
     def _gpu_totals(self) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
         allocated: dict[str, dict[str, float]] = {}
-        for gpu, workload, usd in self.db.execute(
+        for gpu, workload, usd in self.query(
                 "SELECT gpu_uuid, workload, SUM(cost_usd) FROM gpu_call_costs "
                 "GROUP BY gpu_uuid, workload"):
             allocated.setdefault(gpu, {})[workload] = usd
-        idle = dict(self.db.execute(
-            "SELECT gpu_uuid, SUM(cost_usd) FROM gpu_idle_costs GROUP BY gpu_uuid").fetchall())
+        idle = dict(self.query(
+            "SELECT gpu_uuid, SUM(cost_usd) FROM gpu_idle_costs GROUP BY gpu_uuid"))
         return allocated, idle
 
     def stage_summary(self) -> list[tuple[str, str, int, float]]:
         """(model, lifecycle stage, orders, revenue credited)."""
-        return self.db.execute(
+        return self.query(
             "SELECT model, stage, COUNT(DISTINCT order_id), SUM(revenue) "
-            "FROM attribution_credits GROUP BY model, stage ORDER BY model, stage").fetchall()
+            "FROM attribution_credits GROUP BY model, stage ORDER BY model, stage")
 
     def totals(self) -> list[tuple[str, int, float, float]]:
         """Per model: orders, conversions credited, revenue credited (conservation check)."""
-        return self.db.execute(
+        return self.query(
             "SELECT model, COUNT(DISTINCT order_id), SUM(credit), SUM(revenue) "
-            "FROM attribution_credits GROUP BY model ORDER BY model").fetchall()
+            "FROM attribution_credits GROUP BY model ORDER BY model")
