@@ -70,7 +70,11 @@ class JourneySection:
 
 @dataclass(frozen=True)
 class AttributionConfig:
-    models: tuple[str, ...] = ("last_click", "linear")
+    models: tuple[str, ...] = ("last_click", "first_click", "linear", "position_based",
+                               "time_decay", "shapley_simplified", "shapley", "markov")
+    half_life_days: float = 7.0
+    markov_order: int = 1
+    refit_every_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +138,12 @@ class StreamingJobConfig:
              "must be at least gpu.nominal_interval_s"),
             (self.journey.max_touches is None or self.journey.max_touches >= 1,
              "journey.max_touches", "must be at least 1 or null"),
+            (self.attribution.half_life_days > 0, "attribution.half_life_days",
+             "must be positive"),
+            (self.attribution.markov_order >= 1, "attribution.markov_order",
+             "must be at least 1"),
+            (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
+             "must be at least 1 second"),
         ]
         for ok, key, problem in checks:
             if not ok:

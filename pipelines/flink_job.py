@@ -3,6 +3,9 @@
 ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message)
 transform  event-time watermarks -> key by user -> buffer until the watermark passes,
            then run the journey `step` in event-time order and credit each conversion
+           with the per-conversion models; closed journeys (converting or not) go on to
+           one keyed operator that keeps path counts and refits the data-driven models
+           (shapley, markov) once per period (udfs/data_driven.py)
 write    credits, dead letters and late events to Kafka with exactly-once sinks
 
 Every operator has a stable uid so that savepoints stay compatible across upgrades.
@@ -40,20 +43,27 @@ from pipelines.flink_kafka import (
 )
 from pipelines.otlp_codec import dead_letter_json, decode_spans
 from schemas.records import Conversion, Touchpoint
-from udfs.attribution import credit_journey
+from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
+from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
 from udfs.journeys import (
+    ClosedJourney,
+    ConvertedJourney,
     JourneyConfig,
     JourneyState,
+    close_stale,
+    close_ts,
     event_order,
     expire,
     next_wake_up,
     step,
 )
+from udfs.models import ModelParams
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
+CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
 
 
 Stamped = tuple[Touchpoint | Conversion, int]
@@ -108,9 +118,12 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     events older than the watermark on arrival go to the late side output.
     """
 
-    def __init__(self, journey: JourneyConfig, models: tuple[str, ...]) -> None:
+    def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
+                 params: ModelParams, emit_closed: bool) -> None:
         self.journey = journey
         self.models = models
+        self.params = params
+        self.emit_closed = emit_closed  # the data-driven models learn from every journey
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.state = runtime_context.get_state(
@@ -137,11 +150,18 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             else:
                 self.pending.clear()
         state: JourneyState = self.state.value() or JourneyState()
+        closed: list[ClosedJourney] = []
         for event in ready:
             state, journeys = step(state, event, self.journey)
-            for journey in journeys:
-                for credit in credit_journey(journey, self.models):
+            closed.extend(journeys)
+        state, stale = close_stale(state, timestamp, self.journey)
+        closed.extend(stale)
+        for journey in closed:
+            if isinstance(journey, ConvertedJourney):
+                for credit in credit_journey(journey, self.models, self.params):
                     yield credit_json(credit)
+            if self.emit_closed:
+                yield CLOSED_JOURNEYS, journey
         state = expire(state, timestamp, self.journey)
         wake_up = next_wake_up(state, self.journey)
         if wake_up is None:
@@ -150,6 +170,41 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             # touches wait for their lookback to pass; the last order for its history
             self.state.update(state)
             ctx.timer_service().register_event_time_timer(wake_up)
+
+
+class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
+    """One key for the whole stream: path counts of every closed journey, and the credits
+    of each period's conversions from the models refitted when the period closes."""
+
+    def __init__(self, models: tuple[str, ...], params: ModelParams, period_ms: int) -> None:
+        self.models = models
+        self.params = params
+        self.period_ms = period_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.counts = runtime_context.get_state(
+            ValueStateDescriptor("path-counts", Types.PICKLED_BYTE_ARRAY()))
+        self.pending = runtime_context.get_list_state(
+            ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, journey: ClosedJourney,
+                        ctx: KeyedProcessFunction.Context) -> None:
+        self.pending.add(journey)
+        ctx.timer_service().register_event_time_timer(
+            period_end(close_ts(journey), self.period_ms))
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+        pending = list(self.pending.get() or [])
+        ready = [j for j in pending if close_ts(j) <= timestamp]
+        rest = [j for j in pending if close_ts(j) > timestamp]
+        if rest:
+            self.pending.update(rest)
+        else:
+            self.pending.clear()
+        counts = PathCounts(self.counts.value() or {})
+        for credit in credit_period(counts, ready, self.models, self.params):
+            yield credit_json(credit)
+        self.counts.update(counts.counts)
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -177,14 +232,29 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .with_timestamp_assigner(EventTime()))
     journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches,
                             config.journey.winback_days, config.journey.history_days)
-    credits = (decoded
-               .assign_timestamps_and_watermarks(watermarks).name("event-time").uid("event-time")
-               .key_by(lambda stamped: stamped[0].user_id, key_type=Types.STRING())
-               .process(AttributeJourneys(journey, config.attribution.models),
-                        output_type=Types.STRING())
-               .name("attribute-journeys").uid("attribute-journeys"))
+    attribution = config.attribution
+    params = ModelParams(half_life_days=attribution.half_life_days,
+                         markov_order=attribution.markov_order)
+    per_conversion = tuple(m for m in attribution.models if m in PER_CONVERSION_MODELS)
+    data_driven = tuple(m for m in attribution.models if m in DATA_DRIVEN_MODELS)
+    attributed = (decoded
+                  .assign_timestamps_and_watermarks(watermarks).name("event-time")
+                  .uid("event-time")
+                  .key_by(lambda stamped: stamped[0].user_id, key_type=Types.STRING())
+                  .process(AttributeJourneys(journey, per_conversion, params, bool(data_driven)),
+                           output_type=Types.STRING())
+                  .name("attribute-journeys").uid("attribute-journeys"))
+    credits = attributed
+    if data_driven:
+        fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
+                  .key_by(lambda _: 0, key_type=Types.INT())
+                  .process(FitDataDrivenModels(data_driven, params,
+                                               int(attribution.refit_every_s * 1000)),
+                           output_type=Types.STRING())
+                  .name("fit-data-driven-models").uid("fit-data-driven-models"))
+        credits = attributed.union(fitted)
     return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS),
-                      credits.get_side_output(LATE_EVENTS))
+                      attributed.get_side_output(LATE_EVENTS))
 
 
 def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from pipelines.config import AttributionConfig
 from pipelines.generator import Plan, valid_events
 from schemas.records import Conversion, Credit, Touchpoint
-from udfs.attribution import credit_journey
-from udfs.journeys import ConvertedJourney, JourneyConfig, journeys_of
+from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
+from udfs.data_driven import DATA_DRIVEN_MODELS, credit_by_period
+from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
 
 
-def reference_journeys(plan: Plan) -> list[ConvertedJourney]:
-    """Every converted journey of the plan's valid events (not broken, not emitted late)."""
+def reference_closed_journeys(plan: Plan) -> list[ClosedJourney]:
+    """Every journey (converting or not) of the plan's valid events (not broken, not late),
+    closed as a stream run to its end closes them."""
     by_user: dict[str, list[Touchpoint | Conversion]] = defaultdict(list)
     for e in valid_events(plan):
         ms = e.ts_ns // 10**6
@@ -19,9 +22,20 @@ def reference_journeys(plan: Plan) -> list[ConvertedJourney]:
             Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
             else Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, "", ""))
     return [journey for events in by_user.values()
-            for journey in journeys_of(events, JourneyConfig())]
+            for journey in closed_journeys_of(events, JourneyConfig())]
 
 
-def reference_credits(plan: Plan, models: tuple[str, ...] = ("last_click", "linear")
-                      ) -> list[Credit]:
-    return [c for journey in reference_journeys(plan) for c in credit_journey(journey, models)]
+def reference_journeys(plan: Plan) -> list[ConvertedJourney]:
+    return [j for j in reference_closed_journeys(plan) if isinstance(j, ConvertedJourney)]
+
+
+def reference_credits(plan: Plan, models: tuple[str, ...] = AttributionConfig.models,
+                      refit_every_s: float = AttributionConfig.refit_every_s) -> list[Credit]:
+    closed = reference_closed_journeys(plan)
+    per_conversion = tuple(m for m in models if m in PER_CONVERSION_MODELS)
+    data_driven = tuple(m for m in models if m in DATA_DRIVEN_MODELS)
+    credits = [c for j in closed if isinstance(j, ConvertedJourney)
+               for c in credit_journey(j, per_conversion)]
+    if data_driven:
+        credits += credit_by_period(closed, data_driven, int(refit_every_s * 1000))
+    return credits

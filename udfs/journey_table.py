@@ -116,8 +116,10 @@ def from_events(events: pd.DataFrame, lookback_days: float = 30.0,
 
     Columns: user_id, ts_ms (int), is_conversion (bool), channel, campaign, revenue.
     A conversion takes the user's touches since the previous conversion that lie inside
-    its lookback (the last `max_touches` of them); touches after a user's last conversion
-    form a non-converting journey (those within the lookback of its last touch).
+    its lookback (the last `max_touches` of them); touches not taken by an order form
+    non-converting journeys, closed when the lookback of their last touch passed before
+    the user's next event (or at the end of the data), with the touches within the
+    lookback of that last one -- exactly as `udfs.journeys.step` closes them.
     """
     lookback_ms = int(lookback_days * 86_400_000)
     frame = events[["user_id", "ts_ms", "is_conversion", "channel", "campaign", "revenue"]]
@@ -125,14 +127,13 @@ def from_events(events: pd.DataFrame, lookback_days: float = 30.0,
     frame = frame.sort_values(["user_id", "ts_ms", "_kind"], kind="stable", ignore_index=True)
     conv = frame.is_conversion.to_numpy(bool)
     user_codes = pd.factorize(frame.user_id)[0]
-    # segment = number of conversions before this row within its user; a conversion row
-    # belongs to the segment it closes
-    cum = np.cumsum(conv)
-    user_start = np.r_[0, np.flatnonzero(np.diff(user_codes)) + 1]
-    before_user = np.repeat(cum[user_start] - conv[user_start],
-                            np.diff(np.r_[user_start, len(frame)]))
-    segment = cum - conv - before_user
-    key = user_codes.astype(np.int64) * (segment.max(initial=0) + 2) + segment
+    ts = frame.ts_ms.to_numpy(np.int64)
+    # segments = journeys: a new one starts at a user's first event, after each order, and
+    # after a touch whose lookback passed before the next event (it closed unconverted)
+    same_user = np.r_[False, user_codes[1:] == user_codes[:-1]]
+    after_order = np.r_[False, conv[:-1]]
+    after_stale_touch = ~after_order & (np.r_[0, np.diff(ts)] > lookback_ms)
+    key = np.cumsum(~same_user | after_order | after_stale_touch)
     touches = frame.loc[~conv].assign(_key=key[~conv])
     orders = frame.loc[conv].assign(_key=key[conv])
     ts_by_order = pd.Series(orders.ts_ms.to_numpy(), index=orders._key.to_numpy())

@@ -2,7 +2,9 @@
 
 A journey is the ordered list of a user's touchpoints inside the lookback window before a
 conversion (default 30 days, optionally only the last N touches). A conversion closes the
-journey: touches before it count for it and not for the user's next order.
+journey: touches before it count for it and not for the user's next order. A journey also
+closes, without conversion, once its last touch is older than the lookback: from then on
+no order can take those touches (the data-driven models learn from both kinds).
 
 The logic is a small state plus `step(state, event)`; engines only load the state, call
 it with events in event-time order, and store the state back.
@@ -58,6 +60,41 @@ class ConvertedJourney:
     stage: str = "unknown"  # lifecycle stage of the order (udfs.lifecycle)
 
 
+@dataclass(frozen=True)
+class NonConvertingJourney:
+    """Touches whose lookback passed without an order (those within the lookback of the
+    last one, the last N of them); closed at `close_ts_ms` = last touch + lookback + 1."""
+
+    user_id: str
+    touches: tuple[Touchpoint, ...]
+    close_ts_ms: int
+
+
+ClosedJourney = ConvertedJourney | NonConvertingJourney
+
+
+def close_ts(journey: ClosedJourney) -> int:
+    """When a journey closed: its order's time, or its last touch + lookback + 1."""
+    if isinstance(journey, ConvertedJourney):
+        return journey.conversion.ts_ms
+    return journey.close_ts_ms
+
+
+def close_stale(state: JourneyState, now_ms: int,
+                config: JourneyConfig) -> tuple[JourneyState, list[NonConvertingJourney]]:
+    """Close the open touches as a non-converting journey if the lookback of the last one
+    has passed by `now_ms` (the time of the next event, or the watermark)."""
+    if not state.touches or state.touches[-1].ts_ms + config.lookback_ms >= now_ms:
+        return state, []
+    last = state.touches[-1]
+    touches = [t for t in state.touches if t.ts_ms >= last.ts_ms - config.lookback_ms]
+    if config.max_touches is not None:
+        touches = touches[-config.max_touches:]
+    journey = NonConvertingJourney(last.user_id, tuple(touches),
+                                   last.ts_ms + config.lookback_ms + 1)
+    return JourneyState([], state.last_order_ts_ms), [journey]
+
+
 def event_order(event: Touchpoint | Conversion) -> tuple[int, int]:
     """Sort key for one user's events: by time; at equal times a touch precedes the order."""
     return (event.ts_ms, 1 if isinstance(event, Conversion) else 0)
@@ -65,10 +102,14 @@ def event_order(event: Touchpoint | Conversion) -> tuple[int, int]:
 
 def step(
     state: JourneyState, event: Touchpoint | Conversion, config: JourneyConfig
-) -> tuple[JourneyState, list[ConvertedJourney]]:
-    """Advance one user's state by one event (events must arrive in `event_order`)."""
+) -> tuple[JourneyState, list[ClosedJourney]]:
+    """Advance one user's state by one event (events must arrive in `event_order`).
+
+    Returns the journeys this event closed: a stale open journey (non-converting) and/or
+    the conversion's own journey."""
+    state, closed = close_stale(state, event.ts_ms, config)
     if isinstance(event, Touchpoint):
-        return JourneyState([*state.touches, event], state.last_order_ts_ms), []
+        return JourneyState([*state.touches, event], state.last_order_ts_ms), list(closed)
     window_start = event.ts_ms - config.lookback_ms
     touches = [t for t in state.touches if window_start <= t.ts_ms <= event.ts_ms]
     if config.max_touches is not None:
@@ -76,13 +117,15 @@ def step(
     stage = stage_of(event.user_id, state.last_order_ts_ms, event.ts_ms,
                      LifecycleConfig(config.winback_days))
     journey = ConvertedJourney(event, tuple(touches), stage)
-    return JourneyState([], event.ts_ms), [journey]
+    return JourneyState([], event.ts_ms), [*closed, journey]
 
 
 def expire(state: JourneyState, watermark_ms: int, config: JourneyConfig) -> JourneyState:
-    """Drop touches that no future conversion (ts >= watermark) can reach any more, and an
-    order history older than `history_days`."""
-    horizon = watermark_ms - config.lookback_ms
+    """Drop touches that neither a future conversion (ts >= watermark) nor the open
+    journey's own close can reach any more, and an order history older than
+    `history_days`. Call `close_stale` first."""
+    horizon = min(watermark_ms, state.touches[-1].ts_ms if state.touches else watermark_ms) \
+        - config.lookback_ms
     kept = [t for t in state.touches if t.ts_ms >= horizon]
     last_order = state.last_order_ts_ms
     if last_order is not None and last_order + config.history_ms < watermark_ms:
@@ -102,12 +145,20 @@ def next_wake_up(state: JourneyState, config: JourneyConfig) -> int | None:
     return min(times) if times else None
 
 
-def journeys_of(events: list[Touchpoint | Conversion],
-                config: JourneyConfig) -> list[ConvertedJourney]:
-    """All converted journeys of one user's events, in any arrival order (batch use)."""
+def closed_journeys_of(events: list[Touchpoint | Conversion],
+                       config: JourneyConfig) -> list[ClosedJourney]:
+    """Every journey of one user's events, in any arrival order, as a stream that ran to
+    its end would close them (the open touches close last)."""
     state = JourneyState()
-    out: list[ConvertedJourney] = []
+    out: list[ClosedJourney] = []
     for event in sorted(events, key=event_order):
         state, produced = step(state, event, config)
         out.extend(produced)
+    out.extend(close_stale(state, 2**62, config)[1])
     return out
+
+
+def journeys_of(events: list[Touchpoint | Conversion],
+                config: JourneyConfig) -> list[ConvertedJourney]:
+    """The converted journeys of one user's events, in any arrival order (batch use)."""
+    return [j for j in closed_journeys_of(events, config) if isinstance(j, ConvertedJourney)]

@@ -13,8 +13,7 @@ from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import producer, read_all
 from pipelines.warehouse import Warehouse
-from tests.reference import reference_journeys
-from udfs.attribution import credit_journey
+from tests.reference import reference_credits, reference_journeys
 
 T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
 S = 10**9
@@ -86,6 +85,7 @@ EXPECTED = {
 
 
 def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_path):
+    job_config = job_config.replace("attribution", models=("last_click", "linear"))
     publish(kafka, job_config.topics.spans, HAND_COMPUTED)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
@@ -124,19 +124,29 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
 @pytest.mark.parametrize("encoding", ["otlp_json"])
 def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, encoding):
+    # every model; data-driven ones refitted daily, so many periods are exercised
+    job_config = job_config.replace("attribution", refit_every_s=86_400.0)
     plan = plan_events(400, seed=21)
     publish(kafka, job_config.topics.spans, plan, encoding=encoding)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
     journeys = reference_journeys(plan)
     expected_stage = {j.conversion.order_id: j.stage for j in journeys}
-    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
-                for j in journeys for c in credit_journey(j, ("last_click", "linear"))}
+    reference = reference_credits(plan, job_config.attribution.models, 86_400.0)
+    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue for c in reference}
+    assert {c.model for c in reference} == set(job_config.attribution.models)
 
     rows = messages(kafka, job_config.topics.credits)
     got = {credit_key(r): r["revenue"] for r in rows}
+    assert len(rows) == len(got), "no duplicates"
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    # conservation per model and order
+    per_order: dict[tuple[str, str], float] = {}
+    for r in rows:
+        per_order[r["model"], r["order_id"]] = per_order.get((r["model"], r["order_id"]), 0.0) \
+            + r["credit"]
+    assert all(math.isclose(v, 1.0, rel_tol=1e-9) for v in per_order.values())
     assert {r["order_id"]: r["stage"] for r in rows} == expected_stage
     assert {"new", "repeat"} <= set(expected_stage.values())
     invalid = sum(e.kind == "invalid_conversion" for e in plan.events)

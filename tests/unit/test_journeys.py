@@ -3,7 +3,16 @@ import random
 import pytest
 
 from schemas.records import Conversion, Touchpoint
-from udfs.journeys import DAY_MS, JourneyConfig, JourneyState, expire, journeys_of, step
+from udfs.journeys import (
+    DAY_MS,
+    JourneyConfig,
+    JourneyState,
+    close_stale,
+    closed_journeys_of,
+    expire,
+    journeys_of,
+    step,
+)
 
 CFG = JourneyConfig(lookback_days=30)
 
@@ -64,10 +73,30 @@ def test_step_does_not_mutate_the_previous_state():
 
 
 def test_expire_drops_touches_no_future_order_can_reach():
-    state = JourneyState([touch(0, "a"), touch(10 * DAY_MS, "b")])
-    kept = expire(state, 35 * DAY_MS, CFG)
+    state = JourneyState([touch(0, "a"), touch(40 * DAY_MS, "b")])
+    kept = expire(state, 45 * DAY_MS, CFG)
     assert [t.channel for t in kept.touches] == ["b"]
     assert expire(state, 5 * DAY_MS, CFG) is state
+    # the open journey's own close needs the touches within the lookback of its last one
+    near = JourneyState([touch(0, "a"), touch(25 * DAY_MS, "b")])
+    assert expire(near, 54 * DAY_MS, CFG) is near
+
+
+def test_a_journey_closes_unconverted_when_its_lookback_passes():
+    events = [touch(0, "a"), touch(10 * DAY_MS, "b"), touch(45 * DAY_MS, "c"),
+              order(50 * DAY_MS), touch(60 * DAY_MS, "d")]
+    closed = closed_journeys_of(events, CFG)
+    assert [type(j).__name__ for j in closed] == [
+        "NonConvertingJourney", "ConvertedJourney", "NonConvertingJourney"]
+    first, converted, last = closed
+    assert [t.channel for t in first.touches] == ["a", "b"]
+    assert first.close_ts_ms == 40 * DAY_MS + 1
+    assert [t.channel for t in converted.touches] == ["c"]
+    assert [t.channel for t in last.touches] == ["d"] and last.close_ts_ms == 90 * DAY_MS + 1
+    # the stream sees the same close from the watermark alone (no later event)
+    state, none = step(JourneyState(), touch(0, "a"), CFG)
+    assert none == [] and close_stale(state, 30 * DAY_MS, CFG)[1] == []
+    assert close_stale(state, 30 * DAY_MS + 1, CFG)[1][0].touches == (touch(0, "a"),)
 
 
 @pytest.mark.parametrize("kwargs", [{"lookback_days": 0}, {"max_touches": 0}])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from schemas.records import Conversion, Touchpoint
 from udfs import markov, shapley
 from udfs.journey_table import apply_transform, from_events, from_paths
-from udfs.journeys import JourneyConfig, journeys_of
+from udfs.journeys import ConvertedJourney, JourneyConfig, closed_journeys_of
 from udfs.models import MODELS, ModelParams, attribute, touch_weights
 
 DAY_MS = 86_400_000
@@ -242,15 +242,23 @@ def test_batch_journeys_equal_streaming_journeys():
         converted_paths = sorted(
             (int(ts), p) for ts, p, c in zip(table.conversion_ts, table.paths(),
                                              table.conversions, strict=True) if c > 0)
-        expected = []
+        open_paths = sorted(p for p, n in zip(table.paths(), table.non_conversions,
+                                               strict=True) if n > 0)
+        expected, expected_open = [], []
         for user, group in events.groupby("user_id"):
             stream_events = [Conversion(user, r.ts_ms, f"{user}-{i}", r.revenue, "USD", "", "")
                              if r.is_conversion else
                              Touchpoint(user, r.ts_ms, r.channel, "", "", "")
                              for i, r in enumerate(group.itertuples())]
-            for j in journeys_of(stream_events, JourneyConfig(30, max_touches)):
-                expected.append((j.conversion.ts_ms, tuple(t.channel for t in j.touches)))
+            for j in closed_journeys_of(stream_events, JourneyConfig(30, max_touches)):
+                path = tuple(t.channel for t in j.touches)
+                if isinstance(j, ConvertedJourney):
+                    expected.append((j.conversion.ts_ms, path))
+                else:
+                    expected_open.append(path)
         assert converted_paths == sorted(expected)
+        assert open_paths == sorted(expected_open)
+        assert len(open_paths) > 20  # the population has journeys closed by a long gap
 
 
 def test_path_transforms():

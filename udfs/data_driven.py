@@ -1,0 +1,102 @@
+"""Data-driven models on a stream: conversion-rate counts that grow as journeys close.
+
+`shapley` and `markov` need counts over many journeys, converting and not. A stream keeps
+those counts per distinct path (the channel sequence) and refits the models once per
+period: a conversion closed in period [k*P, (k+1)*P) is credited with the models fitted on
+every journey closed before the period ends, itself included. The result depends only on
+the data and P, not on arrival timing, so a batch run over the same journeys (see
+`credit_by_period`) gives the same credits. One fit per period keeps the cost per journey
+small; a P longer than the data makes the credits equal a batch fit over all of it.
+
+The fit is `udfs.models.touch_weights` on a JourneyTable of the distinct paths with their
+counts: the same function the batch CLI calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from schemas.records import Credit
+from udfs import models as batch_models
+from udfs.attribution import credits_from_weights
+from udfs.journey_table import from_paths
+from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
+
+DATA_DRIVEN_MODELS = ("shapley", "markov")
+
+Path = tuple[str, ...]
+
+
+def period_end(ts_ms: int, period_ms: int) -> int:
+    """Last millisecond of the refit period holding ts_ms."""
+    return (ts_ms // period_ms + 1) * period_ms - 1
+
+
+@dataclass
+class PathCounts:
+    """Conversions and non-conversions per distinct path, in first-seen order."""
+
+    counts: dict[Path, list[float]] = field(default_factory=dict)
+
+    def add(self, journey: ClosedJourney) -> None:
+        path = tuple(t.channel for t in journey.touches)
+        cell = self.counts.setdefault(path, [0.0, 0.0])
+        cell[0 if isinstance(journey, ConvertedJourney) else 1] += 1.0
+
+    def fit(self, models: Sequence[str],
+            params: batch_models.ModelParams | None = None) -> FittedModels:
+        paths = list(self.counts)
+        table = from_paths(paths, [c[0] for c in self.counts.values()],
+                           [c[1] for c in self.counts.values()], np.zeros(len(paths)))
+        offsets = table.offsets
+        weights: dict[str, dict[Path, np.ndarray]] = {}
+        for model in models:
+            touch = batch_models.touch_weights(table, model, params)
+            weights[model] = {path: touch[offsets[row]:offsets[row + 1]]
+                              for row, path in enumerate(paths)}
+        return FittedModels(weights)
+
+
+@dataclass(frozen=True)
+class FittedModels:
+    """Per model: the per-touch weights of every path seen so far."""
+
+    weights: dict[str, dict[Path, np.ndarray]]
+
+    def credit(self, journey: ConvertedJourney) -> list[Credit]:
+        path = tuple(t.channel for t in journey.touches)
+        out: list[Credit] = []
+        for model, by_path in self.weights.items():
+            out.extend(credits_from_weights(journey, model, by_path[path].tolist()))
+        return out
+
+
+def credit_period(counts: PathCounts, closed: Iterable[ClosedJourney],
+                  models: Sequence[str],
+                  params: batch_models.ModelParams | None = None) -> list[Credit]:
+    """Count one period's closed journeys, refit, and credit that period's conversions."""
+    closed = list(closed)
+    for journey in closed:
+        counts.add(journey)
+    converted = [j for j in closed if isinstance(j, ConvertedJourney)]
+    if not converted:
+        return []
+    fitted = counts.fit(models, params)
+    return [credit for journey in converted for credit in fitted.credit(journey)]
+
+
+def credit_by_period(journeys: Iterable[ClosedJourney], models: Sequence[str],
+                     period_ms: int,
+                     params: batch_models.ModelParams | None = None) -> list[Credit]:
+    """Batch twin of the stream: credits of every conversion, fitting period by period."""
+    by_period: dict[int, list[ClosedJourney]] = {}
+    for journey in journeys:
+        by_period.setdefault(period_end(close_ts(journey), period_ms), []).append(journey)
+    counts = PathCounts()
+    out: list[Credit] = []
+    for end in sorted(by_period):
+        out.extend(credit_period(counts, by_period[end], models, params))
+    return out
