@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
@@ -61,7 +61,10 @@ def redacted_url(url: str) -> str:
         f"{key}=***" if key.lower() == "password" else item
         for item in parts.query.split("&") if item
         for key in [item.split("=", 1)[0]])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+            + (f"#{parts.fragment}" if parts.fragment else ""))
 
 
 def _sqlite_path(url: str) -> Path:

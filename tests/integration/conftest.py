@@ -1,19 +1,26 @@
-"""One real Kafka broker and one Flink MiniCluster per test session; fresh topics per test."""
+"""One real Kafka broker, one Flink MiniCluster and one PostgreSQL server per test session
+(each started when a test first needs it); fresh topics and databases per test."""
 
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from pipelines.config import StreamingJobConfig, load_config
 from pipelines.flink_cluster import LocalFlinkCluster
 from pipelines.kafka_io import ensure_topics
+from pipelines.local_postgres import LocalPostgres
 from pipelines.local_stack import LocalKafka
 
 _topic_ids = itertools.count()
+_database_ids = itertools.count()
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +41,41 @@ def flink() -> Iterator[LocalFlinkCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[str]:
+    """URL of the database `seedance` on a PostgreSQL server started for this session."""
+    # Not under pytest's tmp folder: as root the server runs as the `postgres` user, which
+    # cannot enter pytest's private (0700) folders; /tmp itself is open to it.
+    home = Path(tempfile.mkdtemp(prefix="seedance-pg-"))
+    # fsync off: a test server's data need not survive a power cut, and it is much faster
+    server = LocalPostgres(home, settings={"fsync": "off", "synchronous_commit": "off",
+                                           "full_page_writes": "off"})
+    try:
+        yield server.up().url
+    finally:
+        server.down()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty warehouse per test, on each database: a SQLite file, or a new
+    database on the session's PostgreSQL server (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'warehouse.db'}"
+        return
+    url: str = request.getfixturevalue("postgres")
+    name = f"test_{next(_database_ids)}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+                         .format(sql.Identifier(name)))
 
 
 @pytest.fixture

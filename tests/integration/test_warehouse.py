@@ -1,0 +1,263 @@
+"""The warehouse on both databases (SQLite file, real PostgreSQL server): the same rows, the
+same summaries, loads that resume from the offsets stored with the rows, atomic blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+
+import psycopg
+import pytest
+
+from pipelines.kafka_io import producer
+from pipelines.warehouse import DDL, Warehouse, WarehouseError, redacted_url
+
+T0 = 1_788_220_800_000  # 2026-09-01T00:00:00Z
+DAY = 86_400_000
+S = 1000
+
+
+def credit(model, order, index, channel, share, revenue, stage, day=0):
+    return json.dumps({
+        "model": model, "order_id": order, "user_id": f"u-{order}",
+        "conversion_ts_ms": T0 + day * DAY + 3_600_000, "touch_index": index,
+        "channel": channel, "campaign": f"{channel}-q3", "touch_ts_ms": T0 - index * DAY,
+        "credit": share, "revenue": revenue, "currency": "EUR", "stage": stage}).encode()
+
+
+CREDITS = [
+    credit("last_click", "o1", 1, "search", 1.0, 60.0, "new"),
+    credit("linear", "o1", 0, "email", 0.25, 15.0, "new"),
+    credit("linear", "o1", 1, "search", 0.75, 45.0, "new"),
+    credit("last_click", "o2", 0, "social", 1.0, 25.0, "repeat", day=1),
+    credit("linear", "o2", 0, "social", 1.0, 25.0, "repeat", day=1),
+    credit("last_click", "o3", 0, "(unattributed)", 1.0, 15.5, "unknown", day=2),
+    credit("linear", "o3", 0, "(unattributed)", 1.0, 15.5, "unknown", day=2),
+]
+# (model, order_id, touch_index, conversion_date, channel, credit, revenue, stage)
+CREDIT_ROWS = [
+    ("last_click", "o1", 1, "2026-09-01", "search", 1.0, 60.0, "new"),
+    ("last_click", "o2", 0, "2026-09-02", "social", 1.0, 25.0, "repeat"),
+    ("last_click", "o3", 0, "2026-09-03", "(unattributed)", 1.0, 15.5, "unknown"),
+    ("linear", "o1", 0, "2026-09-01", "email", 0.25, 15.0, "new"),
+    ("linear", "o1", 1, "2026-09-01", "search", 0.75, 45.0, "new"),
+    ("linear", "o2", 0, "2026-09-02", "social", 1.0, 25.0, "repeat"),
+    ("linear", "o3", 0, "2026-09-03", "(unattributed)", 1.0, 15.5, "unknown"),
+]
+SELECT_CREDITS = ("SELECT model, order_id, touch_index, conversion_date, channel, credit, "
+                  "revenue, stage FROM attribution_credits ORDER BY model, order_id, touch_index")
+
+
+def gpu_call(gpu, end, trace, span, workload, seconds, usd, interval_usd, known=True):
+    return json.dumps({
+        "kind": "call", "gpu_uuid": gpu, "interval_end_ms": T0 + end * S,
+        "interval_start_ms": T0 + (end - 10) * S, "trace_id": trace, "span_id": span,
+        "model": "NVIDIA H100 80GB HBM3", "workload": workload, "pod": f"{workload}-0",
+        "namespace": "ml", "user_id": f"user-{trace}", "gpu_seconds": seconds,
+        "cost_usd": usd, "interval_cost_usd": interval_usd, "price_known": known}).encode()
+
+
+def gpu_idle(gpu, end, seconds, usd, interval_usd):
+    return json.dumps({
+        "kind": "idle", "gpu_uuid": gpu, "interval_end_ms": T0 + end * S,
+        "interval_start_ms": T0 + (end - 10) * S, "model": "NVIDIA H100 80GB HBM3",
+        "idle_seconds": seconds, "cost_usd": usd, "interval_cost_usd": interval_usd,
+        "price_known": True}).encode()
+
+
+GPU_COSTS = [
+    # GPU-A: two intervals of $0.02, shared by two ranker traces and idle time
+    gpu_call("GPU-A", 10, "t1", "s1", "ranker", 6.0, 0.012, 0.02),
+    gpu_call("GPU-A", 10, "t2", "s2", "ranker", 1.5, 0.003, 0.02),
+    gpu_idle("GPU-A", 10, 2.5, 0.005, 0.02),
+    gpu_call("GPU-A", 20, "t1", "s3", "ranker", 4.0, 0.008, 0.02),
+    gpu_idle("GPU-A", 20, 6.0, 0.012, 0.02),
+    # GPU-B: busy all along, priced with the fallback price; GPU-C: idle only
+    gpu_call("GPU-B", 10, "t3", "s4", "recsys", 10.0, 0.01, 0.01, known=False),
+    gpu_idle("GPU-C", 10, 2.0, 0.004, 0.004),
+    json.dumps({"kind": "unobserved", "gpu_uuid": "GPU-C", "until_ms": T0,
+                "unobserved_ms": 5}).encode(),  # not a cost row: ignored
+]
+
+
+def approx(value):
+    return pytest.approx(value, rel=1e-12, abs=1e-15)
+
+
+def send(bootstrap: str, topic: str, messages: list[bytes]) -> None:
+    out = producer(bootstrap)
+    for message in messages:
+        out.send(topic, message).get(30)
+    out.close()
+
+
+def test_loading_the_same_messages_twice_gives_the_same_rows(warehouse_url):
+    with Warehouse(warehouse_url) as warehouse:
+        warehouse.upsert_credits(CREDITS)
+        warehouse.upsert_credits(CREDITS)
+        assert warehouse.query(SELECT_CREDITS) == CREDIT_ROWS
+        # a restated message replaces its row instead of adding one
+        warehouse.upsert_credits([credit("linear", "o2", 0, "social", 1.0, 27.5, "repeat", 1)])
+        assert warehouse.query(
+            "SELECT COUNT(*), SUM(revenue) FROM attribution_credits WHERE model = ?",
+            ("linear",)) == [(4, 103.0)]
+        warehouse.upsert_gpu_costs(GPU_COSTS)
+        warehouse.upsert_gpu_costs(GPU_COSTS)
+        assert warehouse.query("SELECT COUNT(*) FROM gpu_call_costs") == [(4,)]
+        assert warehouse.query("SELECT gpu_uuid, interval_end_ms FROM gpu_idle_costs "
+                               "ORDER BY gpu_uuid, interval_end_ms") == [
+            ("GPU-A", T0 + 10 * S), ("GPU-A", T0 + 20 * S), ("GPU-C", T0 + 10 * S)]
+    # a second opening finds the tables and rows (the DDL is idempotent)
+    with Warehouse(warehouse_url) as again:
+        again.apply_ddl(DDL)
+        assert again.query("SELECT COUNT(*) FROM attribution_credits") == [(7,)]
+
+
+def test_summaries(warehouse_url):
+    with Warehouse(warehouse_url) as warehouse:
+        warehouse.upsert_credits(CREDITS)
+        warehouse.upsert_gpu_costs(GPU_COSTS)
+        assert warehouse.totals() == [("last_click", 3, 3.0, approx(100.5)),
+                                      ("linear", 3, 3.0, approx(100.5))]
+        assert warehouse.channel_summary() == [
+            ("last_click", "search", 1.0, 60.0), ("last_click", "social", 1.0, 25.0),
+            ("last_click", "(unattributed)", 1.0, 15.5),
+            ("linear", "search", 0.75, 45.0), ("linear", "social", 1.0, 25.0),
+            ("linear", "(unattributed)", 1.0, 15.5), ("linear", "email", 0.25, 15.0)]
+        assert warehouse.stage_summary() == [
+            ("last_click", "new", 1, 60.0), ("last_click", "repeat", 1, 25.0),
+            ("last_click", "unknown", 1, 15.5), ("linear", "new", 1, approx(60.0)),
+            ("linear", "repeat", 1, 25.0), ("linear", "unknown", 1, 15.5)]
+        gpu = warehouse.gpu_cost_summary()
+    assert gpu == {
+        "per_workload": [("ml", "ranker", 11.5, approx(0.023)), ("ml", "recsys", 10.0, 0.01)],
+        "top_traces": [("t1", "user-t1", approx(0.02)), ("t3", "user-t3", 0.01),
+                       ("t2", "user-t2", 0.003)],
+        "idle_per_gpu": [("GPU-A", "NVIDIA H100 80GB HBM3", 8.5, approx(0.017)),
+                         ("GPU-C", "NVIDIA H100 80GB HBM3", 2.0, 0.004)],
+        "allocated_usd": approx(0.033),
+        "idle_usd": approx(0.021),
+        "interval_usd": approx(0.054),  # each interval once: 0.02 + 0.02 + 0.01 + 0.004
+        "idle_shared": [("ranker", approx(0.017)), ("(idle)", 0.004)],
+        "fallback_priced_rows": 1,
+    }
+    for key in ("allocated_usd", "idle_usd", "interval_usd"):
+        assert type(gpu[key]) is float
+
+
+def test_empty_warehouse_summaries(warehouse_url):
+    with Warehouse(warehouse_url) as warehouse:
+        gpu = warehouse.gpu_cost_summary()
+        assert warehouse.totals() == [] and warehouse.channel_summary() == []
+    assert (gpu["allocated_usd"], gpu["idle_usd"], gpu["interval_usd"]) == (0.0, 0.0, 0.0)
+    assert gpu["fallback_priced_rows"] == 0 and gpu["idle_shared"] == []
+
+
+def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
+        warehouse_url, kafka, topic):
+    name = topic("credits")
+    send(kafka, name, CREDITS[:4])
+    with Warehouse(warehouse_url) as warehouse:
+        assert warehouse.load_credits(kafka, name) == 4
+        assert warehouse.load_credits(kafka, name) == 0
+    send(kafka, name, CREDITS[4:])
+    with Warehouse(warehouse_url) as restarted:
+        assert restarted.load_credits(kafka, name) == 3
+        assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
+        offsets = "SELECT consumer, topic, partition, next_offset FROM kafka_offsets"
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 7)]
+
+        # a batch whose write fails leaves neither its rows nor its offsets behind
+        restated = [credit("last_click", "o1", 1, "search", 1.0, 70.0, "new"),
+                    credit("last_click", "o4", 0, "email", 1.0, 9.0, "new", day=3)]
+        send(kafka, name, restated)
+
+        def write_then_fail(batch: list[bytes]) -> None:
+            restarted.upsert_credits(batch)
+            raise RuntimeError("the disk is full")
+
+        with pytest.raises(RuntimeError, match="the disk is full"):
+            restarted.load_from_kafka(kafka, name, write_then_fail)
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 7)]
+        assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
+
+        # the next load picks up exactly those two messages
+        assert restarted.load_credits(kafka, name) == 2
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 9)]
+        assert restarted.query("SELECT COUNT(*), SUM(revenue) FROM attribution_credits "
+                               "WHERE model = ?", ("last_click",)) == [(4, 119.5)]
+        # another consumer name keeps its own offsets and starts from the beginning
+        assert restarted.load_from_kafka(kafka, name, restarted.upsert_credits,
+                                         consumer="second-loader") == 9
+
+
+def test_a_transaction_that_raises_leaves_nothing_behind(warehouse_url):
+    insert_offset = ("INSERT INTO kafka_offsets (consumer, topic, partition, next_offset) "
+                     "VALUES (?, ?, ?, ?)")
+    counts = ("SELECT (SELECT COUNT(*) FROM attribution_credits), "
+              "(SELECT COUNT(*) FROM kafka_offsets)")
+    with Warehouse(warehouse_url) as warehouse:
+        with pytest.raises(RuntimeError, match="boom"), warehouse.transaction():
+            warehouse.upsert_credits(CREDITS)
+            assert warehouse.execute(insert_offset, ("c", "t", 0, 5)) == 1
+            assert warehouse.query(counts) == [(7, 1)]  # visible inside the block
+            raise RuntimeError("boom")
+        assert warehouse.query(counts) == [(0, 0)]
+
+        # a failing row undoes the rows of the same executemany before it
+        with pytest.raises((sqlite3.IntegrityError, psycopg.IntegrityError)):
+            warehouse.executemany(insert_offset, [("c", "t", 0, 1), ("c", "t", 1, 2),
+                                                  ("c", "t", 0, 3)])
+        assert warehouse.query(counts) == [(0, 0)]
+
+        # an inner block that raises undoes only its own work
+        with warehouse.transaction():
+            warehouse.execute(insert_offset, ("c", "t", 0, 1))
+            with contextlib.suppress(RuntimeError), warehouse.transaction():
+                warehouse.execute(insert_offset, ("c", "t", 1, 2))
+                raise RuntimeError("inner")
+            warehouse.execute(insert_offset, ("c", "t", 2, 3))
+        assert warehouse.query("SELECT partition, next_offset FROM kafka_offsets "
+                               "ORDER BY partition") == [(0, 1), (2, 3)]
+
+        # statements outside a block commit on their own
+        assert warehouse.execute("DELETE FROM kafka_offsets WHERE partition = ?", (0,)) == 1
+    with Warehouse(warehouse_url) as reopened:
+        assert reopened.query("SELECT partition FROM kafka_offsets") == [(2,)]
+
+
+def test_placeholders_quotes_and_ddl_files(warehouse_url, tmp_path):
+    ddl = tmp_path / "extra.sql"
+    ddl.write_text("-- a comment; with a ? and a 100% sign\n"
+                   "CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, body TEXT);"
+                   "\n/* two; statements */ CREATE INDEX IF NOT EXISTS notes_by_body "
+                   "ON notes (body);\n")
+    with Warehouse(warehouse_url) as warehouse:
+        warehouse.apply_ddl(ddl)
+        warehouse.apply_ddl(ddl)  # idempotent
+        warehouse.upsert("notes", ("id", "body"), 1, [(1, "it's 100% done?"), (2, "a")])
+        warehouse.upsert("notes", ("id",), 1, [(2,)])  # keys only: the row stays as it is
+        assert warehouse.query("SELECT body FROM notes WHERE id = ?", (2,)) == [("a",)]
+        assert warehouse.query("SELECT id, body FROM notes WHERE body LIKE '%?' AND id = ?",
+                               (1,)) == [(1, "it's 100% done?")]
+        assert warehouse.query("SELECT COUNT(*) FROM notes WHERE body <> 'it''s ?'") == [(2,)]
+        assert warehouse.dialect == warehouse_url.split(":", 1)[0]
+
+
+def test_urls_in_messages_hide_the_password(postgres):
+    assert redacted_url("postgresql://loader:s3cret@db:5432/wh?sslmode=require") == \
+        "postgresql://loader:***@db:5432/wh?sslmode=require"
+    assert redacted_url("postgresql://db/wh?user=loader&password=s3cret") == \
+        "postgresql://db/wh?user=loader&password=***"
+    assert redacted_url("sqlite:////var/lib/wh.db") == "sqlite:////var/lib/wh.db"
+    assert redacted_url("postgresql:///wh?password=s3cret") == "postgresql:///wh?password=***"
+    host = postgres.split("@", 1)[1].rsplit("/", 1)[0]
+    with pytest.raises(WarehouseError) as error:
+        Warehouse(f"postgresql://seedance:s3cret@{host}/no_such_database")
+    message = str(error.value)
+    assert "s3cret" not in message
+    assert f"postgresql://seedance:***@{host}/no_such_database" in message
+    assert 'database "no_such_database" does not exist' in message
+    with pytest.raises(ValueError, match="unsupported warehouse URL 'mysql://u:\\*\\*\\*@h/d'"):
+        Warehouse("mysql://u:s3cret@h/d")
