@@ -3,7 +3,7 @@
 `new`: the user's first order; `repeat`: the previous order lies within the winback window
 (default 90 days); `winback`: the previous order is older than that; `unknown`: no
 resolvable user. Stage weights (default new 0.6, repeat 0.3, winback 0.1, unknown 0.2)
-steer how costs are shared between conversions (see udfs/allocation.py).
+steer how costs are shared between conversions (see udfs/roi.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,31 @@
+"""Lifecycle stages (pure logic); cost allocation by stage weight is in test_roi.py."""
+
+
+import pandas as pd
+import pytest
+
+from udfs.lifecycle import DAY_MS, LifecycleConfig, stage_of, stages_of_orders
+
+
+def test_stage_rules():
+    assert stage_of("u", None, 0) == "new"
+    assert stage_of("u", 0, 90 * DAY_MS) == "repeat"  # the window's edge is inside
+    assert stage_of("u", 0, 90 * DAY_MS + 1) == "winback"
+    assert stage_of("", 0, 5) == "unknown"
+    assert stage_of("u", 0, 10 * DAY_MS, LifecycleConfig(winback_days=7)) == "winback"
+
+
+def test_vectorised_stages_match_the_rule_in_any_row_order():
+    orders = pd.DataFrame({"user_id": ["a", "b", "a", "a", "", "b"],
+                           "ts_ms": [0, 5, 30 * DAY_MS, 200 * DAY_MS, 7, 6]})
+    got = stages_of_orders(orders.sample(frac=1, random_state=3)).sort_index()
+    assert got.tolist() == ["new", "new", "repeat", "winback", "unknown", "repeat"]
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError, match="missing winback"):
+        LifecycleConfig(weights={"new": 1, "repeat": 1, "unknown": 1})
+    with pytest.raises(ValueError, match="non-negative"):
+        LifecycleConfig(weights={"new": -1, "repeat": 1, "winback": 1, "unknown": 1})
+
+

@@ -1,0 +1,98 @@
+"""ROI of one day: ad spend and compute cost allocated to the day's credited conversions.
+
+Ad spend: each campaign's spend that day is split over that day's credit rows of the
+campaign (per model) in proportion to credit x stage weight (udfs.allocation.shares).
+Compute: the GPU cost of the traces in a conversion's journey (linked upstream) is split
+over that conversion's credit rows by credit. ROI per channel, campaign and lifecycle
+stage = attributed revenue / (allocated ad spend + allocated compute), per model.
+
+What cannot be allocated -- spend of a campaign with no credited conversion that day,
+compute of traces no conversion's journey carried -- is reported as unallocated, so
+allocated + unallocated always equals what came in.
+
+Pure pandas: the Flink ROI job and the Spark backfill call `day_roi` on a day's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from udfs.lifecycle import DEFAULT_WEIGHTS
+
+CREDIT_COLUMNS = ["model", "order_id", "touch_index", "channel", "campaign", "stage", "credit",
+                  "revenue"]
+SPEND_COLUMNS = ["platform", "account", "campaign", "amount"]
+COMPUTE_COLUMNS = ["order_id", "cost"]
+ROI_COLUMNS = ["model", "dimension", "key", "conversions", "revenue", "ad_spend",
+               "compute_cost", "roi"]
+UNALLOCATED_COLUMNS = ["model", "kind", "key", "amount"]
+DIMENSIONS = ("channel", "campaign", "stage")
+
+
+class DayRoi(NamedTuple):
+    roi: pd.DataFrame  # ROI_COLUMNS, one row per (model, dimension, key)
+    unallocated: pd.DataFrame  # UNALLOCATED_COLUMNS: kind ad_spend|compute, key campaign|''
+
+
+def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -> pd.Series:
+    """Each row's fraction of its group by credit x weight; by credit alone where a group's
+    weighted total is 0 (as udfs.allocation.shares); 0 where nothing is credited."""
+    weighted = frame.credit * weight
+    total = weighted.groupby([frame[g] for g in group]).transform("sum")
+    plain_total = frame.credit.groupby([frame[g] for g in group]).transform("sum")
+    use_plain = total <= 0
+    numerator = np.where(use_plain, frame.credit, weighted)
+    denominator = np.where(use_plain, plain_total, total)
+    return pd.Series(np.divide(numerator, denominator, out=np.zeros(len(frame)),
+                               where=denominator > 0), index=frame.index)
+
+
+def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
+            models: Sequence[str], stage_weights: Mapping[str, float] | None = None,
+            unlinked_compute: float = 0.0) -> DayRoi:
+    """ROI rows of one day from its credit rows, its spend rows and per-order compute
+    (`models`: every model the day is reported for, credited or not)."""
+    weights = dict(stage_weights or DEFAULT_WEIGHTS)
+    credits = credits[CREDIT_COLUMNS].reset_index(drop=True)
+    spend_by_campaign = spend.groupby("campaign").amount.sum() if len(spend) \
+        else pd.Series(dtype=float)
+    compute_by_order = compute.groupby("order_id").cost.sum() if len(compute) \
+        else pd.Series(dtype=float)
+
+    weight = credits.stage.map(weights).fillna(0.0).astype(float)
+    campaign_amount = credits.campaign.map(spend_by_campaign).fillna(0.0).astype(float)
+    credits["ad_spend"] = campaign_amount * _weighted_shares(credits, ["model", "campaign"],
+                                                             weight)
+    credits["compute_cost"] = credits.order_id.map(compute_by_order).fillna(0.0) \
+        .astype(float) * credits.credit
+
+    frames = []
+    for dimension in DIMENSIONS:
+        grouped = credits.groupby(["model", dimension], sort=True).agg(
+            conversions=("credit", "sum"), revenue=("revenue", "sum"),
+            ad_spend=("ad_spend", "sum"), compute_cost=("compute_cost", "sum")).reset_index()
+        frames.append(grouped.rename(columns={dimension: "key"}).assign(dimension=dimension))
+    roi = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    cost = roi.ad_spend + roi.compute_cost
+    roi["roi"] = np.where(cost > 0, roi.revenue / cost.where(cost > 0, 1.0), np.nan)
+    roi = roi[ROI_COLUMNS]
+
+    # per model: spend of a campaign the model credited nothing to that day (e.g. its last
+    # clicks went elsewhere), compute of orders the model did not credit, unlinked compute
+    unallocated = []
+    taken = credits[credits.credit > 0]
+    for model in models:
+        mine = taken[taken.model == model]
+        for campaign, amount in spend_by_campaign.items():
+            if amount and campaign not in set(mine.campaign):
+                unallocated.append((model, "ad_spend", str(campaign), float(amount)))
+        orphan = float(compute_by_order[~compute_by_order.index.isin(mine.order_id)].sum()) \
+            if len(compute_by_order) else 0.0
+        if orphan or unlinked_compute:
+            unallocated.append((model, "compute", "", orphan + float(unlinked_compute)))
+    return DayRoi(roi.reset_index(drop=True),
+                  pd.DataFrame(unallocated, columns=UNALLOCATED_COLUMNS))
