@@ -152,7 +152,18 @@ class Warehouse:
         else:
             raise ValueError(f"unsupported warehouse URL {redacted_url(self.url)!r}: expected "
                              "sqlite:///path/to/file.db or postgresql://user@host:port/db")
-        self.apply_ddl(DDL)
+        try:
+            self.apply_ddl(DDL)
+        except psycopg.errors.InsufficientPrivilege:
+            # a loader may write without being allowed to create: enough if tables exist
+            tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", DDL.read_text(), re.I)
+            missing = [t for t in tables if self.query("SELECT to_regclass(?)", (t,))[0][0]
+                       is None]
+            if missing:
+                raise WarehouseError(
+                    f"the warehouse {redacted_url(self.url)} lacks the tables "
+                    f"{', '.join(missing)} and this user may not create them: run "
+                    f"{DDL.name} there once as the schema's owner") from None
         if self.dialect == "sqlite":
             # files from before the lifecycle stage existed get the column added
             columns = {row[1] for row in self.query("PRAGMA table_info(attribution_credits)")}

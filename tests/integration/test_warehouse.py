@@ -245,6 +245,30 @@ def test_placeholders_quotes_and_ddl_files(warehouse_url, tmp_path):
         assert warehouse.dialect == warehouse_url.split(":", 1)[0]
 
 
+def test_a_loader_that_may_not_create_tables_uses_the_existing_ones(postgres):
+    admin = psycopg.connect(postgres, autocommit=True)
+    admin.execute("CREATE DATABASE restricted")
+    restricted = postgres.rsplit("/", 1)[0] + "/restricted"
+    as_loader = restricted.replace("//seedance@", "//loader@")
+    try:
+        admin.execute("CREATE ROLE loader LOGIN")  # PostgreSQL 15+: no CREATE on public
+        with pytest.raises(WarehouseError, match="lacks the tables attribution_credits, "
+                           "kafka_offsets, .* and this user may not create them: run "
+                           "warehouse.sql there once"):
+            Warehouse(as_loader)
+        Warehouse(restricted).close()  # the owner creates them
+        with psycopg.connect(restricted, autocommit=True) as owner:
+            owner.execute("GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public "
+                          "TO loader")
+        with Warehouse(as_loader) as loader:
+            loader.upsert_credits(CREDITS)
+            assert loader.query(SELECT_CREDITS) == CREDIT_ROWS
+    finally:
+        admin.execute("DROP DATABASE restricted WITH (FORCE)")
+        admin.execute("DROP ROLE IF EXISTS loader")
+        admin.close()
+
+
 def test_urls_in_messages_hide_the_password(postgres):
     assert redacted_url("postgresql://loader:s3cret@db:5432/wh?sslmode=require") == \
         "postgresql://loader:***@db:5432/wh?sslmode=require"
