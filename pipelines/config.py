@@ -21,7 +21,8 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "jobs" / "config" / "s
 
 ENV_VARS = {
     "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
-    "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path (overrides warehouse.url)",
+    "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path or postgresql://user@host:port/db "
+                              "(overrides warehouse.url)",
     "SEEDANCE_HOME": "state folder: broker data, checkpoints, embedded warehouse "
                      "(default <project>/.seedance)",
     "SEEDANCE_JARS": "folder of the fetched jars (default <project>/.cache/jars)",
@@ -44,6 +45,10 @@ class TopicsConfig:
     credits: str = "attribution_credits"
     dead_letter: str = "otlp_spans_dlq"
     late: str = "late_events"
+    conversions: str = "conversions"
+    ad_spend: str = "ad_spend"
+    roi_dead_letter: str = "roi_inputs_dlq"
+    roi: str = "roi_daily"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,22 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class StageWeights:
+    new: float = 0.6
+    repeat: float = 0.3
+    winback: float = 0.1
+    unknown: float = 0.2
+
+
+@dataclass(frozen=True)
+class RoiConfig:
+    currency: str = "USD"
+    stage_weights: StageWeights = StageWeights()
+    link_window_days: float = 31.0
+    retention_days: float = 40.0
+
+
+@dataclass(frozen=True)
 class WarehouseConfig:
     url: str = ""
 
@@ -114,6 +135,7 @@ class StreamingJobConfig:
     attribution: AttributionConfig = AttributionConfig()
     flink: FlinkConfig = FlinkConfig()
     gpu: GpuConfig = GpuConfig()
+    roi: RoiConfig = RoiConfig()
     warehouse: WarehouseConfig = WarehouseConfig()
 
     def __post_init__(self) -> None:
@@ -144,6 +166,10 @@ class StreamingJobConfig:
              "must be at least 1"),
             (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
              "must be at least 1 second"),
+            (all(w >= 0 for w in dataclasses.astuple(self.roi.stage_weights)),
+             "roi.stage_weights", "must not be negative"),
+            (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
+            (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
         ]
         for ok, key, problem in checks:
             if not ok:

@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
+CONVERSIONS = OutputTag("conversions", Types.STRING())
 
 
 Stamped = tuple[Touchpoint | Conversion, int]
@@ -109,6 +110,20 @@ def _event_json(event: Touchpoint | Conversion, watermark: int) -> str:
 
 def credit_json(credit: Any) -> str:
     return json.dumps(credit._asdict(), separators=(",", ":"))
+
+
+def conversion_json(journey: ConvertedJourney) -> str:
+    """One row per order: what the ROI job needs to bring compute cost to it (the traces of
+    its journey) and to count it (stage, revenue)."""
+    conversion = journey.conversion
+    traces = list(dict.fromkeys(t for t in (conversion.trace_id,
+                                            *(touch.trace_id for touch in journey.touches))
+                                if t))
+    return json.dumps({"order_id": conversion.order_id, "user_id": conversion.user_id,
+                       "conversion_ts_ms": conversion.ts_ms, "revenue": conversion.revenue,
+                       "currency": conversion.currency, "stage": journey.stage,
+                       "touches": len(journey.touches), "trace_ids": traces},
+                      separators=(",", ":"))
 
 
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
@@ -158,6 +173,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         closed.extend(stale)
         for journey in closed:
             if isinstance(journey, ConvertedJourney):
+                yield CONVERSIONS, conversion_json(journey)
                 for credit in credit_journey(journey, self.models, self.params):
                     yield credit_json(credit)
             if self.emit_closed:
@@ -220,6 +236,7 @@ class JobOutputs(NamedTuple):
     credits: DataStream
     dead_letters: DataStream
     late: DataStream
+    conversions: DataStream
 
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
@@ -254,7 +271,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .name("fit-data-driven-models").uid("fit-data-driven-models"))
         credits = attributed.union(fitted)
     return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS),
-                      attributed.get_side_output(LATE_EVENTS))
+                      attributed.get_side_output(LATE_EVENTS),
+                      attributed.get_side_output(CONVERSIONS))
 
 
 def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:
@@ -265,6 +283,8 @@ def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> No
         .name("dead-letter-sink").uid("dead-letter-sink")
     outputs.late.sink_to(build_sink(config, bootstrap, topics.late)) \
         .name("late-events-sink").uid("late-events-sink")
+    outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions)) \
+        .name("conversions-sink").uid("conversions-sink")
 
 
 def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution",

@@ -43,7 +43,9 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
                .set_group_id(config.input.group_id + group_suffix)
                .set_starting_offsets(starting)
                .set_value_only_deserializer(ByteArraySchema())
-               .set_property("commit.offsets.on.checkpoint", "true"))
+               .set_property("commit.offsets.on.checkpoint", "true")
+               # results of exactly-once jobs count only once committed
+               .set_property("isolation.level", "read_committed"))
     for key, value in _kafka_properties(config).items():
         builder = builder.set_property(key, value)
     if config.input.bounded:

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
+from pipelines.ad_spend import SpendError, SpendRecord
+from pipelines.ad_spend import parse_message as parse_spend
 from pipelines.paths import state_home
 from udfs.gpu_cost import share_idle
 
@@ -110,6 +112,16 @@ def _plain(value: object) -> object:
         exponent = value.as_tuple().exponent
         return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
     return value
+
+
+ROI_COLUMNS = ("model", "day", "dimension", "key", "conversions", "revenue", "ad_spend",
+               "compute_cost", "roi", "currency")
+UNALLOCATED_COLUMNS = ("model", "day", "cost_kind", "key", "amount", "currency")
+
+
+def _last_per_key(rows: list[tuple[object, ...]], keys: int) -> list[tuple[object, ...]]:
+    """One row per key, the last one (a batch may hold a key twice; one statement can't)."""
+    return list({row[:keys]: row for row in rows}.values())
 
 
 def credit_row(message: bytes) -> tuple[object, ...]:
@@ -273,6 +285,40 @@ class Warehouse:
                 idle.append(tuple(row[c] for c in GPU_IDLE_COLUMNS))
         self.upsert("gpu_call_costs", GPU_CALL_COLUMNS, 4, calls)
         self.upsert("gpu_idle_costs", GPU_IDLE_COLUMNS, 2, idle)
+
+    def upsert_roi(self, messages: list[bytes]) -> None:
+        roi, unallocated = [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "roi":
+                roi.append(tuple(row[c] for c in ROI_COLUMNS))
+            elif row["kind"] == "unallocated":
+                unallocated.append(tuple(row[c] for c in UNALLOCATED_COLUMNS))
+        # a day reported again within one batch: the later row wins, as in the topic
+        self.upsert("roi_daily", ROI_COLUMNS, 4, _last_per_key(roi, 4))
+        self.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, _last_per_key(unallocated, 4))
+
+    def upsert_spend(self, messages: list[bytes], currency: str) -> None:
+        """Spend records as the ROI job used them: invalid ones and other currencies (which
+        it dead-letters) are left out."""
+        rows = []
+        for message in messages:
+            try:
+                record = parse_spend(message)
+            except SpendError:
+                continue
+            if record.currency == currency:
+                rows.append(tuple(record))
+        self.upsert("ad_spend", tuple(SpendRecord._fields), 4, _last_per_key(rows, 4))
+
+    def load_roi(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_roi, follow=follow)
+
+    def load_spend(self, bootstrap: str, topic: str, currency: str = "USD",
+                   follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic,
+                                    lambda batch: self.upsert_spend(batch, currency),
+                                    follow=follow)
 
     def load_credits(self, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load_from_kafka(bootstrap, topic, self.upsert_credits, follow=follow)

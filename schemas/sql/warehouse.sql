@@ -78,3 +78,36 @@ CREATE TABLE IF NOT EXISTS ad_spend (
     currency  TEXT             NOT NULL,
     PRIMARY KEY (platform, account, campaign, day)
 );
+
+-- ROI per model and day, by channel, campaign and lifecycle stage (roi_daily topic, kind=roi).
+-- revenue = attributed revenue; ad_spend = the campaign-day's spend split over its credited
+-- conversions by credit x stage weight; compute_cost = GPU cost of the traces in each
+-- conversion's journey, split by credit. roi = revenue / (ad_spend + compute_cost), NULL
+-- when there is no cost. A day is reported again when late input arrives: latest wins.
+CREATE TABLE IF NOT EXISTS roi_daily (
+    model         TEXT             NOT NULL,
+    day           TEXT             NOT NULL,  -- YYYY-MM-DD (UTC) of the conversions
+    dimension     TEXT             NOT NULL,  -- channel | campaign | stage
+    key           TEXT             NOT NULL,  -- the channel, campaign or stage
+    conversions   DOUBLE PRECISION NOT NULL,  -- credited conversions
+    revenue       DOUBLE PRECISION NOT NULL,
+    ad_spend      DOUBLE PRECISION NOT NULL,
+    compute_cost  DOUBLE PRECISION NOT NULL,
+    roi           DOUBLE PRECISION,
+    currency      TEXT             NOT NULL,
+    PRIMARY KEY (model, day, dimension, key)
+);
+
+-- Cost that could not be allocated that day (kind=unallocated): spend of a campaign the
+-- model credited nothing to (cost_kind ad_spend, key = campaign), GPU cost of traces no
+-- conversion's journey carried (cost_kind compute). Per model and day:
+-- SUM(roi_daily.ad_spend WHERE dimension = 'channel') + SUM(amount WHERE ad_spend) = spend in.
+CREATE TABLE IF NOT EXISTS roi_unallocated (
+    model      TEXT             NOT NULL,
+    day        TEXT             NOT NULL,
+    cost_kind  TEXT             NOT NULL,  -- ad_spend | compute
+    key        TEXT             NOT NULL,
+    amount     DOUBLE PRECISION NOT NULL,
+    currency   TEXT             NOT NULL,
+    PRIMARY KEY (model, day, cost_kind, key)
+);

@@ -96,7 +96,9 @@ def job_config(topic: Callable[[str], str], tmp_path: Path) -> StreamingJobConfi
     """A bounded job over fresh topics, checkpointing often, from the shipped defaults."""
     config = load_config()
     config = config.replace("topics", spans=topic("spans"), credits=topic("credits"),
-                            dead_letter=topic("dlq"), late=topic("late"))
+                            dead_letter=topic("dlq"), late=topic("late"),
+                            conversions=topic("conversions"), ad_spend=topic("spend"),
+                            roi_dead_letter=topic("roi-dlq"), roi=topic("roi"))
     config = config.replace("input", bounded=True, starting_offsets="earliest",
                             group_id=f"test-{next(_topic_ids)}")
     return config.replace("flink", checkpoint_interval_s=1.0,

@@ -68,6 +68,9 @@ def test_streaming_credits_equal_the_batch_models():
         assert [got.get(i, 0.0) for i in range(5)] == pytest.approx(expected, rel=1e-12)
 
 
-def test_data_driven_models_are_refused_per_conversion():
-    with pytest.raises(ValueError, match="shapley.*not available per conversion"):
-        validate_models(["linear", "shapley"])
+def test_data_driven_models_need_the_stream_counts_not_one_journey():
+    assert validate_models(["linear", "shapley"]) == ("linear", "shapley")
+    with pytest.raises(ValueError, match="shapley needs counts over many journeys"):
+        credit_journey(journey(["email"]), ["shapley"])
+    with pytest.raises(ValueError, match="unknown attribution model"):
+        validate_models(["lienar"])

@@ -1,0 +1,129 @@
+"""ROI end to end: spans -> attribution job -> ROI job (with spend and GPU cost) -> roi_daily."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from pipelines.flink_job import run_job
+from pipelines.generator import Plan
+from pipelines.kafka_io import producer
+from pipelines.roi_job import run_roi_job
+from pipelines.warehouse import Warehouse
+from tests.integration.test_flink_job import D, H, S, messages, order, publish, touch
+
+T0 = int(datetime(2026, 9, 1, 6, tzinfo=UTC).timestamp()) * 10**9
+DAY = "2026-09-01"
+
+SCENARIO = Plan(events=[
+    order("b", T0 - 10 * D, "oB0", 20.0),  # b's first order, no touch: b is a repeat buyer
+    touch("a", T0, "email"), touch("a", T0 + 60 * S, "display"), order("a", T0 + H, "oA", 120.0),
+    touch("b", T0 + 2 * H, "display"), order("b", T0 + 3 * H, "oB", 60.0),
+])
+
+
+def send(kafka, topic, rows):
+    out = producer(kafka)
+    for row in rows:
+        out.send(topic, row if isinstance(row, bytes) else json.dumps(row).encode()).get(30)
+    out.close()
+
+
+def latest(rows):
+    """The roi topic is a changelog: the last row per key is the current one."""
+    current = {}
+    for row in rows:
+        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
+               row.get("cost_kind"), row["key"])
+        current[key] = row
+    return current
+
+
+def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_config, topic,
+                                                         tmp_path):
+    config = job_config.replace("attribution", models=("last_click", "linear"))
+    config = config.replace("gpu", costs_topic=topic("gpu-costs"))
+    publish(kafka, config.topics.spans, SCENARIO)
+    run_job(config, kafka, env=flink.environment(config))
+
+    conversions = {c["order_id"]: c for c in messages(kafka, config.topics.conversions)}
+    assert {k: (c["stage"], c["touches"]) for k, c in conversions.items()} == {
+        "oA": ("new", 2), "oB0": ("new", 0), "oB": ("repeat", 1)}
+    email_trace = conversions["oA"]["trace_ids"][1]  # [order trace, touch traces in order]
+    end = int(T0 / 10**6) + 10_000
+    send(kafka, config.gpu.costs_topic, [
+        {"kind": "call", "trace_id": email_trace, "interval_end_ms": end, "cost_usd": 6.0},
+        {"kind": "call", "trace_id": "f" * 32, "interval_end_ms": end, "cost_usd": 4.0},
+        {"kind": "call", "trace_id": "", "interval_end_ms": end, "cost_usd": 1.0},
+        {"kind": "idle", "gpu_uuid": "GPU-1", "interval_end_ms": end, "cost_usd": 9.0},
+    ])
+    spend = [{"platform": "google_ads", "account": "1", "campaign": "display-campaign",
+              "day": DAY, "amount": 80.0, "currency": "USD"},
+             {"platform": "meta", "account": "2", "campaign": "email-campaign", "day": DAY,
+              "amount": 30.0, "currency": "USD"},
+             {"platform": "meta", "account": "2", "campaign": "ghost", "day": DAY,
+              "amount": 10.0, "currency": "USD"},
+             # a restated report: the later record replaces the first
+             {"platform": "google_ads", "account": "1", "campaign": "display-campaign",
+              "day": DAY, "amount": 90.0, "currency": "USD"},
+             {"platform": "meta", "account": "2", "campaign": "email-campaign", "day": DAY,
+              "amount": 5.0, "currency": "EUR"},
+             b'{"platform": "meta", "amount": "lots"',
+             {"platform": "meta", "account": "2", "campaign": "x", "day": "2026-13-01",
+              "amount": 1.0, "currency": "USD"}]
+    send(kafka, config.topics.ad_spend, spend)
+    run_roi_job(config, kafka, env=flink.environment(config))
+
+    rows = latest(messages(kafka, config.topics.roi))
+
+    def roi(model, dimension, key, day=DAY):
+        return rows["roi", model, day, dimension, None, key]
+
+    display = roi("last_click", "channel", "display")
+    assert (display["revenue"], display["ad_spend"], display["compute_cost"]) == \
+        pytest.approx((180.0, 90.0, 6.0))
+    assert display["roi"] == pytest.approx(180 / 96)
+    assert roi("last_click", "stage", "new")["ad_spend"] == pytest.approx(60.0)  # 0.6 : 0.3
+    assert roi("last_click", "stage", "repeat")["ad_spend"] == pytest.approx(30.0)
+    email = roi("linear", "channel", "email")
+    assert (email["revenue"], email["ad_spend"], email["compute_cost"]) == \
+        pytest.approx((60.0, 30.0, 3.0))
+    assert roi("linear", "campaign", "display-campaign")["roi"] == pytest.approx(120 / 93)
+    # the day without spend: revenue, no cost, no ROI figure
+    earlier = roi("last_click", "channel", "(unattributed)", "2026-08-22")
+    assert earlier["revenue"] == pytest.approx(20.0) and earlier["roi"] is None
+
+    unallocated = {(k[1], k[4], k[5]): r["amount"] for k, r in rows.items()
+                   if k[0] == "unallocated" and k[2] == DAY}
+    assert unallocated == pytest.approx({
+        ("last_click", "ad_spend", "email-campaign"): 30.0,
+        ("last_click", "ad_spend", "ghost"): 10.0, ("linear", "ad_spend", "ghost"): 10.0,
+        ("last_click", "compute", ""): 5.0, ("linear", "compute", ""): 5.0})
+    # conservation per model: allocated + unallocated = spend in (90 + 30 + 10)
+    for model in ("last_click", "linear"):
+        allocated = sum(r["ad_spend"] for k, r in rows.items()
+                        if k[0] == "roi" and k[1] == model and k[3] == "channel")
+        left = sum(a for (m, kind, _), a in unallocated.items() if m == model
+                   and kind == "ad_spend")
+        assert math.isclose(allocated + left, 130.0)
+
+    dead = messages(kafka, config.topics.roi_dead_letter)
+    reasons = sorted(d["reason"] for d in dead)
+    assert len(dead) == 3
+    assert any("reporting currency USD" in r for r in reasons)
+    assert any(r.startswith("not JSON") for r in reasons)
+    assert any("field 'day'" in r for r in reasons)
+
+    warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
+    warehouse.load_roi(kafka, config.topics.roi)
+    warehouse.load_spend(kafka, config.topics.ad_spend)
+    (row,) = warehouse.query("SELECT revenue, ad_spend, compute_cost, roi FROM roi_daily WHERE "
+                             "model = 'last_click' AND day = ? AND dimension = 'channel' AND "
+                             "key = 'display'", (DAY,))
+    assert row == pytest.approx((180.0, 90.0, 6.0, 180 / 96))
+    spend_rows = warehouse.query("SELECT campaign, amount FROM ad_spend ORDER BY campaign")
+    assert spend_rows == [("display-campaign", 90.0), ("email-campaign", 30.0), ("ghost", 10.0)]
+    warehouse.close()
