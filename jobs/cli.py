@@ -114,9 +114,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.kafka_io import ensure_topics
 
     topics, gpu = config.topics, config.gpu
-    ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late]
+    ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late,
+                              topics.conversions]
                   + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
-                     if args.job == "gpu-cost" else []))
+                     if args.job == "gpu-cost" else [])
+                  + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
+                     if args.job == "roi" else []))
+    if args.job == "roi":
+        from pipelines.roi_job import run_roi_job
+
+        print(f"Running the ROI job on {bootstrap}: {topics.credits} + {topics.conversions} + "
+              f"{topics.ad_spend} + {gpu.costs_topic} -> {topics.roi} (dead letters: "
+              f"{topics.roi_dead_letter}); {until}")
+        with resume_hint(config, "seedance-roi"):
+            run_roi_job(config, bootstrap)
+        return 0
     if args.job == "gpu-cost":
         from pipelines.gpu_cost_job import run_gpu_job
 
@@ -170,10 +182,37 @@ def cmd_load(args: argparse.Namespace) -> int:
             warehouse.load_credits(bootstrap, config.topics.credits, follow=True)
         rows = warehouse.load_credits(bootstrap, config.topics.credits)
         gpu_rows = warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic)
+        roi_rows = warehouse.load_roi(bootstrap, config.topics.roi)
+        spend_rows = warehouse.load_spend(bootstrap, config.topics.ad_spend, config.roi.currency)
     finally:
         warehouse.close()
-    print(f"loaded {rows} credit rows and {gpu_rows} GPU cost rows into "
-          f"{redacted_url(warehouse.url)}")
+    print(f"loaded {rows} credit rows, {gpu_rows} GPU cost rows, {roi_rows} ROI rows and "
+          f"{spend_rows} spend records into {redacted_url(warehouse.url)}")
+    return 0
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    from pipelines.ad_spend import SpendError, read_csv
+    from pipelines.kafka_io import ensure_topics, producer
+
+    try:
+        records = read_csv(Path(args.file))
+    except SpendError as error:
+        raise CliError(str(error)) from None
+    config = job_config(args)
+    topic = args.topic or config.topics.ad_spend
+    bootstrap = resolve_bootstrap(args.bootstrap, config)
+    ensure_topics(bootstrap, [topic])
+    out = producer(bootstrap)
+    try:
+        for record in records:
+            out.send(topic, record.to_json().encode())
+        out.flush()
+    finally:
+        out.close()
+    days = sorted({r.day for r in records})
+    span = f"{days[0]} .. {days[-1]}" if days else "no days"
+    print(f"published {len(records)} spend records ({span}) to {topic}")
     return 0
 
 
@@ -336,23 +375,37 @@ def build_parser() -> argparse.ArgumentParser:
                           "for `seedance probe --replay`)")
     gen.set_defaults(func=cmd_generate)
 
+    spend = sub.add_parser("spend", help="publish ad spend (CSV: platform,account,campaign,"
+                                          "day,amount,currency) to the ad spend topic")
+    spend.add_argument("action", choices=["publish"])
+    spend.add_argument("file", help="CSV file; a restated day is simply published again")
+    spend.add_argument("--topic", help="default: topics.ad_spend of the config")
+    spend.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
+    spend.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    spend.set_defaults(func=cmd_spend)
+
     report = sub.add_parser("report", help="print the results held in the warehouse")
     report.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
     report.set_defaults(func=cmd_report)
 
     for name, func, text in (("run", cmd_run, "run a streaming job on Flink: attribution "
-                                              "(default) or gpu-cost"),
+                                              "(default), gpu-cost or roi"),
                              ("load", cmd_load, "load result topics into the warehouse")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
         p.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
         if name == "run":
-            p.add_argument("--job", choices=["attribution", "gpu-cost"], default="attribution")
+            p.add_argument("--job", choices=["attribution", "gpu-cost", "roi"],
+                           default="attribution")
             p.add_argument("--bounded", action="store_true",
                            help="stop at the end of the input present at start")
         else:
             p.add_argument("--follow", action="store_true", help="keep loading new results")
         p.set_defaults(func=func)
+
+    from jobs.reconcile import add_parser as add_reconcile_parser
+
+    add_reconcile_parser(sub)
     return parser
 
 

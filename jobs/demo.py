@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pipelines.config import load_config
-from pipelines.generator import emit, gpu_samples, plan_events
+from pipelines.generator import emit, gpu_samples, plan_events, plan_spend
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import count_messages, producer, recreate_topics
 from pipelines.local_stack import LocalKafka
@@ -55,6 +55,19 @@ def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
     return len(samples)
 
 
+def publish_spend(bootstrap: str, topic: str, users: int, seed: int, days: int = 45) -> int:
+    """Daily ad spend of the paid campaigns in `generate`'s telemetry."""
+    records = plan_spend(plan_events(users, seed=seed, days=days), seed=seed)
+    raw = producer(bootstrap)
+    try:
+        for record in records:
+            raw.send(topic, record.to_json().encode())
+        raw.flush()
+    finally:
+        raw.close()
+    return len(records)
+
+
 def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45) -> int:
     """The same GPU samples as a recording for `seedance probe --replay`."""
     samples = gpu_samples(plan_events(users, seed=seed, days=days), seed=seed)
@@ -76,6 +89,7 @@ def _done(started: float) -> None:
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     from pipelines.flink_job import run_job  # heavy imports: only when needed
     from pipelines.gpu_cost_job import run_gpu_job
+    from pipelines.roi_job import run_roi_job
 
     home = state_home()
     kafka = LocalKafka(home / "kafka")
@@ -93,14 +107,17 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         config = config.replace("gpu", nominal_interval_s=60.0, max_gap_s=60.0)
         topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, [topics.spans, topics.credits, topics.dead_letter,
-                                         topics.late, gpu.metrics_topic, gpu.costs_topic,
-                                         gpu.metrics_dead_letter])
+                                         topics.late, topics.conversions, topics.ad_spend,
+                                         topics.roi, topics.roi_dead_letter, gpu.metrics_topic,
+                                         gpu.costs_topic, gpu.metrics_dead_letter])
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
         print("    " + generate(info.bootstrap, topics.spans, users=users, seed=seed))
         samples = publish_gpu_samples(info.bootstrap, gpu.metrics_topic, users, seed)
         print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
+        spend = publish_spend(info.bootstrap, topics.ad_spend, users, seed)
+        print(f"    and {spend} daily ad spend records to {topics.ad_spend}")
         _done(t)
 
         t = _step("Running the Flink attribution job until the sample is consumed")
@@ -111,15 +128,22 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         run_gpu_job(config, info.bootstrap, job_name="seedance-demo-gpu-cost")
         _done(t)
 
-        t = _step("Loading credits and GPU costs into the warehouse")
+        t = _step("Running the Flink ROI job: spend and GPU cost allocated to the conversions")
+        run_roi_job(config, info.bootstrap, job_name="seedance-demo-roi")
+        _done(t)
+
+        t = _step("Loading credits, GPU costs, spend and ROI into the warehouse")
         warehouse = Warehouse(config.warehouse.url)
         rows = warehouse.load_credits(info.bootstrap, topics.credits)
         warehouse.load_gpu_costs(info.bootstrap, gpu.costs_topic)
+        warehouse.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
+        warehouse.load_roi(info.bootstrap, topics.roi)
         _done(t)
         dead = count_messages(info.bootstrap, topics.dead_letter)
         late = count_messages(info.bootstrap, topics.late)
         print_summary(warehouse)
         print_gpu_summary(warehouse)
+        print_roi_summary(warehouse)
         warehouse.close()
         print(f"\n{rows} credit rows; {dead} dead letters in '{topics.dead_letter}'; "
               f"{late} late events in '{topics.late}'.")
@@ -133,31 +157,58 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     return 0
 
 
+def _short(model: str) -> str:
+    return {"shapley_simplified": "shapley_simpl", "position_based": "position"}.get(model, model)
+
+
 def print_summary(warehouse: Warehouse) -> None:
     summary = warehouse.channel_summary()
     models = sorted({row[0] for row in summary})
     channels = sorted({row[1] for row in summary})
-    values = {(m, c): (conv, rev) for m, c, conv, rev in summary}
-    header = f"{'channel':18}" + "".join(f"{m + ' conv':>16}{m + ' revenue':>20}" for m in models)
-    print("\nCredited conversions and revenue per channel and model")
+    revenue = {(m, c): rev for m, c, _, rev in summary}
+    header = f"{'channel':16}" + "".join(f"{_short(m):>14}" for m in models)
+    print("\nCredited revenue per channel, by attribution model")
     print(header)
     print("-" * len(header))
-    for channel in sorted(channels, key=lambda c: -values.get((models[0], c), (0, 0))[1]):
-        line = f"{channel:18}"
-        for model in models:
-            conv, rev = values.get((model, channel), (0.0, 0.0))
-            line += f"{conv:16.2f}{rev:20,.2f}"
-        print(line)
+    for channel in sorted(channels, key=lambda c: -revenue.get((models[0], c), 0.0)):
+        print(f"{channel:16}" + "".join(f"{revenue.get((m, channel), 0.0):14,.2f}"
+                                        for m in models))
     print("-" * len(header))
     totals = {m: (o, c, r) for m, o, c, r in warehouse.totals()}
-    line = f"{'total':18}"
-    for model in models:
-        _, conv, rev = totals[model]
-        line += f"{conv:16.2f}{rev:20,.2f}"
-    print(line)
+    print(f"{'total':16}" + "".join(f"{totals[m][2]:14,.2f}" for m in models))
+    print(f"{'conversions':16}" + "".join(f"{totals[m][1]:14,.2f}" for m in models))
     stages = warehouse.stage_summary()
     print("Orders by lifecycle stage: " + ", ".join(
         f"{stage} {orders}" for model, stage, orders, _ in stages if model == models[0]))
+
+
+def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_click", "linear",
+                                                                      "shapley", "markov")
+                      ) -> None:
+    rows = warehouse.roi_summary("channel")
+    if not rows:
+        return
+    print("\nROI per channel over the whole period = revenue / (ad spend + GPU compute); "
+          "'-': cost under 1")
+    print(f"{'channel':16}" + "".join(f"{m:>12}" for m in models) + f"{'ad spend':>12}"
+          f"{'compute':>10}")
+    by_key = {(m, k): (rev, spend, compute) for m, k, rev, spend, compute in rows}
+    for channel in sorted({k for _, k in by_key}):
+        figures = []
+        for model in models:
+            rev, spend, compute = by_key.get((model, channel), (0.0, 0.0, 0.0))
+            cost = spend + compute
+            # below one currency unit of cost a ratio says nothing (unpaid channels)
+            figures.append(f"{rev / cost:12,.2f}" if cost >= 1.0 else f"{'-':>12}")
+        _, spend, compute = by_key.get((models[0], channel), (0.0, 0.0, 0.0))
+        print(f"{channel:16}" + "".join(figures) + f"{spend:12,.2f}{compute:10,.4f}")
+    unallocated = warehouse.query(
+        "SELECT cost_kind, SUM(amount) FROM roi_unallocated WHERE model = ? GROUP BY cost_kind "
+        "ORDER BY cost_kind", (models[0],))
+    if unallocated:
+        print(f"Unallocated under {models[0]}: " + ", ".join(
+            f"{kind} ${amount:,.2f}" for kind, amount in unallocated)
+            + " (no credited conversion of that campaign that day / GPU work outside journeys)")
 
 
 def print_gpu_summary(warehouse: Warehouse) -> None:

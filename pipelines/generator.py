@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+from pipelines.ad_spend import SpendRecord
 from schemas import telemetry as attr
 from schemas.gpu import GpuSample
 
@@ -115,6 +116,29 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
     plan.events = sorted(ranked, key=lambda e: e.emit_rank)
     plan.malformed = MALFORMED_SAMPLES[:malformed_messages]
     return plan
+
+
+# Which ad platform bills a campaign, and a rough price per touch it drove.
+AD_ACCOUNTS = {"gs-": ("google_ads", "123-456-7890", 4.50), "meta-": ("meta", "act_1001", 3.50),
+               "dv360-": ("dv360", "adv-77", 2.00), "aff-": ("affiliate", "aff-net-5", 1.50)}
+
+
+def plan_spend(plan: Plan, seed: int = 7) -> list[SpendRecord]:
+    """Daily spend of the paid campaigns in the plan: touches that day x a price, with noise
+    (email and organic cost nothing here). Deterministic for a plan and seed."""
+    rng = random.Random(seed)
+    touches: dict[tuple[str, str], int] = {}
+    for event in plan.events:
+        if event.kind == "touchpoint" and event.campaign:
+            day = datetime.fromtimestamp(event.ts_ns / 1e9, UTC).strftime("%Y-%m-%d")
+            touches[event.campaign, day] = touches.get((event.campaign, day), 0) + 1
+    out = []
+    for (campaign, day), count in sorted(touches.items()):
+        for prefix, (platform, account, price) in AD_ACCOUNTS.items():
+            if campaign.startswith(prefix):
+                amount = round(count * price * (0.8 + 0.4 * rng.random()), 2)
+                out.append(SpendRecord(platform, account, campaign, day, amount, "USD"))
+    return out
 
 
 LATE_RANK = 1e31  # emitted after everything else: far behind the watermark

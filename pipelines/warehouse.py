@@ -426,6 +426,12 @@ class Warehouse:
             "SELECT gpu_uuid, SUM(cost_usd) FROM gpu_idle_costs GROUP BY gpu_uuid"))
         return allocated, idle
 
+    def roi_summary(self, dimension: str) -> list[tuple[str, str, float, float, float]]:
+        """(model, key, revenue, ad spend, compute) over all days, for one dimension."""
+        return self.query(
+            "SELECT model, key, SUM(revenue), SUM(ad_spend), SUM(compute_cost) FROM roi_daily "
+            "WHERE dimension = ? GROUP BY model, key ORDER BY model, key", (dimension,))
+
     def stage_summary(self) -> list[tuple[str, str, int, float]]:
         """(model, lifecycle stage, orders, revenue credited)."""
         return self.query(

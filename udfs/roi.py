@@ -57,7 +57,11 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
     """ROI rows of one day from its credit rows, its spend rows and per-order compute
     (`models`: every model the day is reported for, credited or not)."""
     weights = dict(stage_weights or DEFAULT_WEIGHTS)
-    credits = credits[CREDIT_COLUMNS].reset_index(drop=True)
+    # frames built from rows (possibly none) carry no dtypes: make the numbers numbers
+    credits = credits[CREDIT_COLUMNS].reset_index(drop=True) \
+        .astype({"credit": float, "revenue": float, "touch_index": int})
+    spend = spend.astype({"amount": float})
+    compute = compute.astype({"cost": float})
     spend_by_campaign = spend.groupby("campaign").amount.sum() if len(spend) \
         else pd.Series(dtype=float)
     compute_by_order = compute.groupby("order_id").cost.sum() if len(compute) \

@@ -15,11 +15,16 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     out = result.stdout
     orders = int(re.search(r"(\d+) orders", out).group(1))
-    total = re.search(r"^total\s+([\d.]+)\s+([\d,.]+)\s+([\d.]+)\s+([\d,.]+)$", out, re.M)
-    assert total, out
-    # both models credit every valid order exactly once, with the same revenue
-    assert float(total.group(1)) == float(total.group(3)) == orders
-    assert total.group(2) == total.group(4)
+    revenue = re.search(r"^total((?:\s+[\d,.]+){8})$", out, re.M)
+    conversions = re.search(r"^conversions((?:\s+[\d,.]+){8})$", out, re.M)
+    assert revenue and conversions, out
+    # all eight models credit every valid order exactly once, with the same revenue
+    assert {float(x) for x in conversions.group(1).split()} == {orders}
+    assert len(set(revenue.group(1).split())) == 1
+    roi = re.search(r"^paid_search\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)"
+                    r"\s+([\d,.]+)\s+([\d,.]+)$", out, re.M)
+    assert roi, out  # ROI per model for a paid channel, with its allocated spend
+    assert float(roi.group(5).replace(",", "")) > 0
     assert "dead letters" in out and "Kafka broker stopped." in out
     # GPU cost of the GPU-backed calls: allocated + idle = the sampled GPU time's cost
     gpu = re.search(r"Allocated \$([\d,.]+) \+ idle \$([\d,.]+) = \$([\d,.]+); "

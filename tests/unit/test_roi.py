@@ -53,7 +53,8 @@ def test_hand_computed_day():
 
 
 def test_a_day_without_conversions_leaves_everything_unallocated():
-    result = day_roi(CREDITS.iloc[:0], SPEND, COMPUTE, ["markov"])
+    no_rows = pd.DataFrame([], columns=CREDIT_COLUMNS)  # untyped, as built from no rows
+    result = day_roi(no_rows, SPEND, COMPUTE, ["markov"])
     assert result.roi.empty
     assert result.unallocated.amount.sum() == pytest.approx(107.0)
 
