@@ -115,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     topics, gpu = config.topics, config.gpu
     ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late,
-                              topics.conversions]
+                              topics.conversions, topics.accounting]
                   + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
                      if args.job == "gpu-cost" else [])
                   + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
@@ -146,6 +146,13 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"late: {config.topics.late}); {until}")
     with resume_hint(config, "seedance-attribution"):
         run_job(config, bootstrap)
+    from pipelines.accounting import adds_up, format_report, latest_report
+
+    report = latest_report(bootstrap, topics.accounting)
+    if report:
+        print(format_report(report, topics.dead_letter, topics.late))
+        if not adds_up(report):
+            return 1
     return 0
 
 
@@ -387,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print the results held in the warehouse")
     report.add_argument("--config", help="job config YAML (default: jobs/config/streaming.yaml)")
     report.set_defaults(func=cmd_report)
+
+    from jobs.dashboard import add_parser as add_dashboard
+
+    add_dashboard(sub)
 
     for name, func, text in (("run", cmd_run, "run a streaming job on Flink: attribution "
                                               "(default), gpu-cost or roi"),

@@ -11,6 +11,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from pipelines.accounting import format_report, latest_report
 from pipelines.config import load_config
 from pipelines.generator import emit, gpu_samples, plan_events, plan_spend
 from pipelines.kafka_exporter import KafkaSpanExporter
@@ -107,7 +108,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         config = config.replace("gpu", nominal_interval_s=60.0, max_gap_s=60.0)
         topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, [topics.spans, topics.credits, topics.dead_letter,
-                                         topics.late, topics.conversions, topics.ad_spend,
+                                         topics.late, topics.conversions, topics.accounting,
+                                         topics.ad_spend,
                                          topics.roi, topics.roi_dead_letter, gpu.metrics_topic,
                                          gpu.costs_topic, gpu.metrics_dead_letter])
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
@@ -123,6 +125,9 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         t = _step("Running the Flink attribution job until the sample is consumed")
         run_job(config, info.bootstrap, job_name="seedance-demo")
         _done(t)
+        report = latest_report(info.bootstrap, topics.accounting)
+        if report:
+            print("    " + format_report(report, topics.dead_letter, topics.late))
 
         t = _step("Running the Flink GPU cost job over the GPU samples and GPU-backed spans")
         run_gpu_job(config, info.bootstrap, job_name="seedance-demo-gpu-cost")

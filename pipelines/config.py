@@ -49,6 +49,7 @@ class TopicsConfig:
     ad_spend: str = "ad_spend"
     roi_dead_letter: str = "roi_inputs_dlq"
     roi: str = "roi_daily"
+    accounting: str = "run_accounting"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from pyflink.datastream import (
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
+    TimeDomain,
 )
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
@@ -65,6 +66,12 @@ DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
 CONVERSIONS = OutputTag("conversions", Types.STRING())
+ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
+
+# What became of every input record (a span; a message that cannot be split into spans
+# counts as one): used (a touch or an order) = processed + late; other = spans this job
+# has no use for (GPU calls are the GPU cost job's, plain tracing spans nobody's).
+COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
 
 
 Stamped = tuple[Touchpoint | Conversion, int]
@@ -90,11 +97,16 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         decoded = decode_spans(value, self.encoding)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+        used = 0
         for record in decoded.records:
             # GPU calls feed the cost job; this job attributes touches and orders.
             if isinstance(record, Touchpoint | Conversion):
+                used += 1
                 self.newest_ms = max(self.newest_ms, record.ts_ms)
                 yield record, self.newest_ms - self.slack_ms
+        records_in = decoded.spans or len(decoded.dead_letters)  # an unsplittable message: 1
+        dead = len(decoded.dead_letters)
+        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, 0)
 
 
 class EventTime(TimestampAssigner):  # type: ignore[misc]
@@ -223,6 +235,42 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         self.counts.update(counts.counts)
 
 
+class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
+    """Totals of COUNTS since the job began (kept in state, so a restart continues them);
+    published every `every_ms` of processing time and when a bounded input ends."""
+
+    def __init__(self, job: str, every_ms: int) -> None:
+        self.job = job
+        self.every_ms = every_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.totals = runtime_context.get_state(
+            ValueStateDescriptor("totals", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, counts: tuple[int, ...],
+                        ctx: KeyedProcessFunction.Context) -> None:
+        totals = self.totals.value()
+        if totals is None:
+            totals = (0,) * len(COUNTS)
+            # the end of a bounded input brings the final watermark: the last report
+            ctx.timer_service().register_event_time_timer(2**63 - 1)
+            now = ctx.timer_service().current_processing_time()
+            ctx.timer_service().register_processing_time_timer(now + self.every_ms)
+        self.totals.update(tuple(a + b for a, b in zip(totals, counts, strict=True)))
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+        final = ctx.time_domain() == TimeDomain.EVENT_TIME
+        if not final:
+            ctx.timer_service().register_processing_time_timer(timestamp + self.every_ms)
+        yield accounting_json(self.job, self.totals.value() or (0,) * len(COUNTS), final)
+
+
+def accounting_json(job: str, totals: tuple[int, ...], final: bool) -> str:
+    row = dict(zip(COUNTS, totals, strict=True))
+    row["processed"] = row["used"] - row["late"]
+    return json.dumps({"job": job, **row, "final": final}, separators=(",", ":"))
+
+
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                    bootstrap: str) -> None:
     """ingest -> transform -> write, wired on `env`."""
@@ -237,6 +285,7 @@ class JobOutputs(NamedTuple):
     dead_letters: DataStream
     late: DataStream
     conversions: DataStream
+    accounting: DataStream
 
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
@@ -270,9 +319,16 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                            output_type=Types.STRING())
                   .name("fit-data-driven-models").uid("fit-data-driven-models"))
         credits = attributed.union(fitted)
-    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS),
-                      attributed.get_side_output(LATE_EVENTS),
-                      attributed.get_side_output(CONVERSIONS))
+    late = attributed.get_side_output(LATE_EVENTS)
+    accounting = (decoded.get_side_output(ACCOUNTING)
+                  .union(late.map(lambda _: (0, 0, 0, 0, 0, 1),
+                                  output_type=Types.PICKLED_BYTE_ARRAY())
+                         .name("count-late").uid("count-late"))
+                  .key_by(lambda _: 0, key_type=Types.INT())
+                  .process(RunAccounting("attribution", 30_000), output_type=Types.STRING())
+                  .name("run-accounting").uid("run-accounting"))
+    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS), late,
+                      attributed.get_side_output(CONVERSIONS), accounting)
 
 
 def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:
@@ -285,6 +341,8 @@ def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> No
         .name("late-events-sink").uid("late-events-sink")
     outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions)) \
         .name("conversions-sink").uid("conversions-sink")
+    outputs.accounting.sink_to(build_sink(config, bootstrap, topics.accounting)) \
+        .name("accounting-sink").uid("accounting-sink")
 
 
 def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution",

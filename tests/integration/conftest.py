@@ -98,7 +98,8 @@ def job_config(topic: Callable[[str], str], tmp_path: Path) -> StreamingJobConfi
     config = config.replace("topics", spans=topic("spans"), credits=topic("credits"),
                             dead_letter=topic("dlq"), late=topic("late"),
                             conversions=topic("conversions"), ad_spend=topic("spend"),
-                            roi_dead_letter=topic("roi-dlq"), roi=topic("roi"))
+                            roi_dead_letter=topic("roi-dlq"), roi=topic("roi"),
+                            accounting=topic("accounting"))
     config = config.replace("input", bounded=True, starting_offsets="earliest",
                             group_id=f"test-{next(_topic_ids)}")
     return config.replace("flink", checkpoint_interval_s=1.0,

@@ -11,7 +11,7 @@ import pytest
 from pipelines.flink_job import run_job
 from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import producer, read_all
+from pipelines.kafka_io import count_messages, producer, read_all
 from pipelines.warehouse import Warehouse
 from tests.reference import reference_credits, reference_journeys
 
@@ -109,6 +109,16 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
     (late,) = messages(kafka, job_config.topics.late)
     assert (late["user_id"], late["channel"]) == ("d", "affiliate")
+
+    # accounting: every record in is processed, dead-lettered, late or not for this job
+    (report,) = [r for r in messages(kafka, job_config.topics.accounting) if r["final"]]
+    valid = sum(e.kind in ("touchpoint", "conversion") for e in HAND_COMPUTED.events)
+    assert report["messages"] == count_messages(kafka, job_config.topics.spans)
+    assert (report["used"], report["late"], report["dead_lettered"]) == (valid, 1, 2)
+    assert report["processed"] == valid - 1
+    assert report["records_in"] == report["processed"] + report["late"] \
+        + report["dead_lettered"] + report["other"]
+    assert report["other"] > 0  # the checkout's database spans
 
     # and into the embedded warehouse, idempotently
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
