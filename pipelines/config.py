@@ -91,6 +91,7 @@ class FlinkConfig:
     python_execution_mode: str = "thread"
     transaction_timeout_s: int = 900
     resume: bool = True
+    accounting_every_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class StreamingJobConfig:
             (self.flink.parallelism >= 1, "flink.parallelism", "must be at least 1"),
             (self.flink.checkpoint_interval_s > 0, "flink.checkpoint_interval_s",
              "must be positive"),
+            (self.flink.accounting_every_s > 0, "flink.accounting_every_s", "must be positive"),
             (self.flink.python_execution_mode in ("thread", "process"),
              "flink.python_execution_mode", "must be thread or process"),
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",

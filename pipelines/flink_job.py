@@ -325,7 +325,9 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                                   output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"))
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(RunAccounting("attribution", 30_000), output_type=Types.STRING())
+                  .process(RunAccounting("attribution",
+                                         int(config.flink.accounting_every_s * 1000)),
+                           output_type=Types.STRING())
                   .name("run-accounting").uid("run-accounting"))
     return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS), late,
                       attributed.get_side_output(CONVERSIONS), accounting)

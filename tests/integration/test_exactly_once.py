@@ -45,20 +45,22 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def publish(kafka: str, topic: str, events: list[PlannedEvent]) -> None:
+def publish(kafka: str, topic: str, events: list[PlannedEvent]) -> int:
     exporter = KafkaSpanExporter(kafka, topic)
-    emit(Plan(events=events), exporter, lambda _: None, batch_size=200)
+    return emit(Plan(events=events), exporter, lambda _: None, batch_size=200)
 
 
 def test_sigkill_and_restart_loses_nothing_and_duplicates_nothing(kafka, topic, tmp_path):
-    spans, credits = topic("spans"), topic("credits")
+    spans, credits, conversions = topic("spans"), topic("credits"), topic("conversions")
+    accounting = topic("accounting")
     checkpoints = tmp_path / "checkpoints"
     config = tmp_path / "job.yaml"
     config.write_text(
         f"topics:\n  spans: {spans}\n  credits: {credits}\n  dead_letter: {topic('dlq')}\n"
-        f"  late: {topic('late')}\n"
+        f"  late: {topic('late')}\n  conversions: {conversions}\n  accounting: {accounting}\n"
         f"input:\n  group_id: eo-{spans}\n  starting_offsets: committed\n"
-        f"flink:\n  checkpoint_interval_s: 1\n  checkpoint_dir: {checkpoints}\n")
+        f"flink:\n  checkpoint_interval_s: 1\n  checkpoint_dir: {checkpoints}\n"
+        f"  accounting_every_s: 1\n")
     env = {**os.environ, "SEEDANCE_HOME": str(tmp_path)}
     log = tmp_path / "job.log"
     plan = plan_events(300, seed=5, late_fraction=0.0, malformed_messages=0)
@@ -72,28 +74,39 @@ def test_sigkill_and_restart_loses_nothing_and_duplicates_nothing(kafka, topic, 
     def committed() -> list[dict]:
         return [json.loads(v) for _, v in read_all(kafka, credits)]
 
-    publish(kafka, spans, plan.events[:half])
+    published = publish(kafka, spans, plan.events[:half])
     first = start_job(config, kafka, env, log)
     try:
         wait_for(lambda: len(committed()) > 0 and any(checkpoints.glob("*/*/chk-*/_metadata")),
                  120, "a checkpoint with committed credits")
-        publish(kafka, spans, plan.events[half:half + half // 2])
+        published += publish(kafka, spans, plan.events[half:half + half // 2])
         time.sleep(1.5)  # let it work on the new data, then kill it mid-stream
     finally:
         kill(first)
     before_restart = len(committed())
-    publish(kafka, spans, [*plan.events[half + half // 2:], sentinel])
+    published += publish(kafka, spans, [*plan.events[half + half // 2:], sentinel])
+
+    def counted() -> dict:
+        rows = [json.loads(v) for _, v in read_all(kafka, accounting)]
+        return rows[-1] if rows else {}
 
     second = start_job(config, kafka, env, log)
     try:
         wait_for(lambda: len(committed()) >= len(expected), 180, "all credits after restart")
+        wait_for(lambda: counted().get("records_in") == published, 60, "every span counted")
         time.sleep(3)  # any duplicate would surface in the next checkpoints
         rows = committed()
+        report = counted()
+        orders = [json.loads(v)["order_id"] for _, v in read_all(kafka, conversions)]
     finally:
         kill(second)
     keys = [(r["model"], r["order_id"], r["touch_index"]) for r in rows]
     assert len(keys) == len(set(keys)), "duplicates after the restart"
     assert set(keys) == expected, "missing or unexpected credits"
+    assert sorted(orders) == sorted({order for _, order, _ in expected})  # each order once
+    # the counts survive the kill too: restored with the state, not counted twice
+    assert report["records_in"] == published and report["late"] == 0
+    assert report["processed"] + report["other"] + report["dead_lettered"] == published
     assert 0 < before_restart < len(expected)
     assert "Resuming from checkpoint" in log.read_text()
 
