@@ -248,7 +248,7 @@ def _money(value: float | None, currency: str) -> str:
 def _drift(value: float | None, ours: float | None) -> str:
     if value is None:
         return "inf" if ours else "-"
-    return f"{value:+.2%}"
+    return f"{0.0 if abs(value) < 5e-5 else value:+.2%}"  # no "-0.00%" from float noise
 
 
 def print_summary(result: ReconcileResult, config: ReconcileConfig) -> None:
@@ -292,6 +292,10 @@ def print_summary(result: ReconcileResult, config: ReconcileConfig) -> None:
     if c.get("credits_of_ambiguous_campaigns"):
         notes.append(f"{c['credits_of_ambiguous_campaigns']} credit rows of campaigns under "
                      "two accounts (not reconciled)")
+    if c.get("report_rows_by_interaction_date"):
+        notes.append(f"{c['report_rows_by_interaction_date']} report rows count conversions on "
+                     "the ad interaction's day while ours fall on the order's day; select "
+                     "metrics.conversions_by_conversion_date to compare like with like")
     if result.staged and result.staged.skipped_lines:
         notes.append(f"{result.staged.skipped_lines} FOCUS lines without ResourceId ignored")
     for line in result.invalid_messages:

@@ -56,11 +56,13 @@ def summary(alert: dict[str, Any]) -> str:
     label = "/".join(str(alert[f]) for f in ("platform", "account", "entity") if alert[f])
     drift = alert["drift"]
     shown = "theirs is 0" if drift is None and alert["ours"] else \
-        f"{drift:+.2%}" if drift is not None and math.isfinite(drift) else "n/a"
+        f"{0.0 if abs(drift) < 5e-5 else drift:+.2%}" \
+        if drift is not None and math.isfinite(drift) else "n/a"
     verb = "drift" if alert["kind"] == "open" else "resolved, now"
+    currency = f" {alert['currency']}" if alert["currency"] else ""
     return (f"{alert['scope']} {label} {alert['day']} {alert['metric']}: {verb} {shown} "
-            f"(ours {_amount(alert['ours'])}, theirs {_amount(alert['theirs'])} "
-            f"{alert['currency']}; threshold {alert['threshold']:.1%})").replace("  ", " ")
+            f"(ours {_amount(alert['ours'])}, theirs {_amount(alert['theirs'])}{currency}; "
+            f"threshold {alert['threshold']:.1%})")
 
 
 def _amount(value: float | None) -> str:

@@ -130,8 +130,11 @@ def gpu_facts(row: tuple[Any, ...], settings: Settings) -> Iterator[tuple[tuple,
 
 
 def their_ad_facts(row: tuple[Any, ...]) -> Iterator[tuple[tuple, Fact]]:
-    (platform, account, campaign, day, currency, spend, conversions, revenue, _basis, source,
+    (platform, account, campaign, day, currency, spend, conversions, revenue, basis, source,
      reported_at) = row
+    if basis == "interaction" and conversions is not None:
+        # ours fall on the order's day; such rows differ by construction (see the summary)
+        Metrics.counter(NS, "report_rows_by_interaction_date").inc()
     for metric, value in zip(CAMPAIGN_METRICS, (spend, conversions, revenue), strict=True):
         if value is not None:
             yield (tuple(Key("campaign", platform, account, campaign, day, metric)),

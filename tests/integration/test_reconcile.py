@@ -363,3 +363,73 @@ def test_cli_reconciles_a_day_and_prints_the_summary(kafka, topic, tmp_path, rec
     assert "[log sent, kafka sent, webhook sent]" in out
     assert SECRET.reveal() not in out + err
     assert len(receiver.delivered) == 1 and len(kafka_alerts(kafka, alerts_topic)) == 1
+
+
+# --- staging: the latest restatement wins --------------------------------------------
+
+FOCUS_HEADER = ("BillingAccountId,BillingCurrency,BillingPeriodStart,ChargePeriodStart,"
+                "ChargePeriodEnd,ChargeCategory,ChargeClass,EffectiveCost,ResourceId\n")
+
+
+def focus_file(folder: Path, name: str, lines: list[str], mtime: float) -> Path:
+    path = folder / name
+    path.write_text(FOCUS_HEADER + "".join(f"acct-1,USD,2025-03-01T00:00:00Z,{line}\n"
+                                           for line in lines))
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def cloud_costs(store: ReconcileStore) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for resource, _day, _cur, cost, *_ in store.their_cloud_costs(DAY, DAY, ("Usage",)):
+        totals[resource] = round(totals.get(resource, 0.0) + cost, 9)
+    return totals
+
+
+def test_focus_exports_replace_their_billing_period(warehouse_url, tmp_path):
+    from pipelines.billing import read_file
+
+    day = "2025-03-01T00:00:00Z,2025-03-02T00:00:00Z,Usage"
+    now = time.time()
+    first = focus_file(tmp_path, "march_v1.csv", [f"{day},,10.0,vm-1", f"{day},,5.0,vm-2"],
+                       now - 100)
+    with ReconcileStore(warehouse_url) as store:
+        store.stage(read_file(first))
+        store.stage(read_file(first))  # the same export again replaces itself
+        assert cloud_costs(store) == {"vm-1": 10.0, "vm-2": 5.0}
+        # the next export of March: vm-2 is gone, a correction lowers vm-1's 1 March
+        second = focus_file(tmp_path, "march_v2.csv",
+                            [f"{day},,10.0,vm-1", f"{day},Correction,-1.5,vm-1"], now)
+        assert store.stage(read_file(second)).cloud_rows == 1
+        assert cloud_costs(store) == {"vm-1": 8.5}
+        # an export older than the staged one does not win
+        stale = store.stage(read_file(first))
+        assert stale.periods_stale == 1 and "older than the export" in stale.stale[0]
+        assert cloud_costs(store) == {"vm-1": 8.5}
+
+
+def test_billing_topic_is_staged_once_and_a_bad_message_is_reported(kafka, topic, tmp_path):
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    billing = topic("billing")
+    sink = producer(kafka)
+    try:
+        sink.send(billing, b'{"format": "meta", "rows": [{"spend": "x"}]}').get(30)
+        sink.send(billing, json.dumps({"format": "generic", "reported_at": "2025-03-02T00:00Z",
+                                       "rows": [{"platform": "tiktok", "account_id": "7",
+                                                 "currency": "USD", "campaign_id": "c",
+                                                 "date": DAY, "spend": "5", "conversions": 1,
+                                                 "conversion_value": 2}]}).encode()).get(30)
+    finally:
+        sink.close()
+    from pipelines.billing.kafka_source import stage_topic
+    from pipelines.billing.sources import ParseOptions
+
+    with ReconcileStore(url) as store:
+        result = stage_topic(store, kafka, billing, ParseOptions())
+        assert (result.messages, result.staged.ad_rows) == (1, 1)
+        (bad,) = result.invalid
+        assert f"{billing}[0]@0: rows[0]: spend: not a number: 'x'" in bad
+        assert f"{billing}[0]@0: rows[0]: account_id: missing" in bad
+        assert store.their_ad_rows(DAY, DAY)[0][:4] == ("tiktok", "7", "c", DAY)
+        again = stage_topic(store, kafka, billing, ParseOptions())  # from the stored offsets
+        assert (again.messages, again.invalid) == (0, [])

@@ -266,3 +266,13 @@ def test_envelopes_saved_as_json_lines_are_read_as_such(tmp_path):
              "date": "2025-03-01", "spend": 5, "conversions": 1, "conversion_value": 2}]
     text = "\n".join(json.dumps({"format": "generic", "rows": rows}) for _ in range(2))
     assert len(read_file(write(tmp_path, "e.jsonl", text)).ads) == 2
+
+
+def test_segment_rows_of_one_campaign_day_add_up(tmp_path):
+    rows = [{"customer": {"id": "1", "currencyCode": "USD"}, "campaign": {"id": "9"},
+             "segments": {"date": "2025-03-01", "device": device},
+             "metrics": {"costMicros": str(micros), "conversions": conversions}}
+            for device, micros, conversions in (("MOBILE", 1_500_000, 2), ("DESKTOP", 500_000, 1))]
+    (row,) = read_file(write(tmp_path, "g.json", json.dumps({"results": rows}))).ads
+    assert (row.spend, row.conversions, row.revenue) == (2.0, 3.0, 0.0)
+    assert row.source.endswith("(+1 rows)")
