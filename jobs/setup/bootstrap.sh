@@ -42,6 +42,22 @@ if [ "$extras" = "dev" ] && ! has_postgres; then
     "the tests start one. Install it (Debian: sudo apt-get install postgresql)." >&2; exit 1; }
 fi
 
+# The dashboard's browser test drives headless Chromium through chromedriver (Debian
+# packages chromium and chromium-driver; nothing downloads a browser of its own).
+if [ "$extras" = "dev" ] && { [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; }; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+     [ ! -e "$stamp_dir/chromium" ]; then
+    echo "==> Chromium and chromedriver (Debian packages) for the dashboard's browser test"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+      chromium-driver fonts-dejavu-core >/dev/null
+    touch "$stamp_dir/chromium"
+  fi
+  [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || { echo "error: headless" \
+    "Chromium is not installed; the browser test needs it. Install it (Debian: sudo" \
+    "apt-get install chromium chromium-driver)." >&2; exit 1; }
+fi
+
 py=$(command -v python3.11 || command -v python3)
 if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
   echo "error: $py is not Python 3.11; install 3.11 or put it first on PATH." >&2

@@ -1,0 +1,57 @@
+"""`seedance dashboard`: serve the finance dashboard over the warehouse tables.
+
+The warehouse is the job config's (`warehouse.url`, or SEEDANCE_WAREHOUSE_URL), or
+`--warehouse URL`. The URL is only ever shown with its password replaced by ***.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DashboardRequest:
+    warehouse_url: str
+    host: str = "127.0.0.1"
+    port: int = 8050
+
+
+def run(request: DashboardRequest) -> int:
+    """Serve until interrupted. The warehouse is opened once first, so a wrong URL or a
+    database that is down fails at start with the reason, not on the first page view."""
+    from pipelines.dashboard.app import make_dashboard_server
+    from pipelines.warehouse import Warehouse, redacted_url
+
+    Warehouse(request.warehouse_url).close()
+    server = make_dashboard_server(request.warehouse_url, request.host, request.port)
+    print(f"Dashboard on http://{request.host}:{server.server_port}/ over "
+          f"{redacted_url(request.warehouse_url)} (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("dashboard", help="serve the finance dashboard (ROI, models, lifecycle, "
+                                         "reconciliation, alerts) over the warehouse")
+    p.add_argument("--config", help="job config YAML whose warehouse.url to read "
+                                    "(default: jobs/config/streaming.yaml)")
+    p.add_argument("--warehouse", metavar="URL",
+                   help="warehouse URL, overrides the config (sqlite:///path or postgresql://...)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default loopback; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=8050)
+    p.set_defaults(func=cmd_dashboard)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    # imported here: every `seedance` command builds this parser, few serve the dashboard
+    from pipelines.config import load_config
+    from pipelines.warehouse import Warehouse
+
+    url = args.warehouse or load_config(Path(args.config) if args.config else None).warehouse.url
+    return run(DashboardRequest(url or Warehouse().url, args.host, args.port))

@@ -1,0 +1,295 @@
+"""The dashboard's views as SQL over the warehouse tables, one function per view.
+
+Each view returns the tables it shows (the rows are also its CSV export) and its headline
+figures. The SQL is portable (`?` placeholders through pipelines.warehouse), so the same
+views run on the embedded SQLite file and on PostgreSQL.
+
+ROI figures are summed over the selected days before dividing: the ROI of a week is the
+week's revenue over the week's cost, not an average of daily ROIs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pipelines.config import AttributionConfig
+from pipelines.dashboard.filters import Filters, campaign_filter, day_range
+from pipelines.dashboard.tables import Column, Kpi, Table, View, roi_of, table_exists
+from pipelines.warehouse import Warehouse
+
+MODEL_ORDER = AttributionConfig.models
+DEFAULT_MODEL = "last_click"  # what ad platforms report, so the first thing finance compares
+NO_CAMPAIGN_SPLIT = ("Channel and stage rows are not split by campaign: the platform and "
+                     "campaign filters do not apply here.")
+
+COST_COLUMNS = (Column("conversions", "Conversions", "number"),
+                Column("revenue", "Revenue", "money"),
+                Column("ad_spend", "Ad spend", "money"),
+                Column("compute_cost", "Compute cost", "money"),
+                Column("roi", "ROI", "ratio"))
+
+
+def _sorted_models(models: set[str]) -> list[str]:
+    known = [m for m in MODEL_ORDER if m in models]
+    return known + sorted(models - set(known))
+
+
+def models_in(warehouse: Warehouse) -> list[str]:
+    """Every model with ROI rows or credits, in the config's order."""
+    rows = warehouse.query("SELECT DISTINCT model FROM roi_daily UNION "
+                           "SELECT DISTINCT model FROM attribution_credits")
+    return _sorted_models({r[0] for r in rows})
+
+
+def resolve_model(warehouse: Warehouse, filters: Filters) -> Filters:
+    """The filters with a model: the one asked for, else the default, else the first."""
+    if filters.model:
+        return filters
+    models = models_in(warehouse)
+    if not models:
+        return filters
+    return filters.with_model(DEFAULT_MODEL if DEFAULT_MODEL in models else models[0])
+
+
+def options(warehouse: Warehouse) -> dict[str, list[str]]:
+    """Values for the filter form's lists."""
+    platforms = {r[0] for r in warehouse.query("SELECT DISTINCT platform FROM ad_spend")}
+    if table_exists(warehouse, "reconciliation_daily"):
+        platforms |= {r[0] for r in warehouse.query(
+            "SELECT DISTINCT platform FROM reconciliation_daily WHERE scope = 'campaign'")}
+    campaigns = {r[0] for r in warehouse.query(
+        "SELECT DISTINCT campaign FROM ad_spend UNION SELECT DISTINCT key FROM roi_daily "
+        "WHERE dimension = 'campaign'")}
+    return {"models": models_in(warehouse), "platforms": sorted(p for p in platforms if p),
+            "campaigns": sorted(c for c in campaigns if c)}
+
+
+def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """(key..., conversions, revenue, ad_spend, compute) -> the same plus ROI."""
+    return [(*row, roi_of(row[-3], row[-2] + row[-1])) for row in rows]
+
+
+def _sums(warehouse: Warehouse, filters: Filters, dimension: str, group: str,
+          extra_select: str = "", order: str = "SUM(r.revenue) DESC, 1") -> list[tuple[Any, ...]]:
+    """roi_daily of the selected model and days, summed by `group`, with ROI."""
+    where, params = day_range("r.day", filters)
+    if dimension == "campaign":
+        more, more_params = campaign_filter("r.key", filters)
+        where, params = where + more, params + more_params
+    rows = warehouse.query(
+        f"SELECT {group}{extra_select}, SUM(r.conversions), SUM(r.revenue), SUM(r.ad_spend), "
+        f"SUM(r.compute_cost) FROM roi_daily r WHERE r.model = ? AND r.dimension = ?{where} "
+        f"GROUP BY {group} ORDER BY {order}", [filters.model, dimension, *params])
+    return _with_roi(rows)
+
+
+def _unallocated(warehouse: Warehouse, filters: Filters) -> float:
+    """Cost of the selection that no conversion took. Compute is not per campaign, so a
+    platform or campaign selection counts only those campaigns' unallocated spend."""
+    where, params = day_range("day", filters)
+    if filters.by_campaign:
+        more, more_params = campaign_filter("key", filters)
+        where += " AND cost_kind = 'ad_spend'" + more
+        params += more_params
+    (total,), = warehouse.query(
+        f"SELECT COALESCE(SUM(amount), 0) FROM roi_unallocated WHERE model = ?{where}",
+        [filters.model, *params])
+    return float(total)
+
+
+def roi_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("roi", "ROI by channel, campaign and day")
+    if not warehouse.query("SELECT 1 FROM roi_daily LIMIT 1"):
+        view.notice = ("No ROI rows yet: run the ROI job (`seedance run --job roi`) and "
+                       "`seedance load`, or `seedance demo`.")
+        return view
+    by_day = _sums(warehouse, filters, "campaign", "r.day", order="r.day")
+    revenue = sum(r[2] for r in by_day)
+    ad_spend = sum(r[3] for r in by_day)
+    compute = sum(r[4] for r in by_day)
+    view.kpis = [Kpi("kpi_revenue", "Attributed revenue", revenue),
+                 Kpi("kpi_ad_spend", "Ad spend allocated", ad_spend),
+                 Kpi("kpi_compute", "Compute cost allocated", compute),
+                 Kpi("kpi_roi", "ROI", roi_of(revenue, ad_spend + compute), "ratio"),
+                 Kpi("kpi_conversions", "Conversions", sum(r[1] for r in by_day), "number"),
+                 Kpi("kpi_unallocated", "Cost not allocated", _unallocated(warehouse, filters))]
+    view.tables = [
+        Table("roi_by_channel", "By channel", (Column("channel", "Channel"), *COST_COLUMNS),
+              _sums(warehouse, filters, "channel", "r.key"),
+              note=NO_CAMPAIGN_SPLIT if filters.by_campaign else ""),
+        Table("roi_by_campaign", "By campaign",
+              (Column("campaign", "Campaign"), Column("platform", "Platform"), *COST_COLUMNS),
+              _sums(warehouse, filters, "campaign", "r.key",
+                    ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)")),
+        Table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS), by_day),
+    ]
+    return view
+
+
+def models_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("models", "Attribution models side by side")
+    models = models_in(warehouse)
+    if not models:
+        view.notice = "No attribution results yet: run the job and `seedance load`."
+        return view
+    summary = []
+    for model in models:
+        rows = _sums(warehouse, filters.with_model(model), "campaign", "r.model")
+        summary.extend(rows or [(model, 0.0, 0.0, 0.0, 0.0, None)])
+    where, params = day_range("conversion_date", filters)
+    more, more_params = campaign_filter("campaign", filters)
+    credited = warehouse.query(
+        f"SELECT channel, model, SUM(revenue) FROM attribution_credits WHERE 1 = 1{where}{more} "
+        "GROUP BY channel, model", params + more_params)
+    where, params = day_range("day", filters)
+    roi_rows = warehouse.query(
+        "SELECT key, model, SUM(revenue), SUM(ad_spend) + SUM(compute_cost) FROM roi_daily "
+        f"WHERE dimension = 'channel'{where} GROUP BY key, model", params)
+    model_columns = tuple(Column(m, m) for m in models)
+    revenue_rows = _pivot(credited, models, lambda v: v)
+    channel_order = {row[0]: i for i, row in enumerate(revenue_rows)}
+    view.tables = [
+        Table("models_summary", "Totals per model",
+              (Column("model", "Model"), *COST_COLUMNS), summary),
+        Table("models_revenue", "Revenue credited per channel",
+              (Column("channel", "Channel"),
+               *(Column(c.name, c.label, "money") for c in model_columns)),
+              revenue_rows),
+        Table("models_roi", "ROI per channel",
+              (Column("channel", "Channel"),
+               *(Column(c.name, c.label, "ratio") for c in model_columns)),
+              sorted(_pivot([(k, m, (rev, cost)) for k, m, rev, cost in roi_rows], models,
+                            lambda v: roi_of(*v)),
+                     key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0])),
+              note=NO_CAMPAIGN_SPLIT if filters.by_campaign else ""),
+    ]
+    return view
+
+
+def _pivot(rows: list[tuple[Any, ...]], models: list[str],
+           cell: Callable[[Any], Any]) -> list[tuple[Any, ...]]:
+    """(key, model, value) rows -> one row per key with a cell per model, keys ordered by
+    their value under the first model that has them (largest first)."""
+    values = {(key, model): value for key, model, value in rows}
+    keys = sorted({r[0] for r in rows})
+    out = [(key, *(cell(values[key, m]) if (key, m) in values else None for m in models))
+           for key in keys]
+    return sorted(out, key=lambda row: -next((v for v in row[1:] if v is not None), 0.0))
+
+
+def stages_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("stages", "Cost allocation by lifecycle stage")
+    if not warehouse.query("SELECT 1 FROM roi_daily WHERE dimension = 'stage' LIMIT 1"):
+        view.notice = "No ROI rows by lifecycle stage yet: run the ROI job and `seedance load`."
+        return view
+    rows = _sums(warehouse, filters, "stage", "r.key", order="1")
+    total_cost = sum(r[3] + r[4] for r in rows)
+    shown = [(*row[:5], row[3] + row[4], (row[3] + row[4]) / total_cost if total_cost else None,
+              row[5]) for row in rows]
+    view.tables = [Table(
+        "stage_allocation", "Allocated cost and revenue per stage",
+        (Column("stage", "Stage"), *COST_COLUMNS[:4], Column("cost", "Cost", "money"),
+         Column("cost_share", "Share of cost", "share"), COST_COLUMNS[4]),
+        shown, note=NO_CAMPAIGN_SPLIT if filters.by_campaign else "")]
+    return view
+
+
+RECON_COLUMNS = (Column("day", "Day"), Column("scope", "Scope"), Column("platform", "Platform"),
+                 Column("account", "Account"), Column("entity", "Campaign / resource"),
+                 Column("metric", "Metric"), Column("currency", "Currency"),
+                 Column("ours", "Ours", "number"), Column("theirs", "Theirs", "number"),
+                 Column("drift", "Drift", "percent"), Column("threshold", "Band", "share"),
+                 Column("status", "Status"))
+
+
+def _recon_where(filters: Filters, prefix: str = "") -> tuple[str, list[object]]:
+    where, params = day_range(f"{prefix}day", filters)
+    if filters.platform:
+        where += f" AND {prefix}platform = ?"
+        params.append(filters.platform)
+    if filters.campaign:
+        where += f" AND {prefix}scope = 'campaign' AND {prefix}entity = ?"
+        params.append(filters.campaign)
+    return where, params
+
+
+def reconciliation_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("reconciliation", "Reconciliation against billing")
+    if not table_exists(warehouse, "reconciliation_daily"):
+        view.notice = ("No reconciliation yet: `seedance reconcile` creates its tables on its "
+                       "first run.")
+        return view
+    where, params = _recon_where(filters)
+    select = ("SELECT day, scope, platform, account, entity, metric, currency, ours, theirs, "
+              "drift, threshold, status FROM reconciliation_daily WHERE 1 = 1")
+    rows = warehouse.query(f"{select}{where} ORDER BY day DESC, scope, platform, account, "
+                           "entity, metric", params)
+    breaches = [r for r in rows if r[11] == "breach"]
+    view.kpis = [Kpi("kpi_compared", "Comparisons", len(rows), "count"),
+                 Kpi("kpi_breaches", "Outside the band", len(breaches), "count"),
+                 Kpi("kpi_max_drift", "Largest |drift|",
+                     max((abs(r[9]) for r in rows if r[9] is not None), default=None), "share")]
+    view.tables = [
+        Table("recon_breaches", "Outside the band", RECON_COLUMNS,
+              sorted(breaches, key=lambda r: (r[0], abs(r[9]) if r[9] is not None
+                                              else float("inf")), reverse=True),
+              empty="Every comparison is inside its band."),
+        Table("recon_rows", "Every comparison", RECON_COLUMNS, rows),
+    ]
+    return view
+
+
+ALERT_KEY = ("scope", "platform", "account", "entity", "day", "metric", "seq")
+
+
+def alerts_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("alerts", "Drift alerts")
+    if not table_exists(warehouse, "alerts"):
+        view.notice = "No alerts yet: `seedance reconcile` raises them when drift leaves the band."
+        return view
+    where, params = _recon_where(filters, "o.")
+    same_key = " AND ".join(f"r.{c} = o.{c}" for c in ALERT_KEY)
+    key_columns = (Column("day", "Day"), Column("scope", "Scope"), Column("platform", "Platform"),
+                   Column("account", "Account"), Column("entity", "Campaign / resource"),
+                   Column("metric", "Metric"))
+    opened = warehouse.query(
+        "SELECT o.raised_at, o.day, o.scope, o.platform, o.account, o.entity, o.metric, o.ours, "
+        "o.theirs, o.drift, o.threshold, o.webhook_status FROM alerts o WHERE o.kind = 'open' "
+        f"AND NOT EXISTS (SELECT 1 FROM alerts r WHERE r.kind = 'resolve' AND {same_key})"
+        f"{where} ORDER BY o.raised_at DESC, o.day DESC, o.entity, o.metric", params)
+    resolved = warehouse.query(
+        "SELECT o.raised_at, r.raised_at, o.day, o.scope, o.platform, o.account, o.entity, "
+        "o.metric, o.drift, r.drift FROM alerts o JOIN alerts r ON r.kind = 'resolve' AND "
+        f"{same_key} WHERE o.kind = 'open'{where} ORDER BY r.raised_at DESC, o.day DESC, "
+        "o.entity, o.metric", params)
+    view.kpis = [Kpi("kpi_open", "Open alerts", len(opened), "count"),
+                 Kpi("kpi_resolved", "Resolved", len(resolved), "count")]
+    view.tables = [
+        Table("alerts_open", "Open", (Column("raised_at", "Raised"), *key_columns,
+                                      Column("ours", "Ours", "number"),
+                                      Column("theirs", "Theirs", "number"),
+                                      Column("drift", "Drift", "percent"),
+                                      Column("threshold", "Band", "share"),
+                                      Column("webhook_status", "Webhook")),
+              opened, empty="No open alerts for these filters."),
+        Table("alerts_resolved", "Resolved", (Column("raised_at", "Raised"),
+                                              Column("resolved_at", "Resolved"), *key_columns,
+                                              Column("drift", "Drift when raised", "percent"),
+                                              Column("drift_resolved", "Drift when resolved",
+                                                     "percent")),
+              resolved, empty="No resolved alerts for these filters."),
+    ]
+    return view
+
+
+VIEWS: dict[str, Callable[[Warehouse, Filters], View]] = {
+    "roi": roi_view, "models": models_view, "stages": stages_view,
+    "reconciliation": reconciliation_view, "alerts": alerts_view}
+TITLES = {"roi": "ROI", "models": "Models", "stages": "Lifecycle", "reconciliation":
+          "Reconciliation", "alerts": "Alerts"}
+
+
+def build_view(warehouse: Warehouse, name: str, filters: Filters) -> View:
+    """The view `name` over the warehouse, with the model filled in when none was asked."""
+    return VIEWS[name](warehouse, resolve_model(warehouse, filters))

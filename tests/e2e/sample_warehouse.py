@@ -1,0 +1,179 @@
+"""A warehouse filled with demo-shaped rows in a few seconds, for the browser test.
+
+Credits come from the generator's plan through the batch reference (the same udfs as the
+Flink job), ROI rows from `udfs.roi.day_roi` over seeded spend and compute, and
+reconciliation rows and alerts in the shapes of schemas/sql/reconciliation.sql with a
+seeded drift (a few keys outside the 5 % band, some of them resolved later). Running the
+whole stack would take minutes; these rows have the same columns and the same invariants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+
+from pipelines.config import AttributionConfig
+from pipelines.generator import plan_events
+from pipelines.warehouse import CREDIT_COLUMNS, ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+from tests.reference import reference_credits
+from udfs.roi import day_roi
+
+RECONCILIATION_DDL = (Path(__file__).resolve().parents[2] / "schemas" / "sql"
+                      / "reconciliation.sql")
+START = datetime(2026, 10, 1, tzinfo=UTC)
+# campaign -> (platform, account, typical daily spend); email and organic cost nothing here
+PAID = {"gs-brand": ("google_ads", "123-456-7890", 35.0),
+        "gs-generic": ("google_ads", "123-456-7890", 55.0),
+        "meta-prospecting": ("meta", "act_1001", 50.0),
+        "meta-retargeting": ("meta", "act_1001", 25.0),
+        "dv360-awareness": ("dv360", "dv-77", 30.0),
+        "aff-coupons": ("awin", "aw-5", 12.0)}
+THRESHOLD = 0.05
+MIN_VOLUME = {"spend": 10.0, "conversions": 5.0, "revenue": 50.0}
+DAILY_COLUMNS = ("scope", "platform", "account", "entity", "day", "metric", "currency", "ours",
+                 "theirs", "difference", "drift", "threshold", "min_volume", "status",
+                 "contributors", "billing_source", "reported_at")
+ALERT_COLUMNS = ("alert_id", "kind", "scope", "platform", "account", "entity", "day", "metric",
+                 "seq", "currency", "ours", "theirs", "drift", "threshold", "min_volume",
+                 "contributors", "run_id", "raised_at", "log_status", "kafka_status",
+                 "webhook_status", "webhook_attempts", "last_error")
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    days: list[str]
+    credits: int
+    roi_rows: int
+    reconciliation_rows: int
+    alert_events: int
+
+
+def fill_sample_warehouse(url: str, users: int = 600, seed: int = 11,
+                          days: int = 30) -> SampleSummary:
+    rng = random.Random(seed)
+    plan = plan_events(users, seed=seed, days=days, start=START)
+    credits = reference_credits(plan)
+    all_days = [(START.date() + timedelta(days=i)).isoformat() for i in range(days)]
+    credit_rows = [(c.model, c.order_id, c.touch_index, c.user_id, c.conversion_ts_ms,
+                    _day(c.conversion_ts_ms), c.channel, c.campaign, c.touch_ts_ms, c.credit,
+                    c.revenue, c.currency, c.stage) for c in credits]
+    spend = [(platform, account, campaign, day, round(base * rng.uniform(0.6, 1.4), 2), "USD")
+             for day in all_days for campaign, (platform, account, base) in PAID.items()]
+    orders = sorted({c.order_id for c in credits})
+    compute = {order: round(rng.uniform(0.02, 0.9), 4) for order in orders}
+
+    roi, unallocated = _roi_rows(credit_rows, spend, compute, all_days, rng)
+    recon = _reconciliation_rows(credit_rows, spend, all_days, rng)
+    alerts = _alert_rows(recon, rng)
+    with Warehouse(url) as warehouse:
+        warehouse.upsert("attribution_credits", CREDIT_COLUMNS, 3, credit_rows)
+        warehouse.upsert("ad_spend", ("platform", "account", "campaign", "day", "amount",
+                                      "currency"), 4, spend)
+        warehouse.upsert("roi_daily", ROI_COLUMNS, 4, roi)
+        warehouse.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, unallocated)
+        warehouse.apply_ddl(RECONCILIATION_DDL)
+        warehouse.upsert("reconciliation_daily", DAILY_COLUMNS, 6, recon)
+        warehouse.upsert("alerts", ALERT_COLUMNS, 1, alerts)
+    return SampleSummary(all_days, len(credit_rows), len(roi), len(recon), len(alerts))
+
+
+def _day(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def _roi_rows(credit_rows: list[tuple], spend: list[tuple], compute: dict[str, float],
+              days: list[str], rng: random.Random) -> tuple[list[tuple], list[tuple]]:
+    frame = pd.DataFrame(credit_rows, columns=CREDIT_COLUMNS)
+    spend_frame = pd.DataFrame(spend, columns=["platform", "account", "campaign", "day", "amount",
+                                               "currency"])
+    models = list(AttributionConfig.models)
+    roi, unallocated = [], []
+    for day in days:
+        credits = frame[frame.conversion_date == day]
+        orders = credits.order_id.unique()
+        day_compute = pd.DataFrame({"order_id": orders, "cost": [compute[o] for o in orders]})
+        result = day_roi(credits, spend_frame[spend_frame.day == day], day_compute, models,
+                         unlinked_compute=round(rng.uniform(0.0, 2.0), 4))
+        for r in result.roi.itertuples(index=False):
+            roi.append((r.model, day, r.dimension, r.key, float(r.conversions),
+                        float(r.revenue), float(r.ad_spend), float(r.compute_cost),
+                        None if pd.isna(r.roi) else float(r.roi), "USD"))
+        for u in result.unallocated.itertuples(index=False):
+            unallocated.append((u.model, day, u.kind, u.key, float(u.amount), "USD"))
+    return roi, unallocated
+
+
+def _status(ours: float, theirs: float, metric: str) -> tuple[float | None, str]:
+    drift = (ours - theirs) / abs(theirs) if theirs else None
+    if max(abs(ours), abs(theirs)) < MIN_VOLUME.get(metric, 0.0):
+        return drift, "below_min_volume"
+    return drift, "breach" if drift is None or abs(drift) > THRESHOLD else "ok"
+
+
+def _reconciliation_rows(credit_rows: list[tuple], spend: list[tuple], days: list[str],
+                         rng: random.Random) -> list[tuple]:
+    """Ours against a platform's report per campaign-day and metric, plus daily totals."""
+    ours: dict[tuple[str, str, str], float] = defaultdict(float)
+    for _model, _order, _i, _user, _ts, day, _channel, campaign, _t, credit, revenue, *_ in (
+            r for r in credit_rows if r[0] == "last_click"):
+        ours[campaign, day, "conversions"] += credit
+        ours[campaign, day, "revenue"] += revenue
+    for _platform, _account, campaign, day, amount, _currency in spend:
+        ours[campaign, day, "spend"] += amount
+    rows = []
+    for day in days:
+        totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for campaign, (platform, account, _base) in PAID.items():
+            for metric in ("spend", "conversions", "revenue"):
+                mine = round(ours[campaign, day, metric], 6)
+                # mostly within a few %, now and then a platform restates far away
+                error = rng.gauss(0.0, 0.02) if rng.random() > 0.06 else rng.choice(
+                    (-1, 1)) * rng.uniform(0.06, 0.2)
+                theirs = round(mine / (1 + error), 2)
+                drift, status = _status(mine, theirs, metric)
+                currency = "" if metric == "conversions" else "USD"
+                rows.append(("campaign", platform, account, campaign, day, metric, currency,
+                             mine, theirs, mine - theirs, drift, THRESHOLD, MIN_VOLUME[metric],
+                             status, "[]", f"{platform}-report.csv", f"{day}T23:00:00Z"))
+                totals[metric][0] += mine
+                totals[metric][1] += theirs
+        for metric, (mine, theirs) in totals.items():
+            drift, status = _status(mine, theirs, metric)
+            rows.append(("total", "*", "*", "*", day, metric,
+                         "" if metric == "conversions" else "USD", mine, theirs, mine - theirs,
+                         drift, THRESHOLD, MIN_VOLUME[metric], status, "[]", "*",
+                         f"{day}T23:00:00Z"))
+    return rows
+
+
+def _alert_rows(recon: list[tuple], rng: random.Random) -> list[tuple]:
+    """An open event per breach; about half resolved by a later restatement."""
+    out = []
+    for row in recon:
+        scope, platform, account, entity, day, metric, currency, ours, theirs = row[:9]
+        if row[13] != "breach":
+            continue
+        raised = (date.fromisoformat(day) + timedelta(days=1)).isoformat() + "T06:00:00Z"
+        key = (scope, platform, account, entity, day, metric)
+        out.append(_alert(key, "open", currency, ours, theirs, row[10], raised))
+        if rng.random() < 0.5:
+            resolved = (date.fromisoformat(day) + timedelta(days=3)).isoformat() + "T06:00:00Z"
+            fixed = round(ours * (1 + rng.uniform(-0.02, 0.02)), 2)
+            out.append(_alert(key, "resolve", currency, ours, fixed,
+                              (ours - fixed) / abs(fixed) if fixed else None, resolved))
+    return out
+
+
+def _alert(key: tuple[str, ...], kind: str, currency: str, ours: float, theirs: float,
+           drift: float | None, raised_at: str) -> tuple:
+    alert_id = hashlib.sha256("|".join((*key, "1", kind)).encode()).hexdigest()[:32]
+    return (alert_id, kind, *key, 1, currency, ours, theirs, drift, THRESHOLD,
+            MIN_VOLUME[key[5]], json.dumps([]), "sample-run", raised_at, "sent", "disabled",
+            "sent", 1, "")

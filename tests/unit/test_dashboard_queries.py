@@ -1,0 +1,310 @@
+"""The dashboard's views, CSV export and pages over a small hand-made warehouse (an SQLite
+file: no service), with every expected figure worked out by hand."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from wsgiref.util import setup_testing_defaults
+
+import pytest
+
+from pipelines.dashboard import charts
+from pipelines.dashboard.app import DashboardApp
+from pipelines.dashboard.filters import FilterError, Filters, parse_filters
+from pipelines.dashboard.queries import build_view, options
+from pipelines.dashboard.tables import format_value
+from pipelines.warehouse import ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+
+RECONCILIATION_DDL = Path(__file__).resolve().parents[2] / "schemas" / "sql" / "reconciliation.sql"
+SPEND = ("platform", "account", "campaign", "day", "amount", "currency")
+CREDITS = ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms", "conversion_date",
+           "channel", "campaign", "touch_ts_ms", "credit", "revenue", "currency", "stage")
+
+
+def roi_row(model: str, day: str, dimension: str, key: str, conversions: float, revenue: float,
+            ad_spend: float, compute: float) -> tuple[object, ...]:
+    cost = ad_spend + compute
+    return (model, day, dimension, key, conversions, revenue, ad_spend, compute,
+            revenue / cost if cost else None, "USD")
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'warehouse.db'}"
+
+
+@pytest.fixture
+def warehouse(url: str) -> Iterator[Warehouse]:
+    """Two days of ROI for last_click and linear: search (campaign gs-1 on google_ads),
+    social (meta-1 on meta) and organic (no campaign, no spend)."""
+    with Warehouse(url) as wh:
+        wh.upsert("ad_spend", SPEND, 4, [
+            ("google_ads", "g-1", "gs-1", "2026-10-01", 100.0, "USD"),
+            ("google_ads", "g-1", "gs-1", "2026-10-02", 50.0, "USD"),
+            ("meta", "m-1", "meta-1", "2026-10-01", 40.0, "USD"),
+            ("meta", "m-1", "meta-1", "2026-10-02", 40.0, "USD")])
+        rows = []
+        for model, scale in (("last_click", 1.0), ("linear", 0.5)):
+            for day, revenue in (("2026-10-01", 400.0), ("2026-10-02", 100.0)):
+                search = roi_row(model, day, "channel", "search", 2, revenue,
+                                 (100 if day.endswith("1") else 50) * scale, 10)
+                rows += [search, roi_row(model, day, "campaign", "gs-1", *search[4:8])]
+            rows += [roi_row(model, "2026-10-01", "channel", "social", 1, 80, 40, 0),
+                     roi_row(model, "2026-10-01", "campaign", "meta-1", 1, 80, 40, 0),
+                     roi_row(model, "2026-10-02", "channel", "organic", 1, 60, 0, 0),
+                     roi_row(model, "2026-10-02", "campaign", "", 1, 60, 0, 0),
+                     roi_row(model, "2026-10-01", "stage", "new", 3, 480, 100 * scale + 40, 10),
+                     roi_row(model, "2026-10-02", "stage", "repeat", 2, 160,
+                             50 * scale, 10)]
+        wh.upsert("roi_daily", ROI_COLUMNS, 4, rows)
+        wh.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, [
+            ("linear", "2026-10-01", "ad_spend", "gs-1", 50.0, "USD"),
+            ("linear", "2026-10-02", "ad_spend", "gs-1", 25.0, "USD"),
+            ("last_click", "2026-10-02", "ad_spend", "meta-1", 40.0, "USD"),
+            ("last_click", "2026-10-02", "compute", "", 3.0, "USD")])
+        wh.upsert("attribution_credits", CREDITS, 3, [
+            ("last_click", "o1", 1, "u1", 0, "2026-10-01", "search", "gs-1", 0, 1.0, 300.0,
+             "USD", "new"),
+            ("linear", "o1", 0, "u1", 0, "2026-10-01", "social", "meta-1", 0, 0.5, 150.0,
+             "USD", "new"),
+            ("linear", "o1", 1, "u1", 0, "2026-10-01", "search", "gs-1", 0, 0.5, 150.0,
+             "USD", "new"),
+            ("last_click", "o2", 0, "u2", 0, "2026-10-02", "organic", "", 0, 1.0, 60.0,
+             "USD", "repeat"),
+            ("linear", "o2", 0, "u2", 0, "2026-10-02", "organic", "", 0, 1.0, 60.0,
+             "USD", "repeat")])
+        yield wh
+
+
+def rows_by_key(view_table: list[tuple[object, ...]]) -> dict[object, tuple[object, ...]]:
+    return {row[0]: row for row in view_table}
+
+
+def test_roi_sums_the_days_before_dividing(warehouse: Warehouse) -> None:
+    view = build_view(warehouse, "roi", Filters())
+    channel = rows_by_key(view.table("roi_by_channel").rows)
+    # search: revenue 400 + 100 over cost (100 + 10) + (50 + 10): 500 / 170, not the mean of
+    # the daily ROIs (400/110 + 100/60) / 2
+    assert channel["search"][1:5] == (4, 500, 150, 20)
+    assert channel["search"][5] == pytest.approx(500 / 170)
+    assert channel["organic"][5] is None  # no cost: no ROI, shown as a dash
+    assert list(channel) == ["search", "social", "organic"]  # by revenue, largest first
+    kpis = {k.name: k.value for k in view.kpis}
+    assert kpis["kpi_revenue"] == 640 and kpis["kpi_ad_spend"] == 190
+    assert kpis["kpi_roi"] == pytest.approx(640 / 210)
+    assert kpis["kpi_unallocated"] == 43  # last_click's 40 of spend + 3 of compute
+    assert view.tables[0].note == ""
+
+
+def test_model_defaults_to_last_click_and_can_be_chosen(warehouse: Warehouse) -> None:
+    linear = build_view(warehouse, "roi", Filters(model="linear"))
+    assert rows_by_key(linear.table("roi_by_channel").rows)["search"][3] == 75
+    assert {k.name: k.value for k in linear.kpis}["kpi_unallocated"] == 75
+    assert options(warehouse)["models"] == ["last_click", "linear"]  # the config's order
+
+
+def test_date_range_is_inclusive(warehouse: Warehouse) -> None:
+    view = build_view(warehouse, "roi", Filters(date_from="2026-10-02", date_to="2026-10-02"))
+    assert [r[0] for r in view.table("roi_by_day").rows] == ["2026-10-02"]
+    assert rows_by_key(view.table("roi_by_channel").rows)["search"][2] == 100
+
+
+def test_platform_filter_goes_through_the_spend_rows(warehouse: Warehouse) -> None:
+    view = build_view(warehouse, "roi", Filters(platform="meta"))
+    assert view.table("roi_by_campaign").rows == [("meta-1", "meta", 1, 80, 40, 0, 2.0)]
+    assert view.table("roi_by_day").rows == [("2026-10-01", 1, 80, 40, 0, 2.0)]
+    assert {k.name: k.value for k in view.kpis}["kpi_unallocated"] == 40  # spend only
+    # channel rows are not split by campaign: shown whole, and the page says so
+    assert len(view.table("roi_by_channel").rows) == 3
+    assert "do not apply" in view.table("roi_by_channel").note
+    campaign = build_view(warehouse, "roi", Filters(campaign="gs-1"))
+    assert [r[0] for r in campaign.table("roi_by_campaign").rows] == ["gs-1"]
+    platforms = {r[1] for r in build_view(warehouse, "roi", Filters()).table(
+        "roi_by_campaign").rows}
+    assert platforms == {"google_ads", "meta", None}  # organic has no platform
+
+
+def test_models_side_by_side(warehouse: Warehouse) -> None:
+    view = build_view(warehouse, "models", Filters())
+    summary = rows_by_key(view.table("models_summary").rows)
+    assert summary["last_click"][1:5] == (6, 640, 190, 20)
+    assert summary["linear"][3] == 115
+    revenue = view.table("models_revenue")
+    assert [c.name for c in revenue.columns] == ["channel", "last_click", "linear"]
+    by_channel = rows_by_key(revenue.rows)
+    assert by_channel["search"][1:] == (300, 150)
+    assert by_channel["social"][1:] == (None, 150)  # last_click credited social nothing
+    roi = rows_by_key(view.table("models_roi").rows)
+    assert roi["search"][2] == pytest.approx(500 / (75 + 20))
+    assert [r[0] for r in view.table("models_roi").rows][0] == "search"  # revenue order
+    meta = build_view(warehouse, "models", Filters(platform="meta"))
+    assert rows_by_key(meta.table("models_revenue").rows) == {"social": ("social", None, 150)}
+
+
+def test_stage_allocation_shares(warehouse: Warehouse) -> None:
+    rows = rows_by_key(build_view(warehouse, "stages", Filters()).table(
+        "stage_allocation").rows)
+    assert rows["new"][5] == 150 and rows["repeat"][5] == 60  # ad spend + compute
+    assert rows["new"][6] == pytest.approx(150 / 210)
+    assert rows["new"][6] + rows["repeat"][6] == pytest.approx(1.0)
+
+
+def test_reconciliation_and_alerts_before_their_tables_exist(url: str,
+                                                             warehouse: Warehouse) -> None:
+    for name in ("reconciliation", "alerts"):
+        assert "seedance reconcile" in build_view(warehouse, name, Filters()).notice
+    app = DashboardApp(url)
+    status, _, body = call(app, "/reconciliation")
+    assert status.startswith("200") and 'id="notice"' in body
+    status, _, body = call(app, "/csv/recon_rows.csv")
+    assert status.startswith("200") and body == ""
+
+
+def recon(day: str, scope: str, platform: str, entity: str, metric: str, ours: float,
+          theirs: float, status: str) -> tuple[object, ...]:
+    return (scope, platform, "acc" if scope == "campaign" else "*", entity, day, metric, "USD",
+            ours, theirs, ours - theirs, (ours - theirs) / theirs, 0.05, 10.0, status, "[]",
+            "file.csv:2", f"{day}T23:00:00Z")
+
+
+def alert(kind: str, seq: int, day: str, raised_at: str, drift: float) -> tuple[object, ...]:
+    return (f"{day}-{seq}-{kind}", kind, "campaign", "meta", "acc", "meta-1", day, "spend", seq,
+            "USD", 110.0, 100.0, drift, 0.05, 10.0, "[]", "run", raised_at, "sent", "disabled",
+            "sent", 1, "")
+
+
+@pytest.fixture
+def reconciled(warehouse: Warehouse) -> Warehouse:
+    warehouse.apply_ddl(RECONCILIATION_DDL)
+    columns = ("scope", "platform", "account", "entity", "day", "metric", "currency", "ours",
+               "theirs", "difference", "drift", "threshold", "min_volume", "status",
+               "contributors", "billing_source", "reported_at")
+    warehouse.upsert("reconciliation_daily", columns, 6, [
+        recon("2026-10-01", "campaign", "meta", "meta-1", "spend", 44.0, 40.0, "breach"),
+        recon("2026-10-01", "campaign", "google_ads", "gs-1", "spend", 101.0, 100.0, "ok"),
+        recon("2026-10-02", "campaign", "google_ads", "gs-1", "spend", 40.0, 50.0, "breach"),
+        recon("2026-10-01", "total", "*", "*", "spend", 145.0, 140.0, "ok")])
+    alert_columns = ("alert_id", "kind", "scope", "platform", "account", "entity", "day",
+                     "metric", "seq", "currency", "ours", "theirs", "drift", "threshold",
+                     "min_volume", "contributors", "run_id", "raised_at", "log_status",
+                     "kafka_status", "webhook_status", "webhook_attempts", "last_error")
+    # meta-1 on 10-01: opened, resolved, breached again (seq 2, open); on 10-02: opened only
+    warehouse.upsert("alerts", alert_columns, 1, [
+        alert("open", 1, "2026-10-01", "2026-10-02T06:00:00Z", 0.1),
+        alert("resolve", 1, "2026-10-01", "2026-10-03T06:00:00Z", 0.01),
+        alert("open", 2, "2026-10-01", "2026-10-05T06:00:00Z", 0.2),
+        alert("open", 1, "2026-10-02", "2026-10-03T06:00:00Z", 0.3)])
+    return warehouse
+
+
+def test_reconciliation_rows_and_breaches(reconciled: Warehouse) -> None:
+    view = build_view(reconciled, "reconciliation", Filters())
+    assert len(view.table("recon_rows").rows) == 4
+    breaches = view.table("recon_breaches").rows
+    assert [(r[0], r[4]) for r in breaches] == [("2026-10-02", "gs-1"), ("2026-10-01", "meta-1")]
+    kpis = {k.name: k.value for k in view.kpis}
+    assert kpis["kpi_breaches"] == 2 and kpis["kpi_max_drift"] == pytest.approx(0.2)
+    meta = build_view(reconciled, "reconciliation", Filters(platform="meta"))
+    assert [r[4] for r in meta.table("recon_rows").rows] == ["meta-1"]
+    gs = build_view(reconciled, "reconciliation", Filters(campaign="gs-1", date_to="2026-10-01"))
+    assert [(r[0], r[4]) for r in gs.table("recon_rows").rows] == [("2026-10-01", "gs-1")]
+    assert "meta" in options(reconciled)["platforms"]
+
+
+def test_alerts_open_and_resolved(reconciled: Warehouse) -> None:
+    view = build_view(reconciled, "alerts", Filters())
+    opened = view.table("alerts_open").rows
+    assert [(r[0], r[1]) for r in opened] == [("2026-10-05T06:00:00Z", "2026-10-01"),
+                                              ("2026-10-03T06:00:00Z", "2026-10-02")]
+    resolved = view.table("alerts_resolved").rows
+    assert resolved == [("2026-10-02T06:00:00Z", "2026-10-03T06:00:00Z", "2026-10-01",
+                         "campaign", "meta", "acc", "meta-1", "spend", 0.1, 0.01)]
+    late = build_view(reconciled, "alerts", Filters(date_from="2026-10-02"))
+    assert [r[1] for r in late.table("alerts_open").rows] == ["2026-10-02"]
+    assert late.table("alerts_resolved").rows == []
+
+
+def test_filters_from_the_query_string() -> None:
+    filters = parse_filters({"from": ["2026-10-01"], "to": ["2026-10-31"], "platform": ["meta"],
+                             "utm_source": ["mail"]})
+    assert filters == Filters("2026-10-01", "2026-10-31", "meta")
+    assert filters.query_string() == "from=2026-10-01&to=2026-10-31&platform=meta"
+    with pytest.raises(FilterError, match="'from' must be a date"):
+        parse_filters({"from": ["01/10/2026"]})
+    with pytest.raises(FilterError, match="is after"):
+        parse_filters({"from": ["2026-10-02"], "to": ["2026-10-01"]})
+
+
+def call(app: DashboardApp, path: str, query: str = "") -> tuple[str, dict[str, str], str]:
+    environ: dict[str, object] = {}
+    setup_testing_defaults(environ)
+    environ.update(PATH_INFO=path, QUERY_STRING=query)
+    seen: dict[str, object] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+        seen.update(status=status, headers=dict(headers))
+
+    body = b"".join(app(environ, start_response)).decode()
+    return str(seen["status"]), seen["headers"], body  # type: ignore[return-value]
+
+
+def test_csv_holds_the_rows_the_page_shows(url: str, warehouse: Warehouse) -> None:
+    app = DashboardApp(url)
+    query = "from=2026-10-01&to=2026-10-01&model=linear"
+    status, headers, body = call(app, "/csv/roi_by_channel.csv", query)
+    assert status.startswith("200") and headers["Content-Type"].startswith("text/csv")
+    assert "roi_by_channel_2026-10-01_2026-10-01.csv" in headers["Content-Disposition"]
+    table = build_view(warehouse, "roi", parse_filters({"from": ["2026-10-01"],
+                                                        "to": ["2026-10-01"],
+                                                        "model": ["linear"]})
+                       ).table("roi_by_channel")
+    lines = list(csv.reader(io.StringIO(body)))
+    assert lines[0] == [c.name for c in table.columns]
+    assert [[float(v) if v else None for v in line[1:]] for line in lines[1:]] == \
+        [pytest.approx(list(row[1:]), rel=1e-13) for row in table.rows]
+    _, _, page = call(app, "/roi", query)
+    assert f'href="/csv/roi_by_channel.csv?{query.replace("&", "&amp;")}"' in page
+    for row in table.rows:  # and the page shows those rows, formatted
+        assert format_value(row[2], "money") in page
+
+
+def test_pages_and_errors(url: str, warehouse: Warehouse) -> None:
+    app = DashboardApp(url)
+    for view in ("roi", "models", "stages", "reconciliation", "alerts"):
+        status, _, body = call(app, f"/{view}")
+        assert status.startswith("200"), view
+        assert "<svg" in body or view in ("reconciliation", "alerts"), view
+    assert call(app, "/")[0].startswith("302")
+    assert call(app, "/nope")[0].startswith("404")
+    assert call(app, "/healthz")[2] == "ok\n"
+    status, _, body = call(app, "/roi", "from=yesterday")
+    assert status.startswith("400") and "&#x27;from&#x27; must be a date" in body
+
+
+def test_names_from_the_data_are_escaped(url: str, warehouse: Warehouse) -> None:
+    warehouse.upsert("roi_daily", ROI_COLUMNS, 4, [
+        roi_row("last_click", "2026-10-01", "campaign", "<script>alert(1)</script>", 1, 5, 1, 0),
+        roi_row("last_click", "2026-10-01", "channel", '"><img src=x>', 1, 5, 1, 0)])
+    _, _, body = call(DashboardApp(url), "/roi")
+    assert "<script>alert(1)" not in body and "<img src=x>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+def test_the_database_password_is_never_shown() -> None:
+    url = "postgresql://finance:s3cret-pw@127.0.0.1:1/seedance"  # nothing listens on port 1
+    app = DashboardApp(url)
+    assert "s3cret-pw" not in app.source and "***" in app.source
+    status, _, body = call(app, "/roi")
+    assert status.startswith("503") and "s3cret-pw" not in body and "***" in body
+
+
+def test_chart_axes_and_outliers() -> None:
+    assert [charts._nice_max(v) for v in (0, 9, 21_896, 480)] == [1.0, 10.0, 24_000, 600]
+    svg = charts.drift_chart("drift", ["2026-10-01"], [("2026-10-01", 0.9, "breach", "<x>"),
+                                                       ("2026-10-01", 0.01, "ok", "y")], 0.05)
+    assert svg.count("<polygon") == 1 and svg.count("<circle") >= 1  # the outlier on the edge
+    assert "&lt;x&gt;" in svg and "<x>" not in svg
+    assert format_value(None, "money") == "—" and format_value(0.0512, "percent") == "+5.12 %"
