@@ -16,7 +16,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow import DAG
-from airflow.operators.bash import BashOperator
+
+try:  # Airflow 3 ships the BashOperator in the standard provider
+    from airflow.providers.standard.operators.bash import BashOperator
+except ImportError:  # Airflow 2
+    from airflow.operators.bash import BashOperator
 
 # {{ ds }} is the logical date: the run for 2025-03-04 starts after that day has ended
 # (schedule 06:00 UTC the next morning) and covers 2025-03-02..2025-03-04.
