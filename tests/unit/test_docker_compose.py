@@ -99,8 +99,12 @@ def test_flink_cluster_and_shared_state(services: dict[str, dict[str, Any]],
         "jobmanager"
     job = load_config(repo_path(option(services["submit-attribution"]["command"], "--config")))
     assert int(tm_props["taskmanager.numberOfTaskSlots"]) >= job.flink.parallelism
-    # rescaling from a savepoint needs the same max parallelism the state was written with
-    assert job.flink.parallelism <= int(jm_props["pipeline.max-parallelism"])
+    # rescaling from a savepoint needs the same max parallelism the state was written with:
+    # set where the job graph is built, on the submitting client
+    submit = services["submit-attribution"]["command"]
+    max_parallelism = next(int(a.split("=")[1]) for a in submit
+                           if a.startswith("-Dpipeline.max-parallelism="))
+    assert job.flink.parallelism <= max_parallelism
     checkpoints = job.flink.checkpoint_dir.removeprefix("file://")
     savepoints = jm_props["execution.checkpointing.savepoint-dir"].removeprefix("file://")
     for service in (jm, tm):  # both processes must see the same checkpoint files
@@ -232,3 +236,14 @@ def test_entrypoint_turns_properties_into_flags_and_reads_secret_files(
     missing = subprocess.run([str(ENTRYPOINT), "true"], env={**env, "PGPASSWORD_FILE": "/nope"},
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "unreadable" in missing.stderr
+
+
+def test_operations_doc_names_every_operator_uid() -> None:
+    """Savepoint upgrades depend on these uids; the runbook's table must stay complete."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    for job in ("flink_job.py", "gpu_cost_job.py", "roi_job.py"):
+        code = (ROOT / "pipelines" / job).read_text()
+        uids = re.findall(r'\.uid\(f?"([^"{]+)', code)
+        assert uids, job
+        for uid in uids:
+            assert f"`{uid}" in doc, f"{job}: uid {uid} missing from docs/operations.md"
