@@ -133,10 +133,9 @@ def models_view(warehouse: Warehouse, filters: Filters) -> View:
     if not models:
         view.notice = "No attribution results yet: run the job and `seedance load`."
         return view
-    summary = []
-    for model in models:
-        rows = _sums(warehouse, filters.with_model(model), "campaign", "r.model")
-        summary.extend(rows or [(model, 0.0, 0.0, 0.0, 0.0, None)])
+    # models without ROI rows (credits loaded, ROI job not run) are left out, not zeros
+    summary = [row for model in models
+               for row in _sums(warehouse, filters.with_model(model), "campaign", "r.model")]
     where, params = day_range("conversion_date", filters)
     more, more_params = campaign_filter("campaign", filters)
     credited = warehouse.query(
@@ -151,7 +150,8 @@ def models_view(warehouse: Warehouse, filters: Filters) -> View:
     channel_order = {row[0]: i for i, row in enumerate(revenue_rows)}
     view.tables = [
         Table("models_summary", "Totals per model",
-              (Column("model", "Model"), *COST_COLUMNS), summary),
+              (Column("model", "Model"), *COST_COLUMNS), summary,
+              empty="No ROI rows for these filters: cost and ROI come from the ROI job."),
         Table("models_revenue", "Revenue credited per channel",
               (Column("channel", "Channel"),
                *(Column(c.name, c.label, "money") for c in model_columns)),

@@ -308,3 +308,15 @@ def test_chart_axes_and_outliers() -> None:
     assert svg.count("<polygon") == 1 and svg.count("<circle") >= 1  # the outlier on the edge
     assert "&lt;x&gt;" in svg and "<x>" not in svg
     assert format_value(None, "money") == "—" and format_value(0.0512, "percent") == "+5.12 %"
+
+
+def test_credits_before_any_roi_rows(url: str) -> None:
+    """Credits loaded, ROI job not run yet: credited revenue shows, costs are not zeros."""
+    with Warehouse(url) as wh:
+        wh.upsert("attribution_credits", CREDITS, 3, [
+            ("linear", "o1", 0, "u1", 0, "2026-10-01", "email", "news", 0, 1.0, 42.0, "USD",
+             "new")])
+        assert "No ROI rows yet" in build_view(wh, "roi", Filters()).notice
+        view = build_view(wh, "models", Filters())
+        assert view.table("models_summary").rows == []
+        assert view.table("models_revenue").rows == [("email", 42.0)]
