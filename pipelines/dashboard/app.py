@@ -6,14 +6,19 @@ same filters), `/healthz` (the warehouse answers). Read-only: only GET and HEAD.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
+import sqlite3
+import threading
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import psycopg
 
 from pipelines.dashboard import pages
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
@@ -34,12 +39,28 @@ TABLE_VIEWS = {
 
 
 class DashboardApp:
-    """One warehouse connection per request: SQLite connections belong to the thread that
-    opened them, and a fresh connection also rides out a database restart."""
+    """Each worker thread keeps one warehouse connection and reuses it: SQLite connections
+    belong to the thread that opened them, and opening a Warehouse applies the schema's
+    DDL, which a page view should not repeat. A connection that failed is dropped, so the
+    next request reconnects (e.g. after a database restart)."""
 
     def __init__(self, warehouse_url: str) -> None:
         self.warehouse_url = warehouse_url
         self.source = redacted_url(warehouse_url)  # the only form of the URL ever shown
+        self._local = threading.local()
+
+    def _warehouse(self) -> Warehouse:
+        warehouse: Warehouse | None = getattr(self._local, "warehouse", None)
+        if warehouse is None:
+            warehouse = self._local.warehouse = Warehouse(self.warehouse_url)
+        return warehouse
+
+    def _drop_warehouse(self) -> None:
+        warehouse = getattr(self._local, "warehouse", None)
+        self._local.warehouse = None
+        if warehouse is not None:
+            with contextlib.suppress(Exception):
+                warehouse.close()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
@@ -56,25 +77,32 @@ class DashboardApp:
                 path.startswith("/csv/") and path.endswith(".csv") and table in TABLE_VIEWS):
             return _respond(start_response, "404 Not Found", "text/plain", b"no such page\n")
         try:
-            warehouse = Warehouse(self.warehouse_url)
+            warehouse = self._warehouse()
         except WarehouseError as error:  # its message already hides the password
             return _respond(start_response, "503 Service Unavailable", "text/plain",
                             f"{error}\n".encode())
-        with warehouse:
-            if path == "/healthz":
-                warehouse.query("SELECT 1")
-                return _respond(start_response, "200 OK", "text/plain", b"ok\n")
-            try:
-                filters = parse_filters(parse_qs(environ.get("QUERY_STRING", "")))
-            except FilterError as error:
-                return self._page(start_response, warehouse, view if view in VIEWS else "roi",
-                                  Filters(), pages.error_body(str(error)), "400 Bad Request")
-            if view in VIEWS:
-                body = pages.view_body(build_view(warehouse, view, filters),
-                                       resolve_model(warehouse, filters))
-                return self._page(start_response, warehouse, view, filters, body)
-            return self._csv(start_response, build_view(warehouse, TABLE_VIEWS[table], filters),
-                             table, filters)
+        try:
+            return self._route(start_response, warehouse, environ, path, view, table)
+        except (sqlite3.Error, psycopg.Error):
+            self._drop_warehouse()
+            raise
+
+    def _route(self, start_response: StartResponse, warehouse: Warehouse,
+               environ: dict[str, Any], path: str, view: str, table: str) -> Iterable[bytes]:
+        if path == "/healthz":
+            warehouse.query("SELECT 1")
+            return _respond(start_response, "200 OK", "text/plain", b"ok\n")
+        try:
+            filters = parse_filters(parse_qs(environ.get("QUERY_STRING", "")))
+        except FilterError as error:
+            return self._page(start_response, warehouse, view if view in VIEWS else "roi",
+                              Filters(), pages.error_body(str(error)), "400 Bad Request")
+        if view in VIEWS:
+            body = pages.view_body(build_view(warehouse, view, filters),
+                                   resolve_model(warehouse, filters))
+            return self._page(start_response, warehouse, view, filters, body)
+        return self._csv(start_response, build_view(warehouse, TABLE_VIEWS[table], filters),
+                         table, filters)
 
     def _page(self, start_response: StartResponse, warehouse: Warehouse, view: str,
               filters: Filters, body: str, status: str = "200 OK") -> Iterable[bytes]:
@@ -117,8 +145,31 @@ def _respond(start_response: StartResponse, status: str, content_type: str, body
     return [body]
 
 
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a hung browser connection must not keep the process alive
+class _PooledServer(WSGIServer):
+    """Requests handled by a fixed pool of threads: each keeps its warehouse connection
+    (DashboardApp), and a burst of requests cannot open unbounded connections."""
+
+    workers = 4
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dashboard")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self._pool.submit(self._handle, request, client_address)
+
+    def _handle(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        if hasattr(self, "_pool"):
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -129,5 +180,5 @@ class _QuietHandler(WSGIRequestHandler):
 def make_dashboard_server(warehouse_url: str, host: str = "127.0.0.1",
                           port: int = 8050) -> WSGIServer:
     """A started-but-not-serving server (port 0 picks a free port: see server_port)."""
-    return make_server(host, port, DashboardApp(warehouse_url), server_class=_ThreadingServer,
+    return make_server(host, port, DashboardApp(warehouse_url), server_class=_PooledServer,
                        handler_class=_QuietHandler)

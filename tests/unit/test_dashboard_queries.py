@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import csv
 import io
+import sqlite3
+import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
 import pytest
 
+from pipelines.dashboard import app as app_module
 from pipelines.dashboard import charts
 from pipelines.dashboard.app import DashboardApp
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
@@ -320,3 +324,46 @@ def test_credits_before_any_roi_rows(url: str) -> None:
         view = build_view(wh, "models", Filters())
         assert view.table("models_summary").rows == []
         assert view.table("models_revenue").rows == [("email", 42.0)]
+
+
+def test_server_reuses_a_connection_per_worker(url: str, warehouse: Warehouse,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a Warehouse applies the DDL: a page view must not do it each time."""
+    opened = []
+
+    class Counting(Warehouse):
+        def __init__(self, url: str = "") -> None:
+            opened.append(url)
+            super().__init__(url)
+
+    monkeypatch.setattr(app_module, "Warehouse", Counting)
+    server = app_module.make_dashboard_server(url, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    statuses: list[int] = []
+
+    def get() -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/models",
+                                    timeout=10) as response:
+            statuses.append(response.status)
+
+    try:
+        for _ in range(3):  # bursts of parallel requests, more than there are workers
+            threads = [threading.Thread(target=get) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert statuses == [200] * 24
+    assert 1 <= len(opened) <= app_module._PooledServer.workers
+
+
+def test_a_broken_connection_is_replaced(url: str, warehouse: Warehouse) -> None:
+    app = DashboardApp(url)
+    assert call(app, "/roi")[0].startswith("200")
+    app._local.warehouse._conn.close()  # as if the database had gone away
+    with pytest.raises(sqlite3.ProgrammingError):
+        call(app, "/roi")
+    assert call(app, "/roi")[0].startswith("200")
