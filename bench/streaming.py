@@ -66,6 +66,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=30_000)
     parser.add_argument("--mode", choices=["thread", "process"], default="thread")
+    parser.add_argument("--models", default="",
+                        help="comma-separated attribution models (default: the config's)")
+    parser.add_argument("--refit-s", type=float, default=0.0,
+                        help="refit period of the data-driven models (default: the config's)")
     parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: a bounded job ends at its next checkpoint")
     args = parser.parse_args()
@@ -77,6 +81,10 @@ def main() -> None:
         base = base.replace("flink", checkpoint_interval_s=args.checkpoint_s, resume=False,
                             checkpoint_dir=str(home / "checkpoints"),
                             python_execution_mode=args.mode)
+        if args.models:
+            base = base.replace("attribution", models=tuple(args.models.split(",")))
+        if args.refit_s:
+            base = base.replace("attribution", refit_every_s=args.refit_s)
         print(generate(info.bootstrap, "bench_spans", users=args.users, seed=11))
         ensure_topics(info.bootstrap, ["bench_empty"])
         ceiling_s, decode_s, spans = decode_only(info.bootstrap, "bench_spans")

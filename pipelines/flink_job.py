@@ -6,7 +6,8 @@ transform  event-time watermarks -> key by user -> buffer until the watermark pa
            with the per-conversion models; closed journeys (converting or not) go on to
            one keyed operator that keeps path counts and refits the data-driven models
            (shapley, markov) once per period (udfs/data_driven.py)
-write    credits, dead letters and late events to Kafka with exactly-once sinks
+write    credits (a JSON array of rows per order, see pipelines/credit_messages.py), dead
+         letters and late events to Kafka with exactly-once sinks
 
 Every operator has a stable uid so that savepoints stay compatible across upgrades.
 """
@@ -36,6 +37,7 @@ from pyflink.datastream import (
 )
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
+from pipelines import credit_messages
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import (
     build_sink,
@@ -43,7 +45,7 @@ from pipelines.flink_kafka import (
     run_pipeline,
 )
 from pipelines.otlp_codec import dead_letter_json, decode_spans
-from schemas.records import Conversion, Touchpoint
+from schemas.records import Conversion, Credit, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
 from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
 from udfs.journeys import (
@@ -120,10 +122,6 @@ def _event_json(event: Touchpoint | Conversion, watermark: int) -> str:
     return json.dumps(body, separators=(",", ":"))
 
 
-def credit_json(credit: Any) -> str:
-    return json.dumps(credit._asdict(), separators=(",", ":"))
-
-
 def conversion_json(journey: ConvertedJourney) -> str:
     """One row per order: what the ROI job needs to bring compute cost to it (the traces of
     its journey) and to count it (stage, revenue)."""
@@ -186,8 +184,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         for journey in closed:
             if isinstance(journey, ConvertedJourney):
                 yield CONVERSIONS, conversion_json(journey)
-                for credit in credit_journey(journey, self.models, self.params):
-                    yield credit_json(credit)
+                if self.models:
+                    yield credit_messages.encode(credit_journey(journey, self.models,
+                                                                self.params))
             if self.emit_closed:
                 yield CLOSED_JOURNEYS, journey
         state = expire(state, timestamp, self.journey)
@@ -222,16 +221,32 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             period_end(close_ts(journey), self.period_ms))
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+        # Every period the watermark has passed is settled now, in period order: a replay
+        # moves the watermark over many periods at once, and reading the pending list
+        # once per jump (not once per period) keeps that linear.
+        watermark = max(timestamp, ctx.timer_service().current_watermark())
         pending = list(self.pending.get() or [])
-        ready = [j for j in pending if close_ts(j) <= timestamp]
-        rest = [j for j in pending if close_ts(j) > timestamp]
+        by_period: dict[int, list[ClosedJourney]] = {}
+        rest = []
+        for journey in pending:
+            end = period_end(close_ts(journey), self.period_ms)
+            if end <= watermark:
+                by_period.setdefault(end, []).append(journey)
+            else:
+                rest.append(journey)
+        if not by_period:
+            return
         if rest:
             self.pending.update(rest)
         else:
             self.pending.clear()
         counts = PathCounts(self.counts.value() or {})
-        for credit in credit_period(counts, ready, self.models, self.params):
-            yield credit_json(credit)
+        for end in sorted(by_period):
+            by_order: dict[str, list[Credit]] = {}
+            for credit in credit_period(counts, by_period[end], self.models, self.params):
+                by_order.setdefault(credit.order_id, []).append(credit)
+            for credits in by_order.values():
+                yield credit_messages.encode(credits)
         self.counts.update(counts.counts)
 
 

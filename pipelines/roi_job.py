@@ -39,6 +39,7 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
+from pipelines import credit_messages
 from pipelines.ad_spend import SpendError, parse_message
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import build_sink, build_source, run_pipeline
@@ -96,14 +97,16 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             yield ("spend", spend.day, spend.day_start_ms,
                    (spend.platform, spend.account, spend.campaign, spend.amount))
             return
-        row = json.loads(value)
         if self.kind == "credit":
-            ts = int(row["conversion_ts_ms"])
-            yield ("credit", day_of(ts), ts,
-                   (row["model"], row["order_id"], int(row["touch_index"]), row["channel"],
-                    row["campaign"], row.get("stage", "unknown"), float(row["credit"]),
-                    float(row["revenue"])))
-        elif self.kind == "conversion":
+            for row in credit_messages.decode(value):
+                ts = int(row["conversion_ts_ms"])
+                yield ("credit", day_of(ts), ts,
+                       (row["model"], row["order_id"], int(row["touch_index"]),
+                        row["channel"], row["campaign"], row.get("stage", "unknown"),
+                        float(row["credit"]), float(row["revenue"])))
+            return
+        row = json.loads(value)
+        if self.kind == "conversion":
             ts = int(row["conversion_ts_ms"])
             for trace in row["trace_ids"]:
                 yield "claim", trace, ts, (row["order_id"], day_of(ts))

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
+from pipelines import credit_messages
 from pipelines.ad_spend import SpendError, SpendRecord
 from pipelines.ad_spend import parse_message as parse_spend
 from pipelines.paths import state_home
@@ -124,9 +125,12 @@ def _last_per_key(rows: list[tuple[object, ...]], keys: int) -> list[tuple[objec
     return list({row[:keys]: row for row in rows}.values())
 
 
-def credit_row(message: bytes) -> tuple[object, ...]:
-    """A credits-topic message (JSON) -> a row of attribution_credits."""
-    data = json.loads(message)
+def credit_rows(message: bytes) -> list[tuple[object, ...]]:
+    """A credits-topic message (a JSON array of rows) -> rows of attribution_credits."""
+    return [credit_row(data) for data in credit_messages.decode(message)]
+
+
+def credit_row(data: dict[str, Any]) -> tuple[object, ...]:
     day = datetime.fromtimestamp(data["conversion_ts_ms"] / 1000, UTC).strftime("%Y-%m-%d")
     return (data["model"], data["order_id"], int(data["touch_index"]), data["user_id"],
             int(data["conversion_ts_ms"]), day, data["channel"], data["campaign"],
@@ -273,7 +277,8 @@ class Warehouse:
             f"ON CONFLICT ({', '.join(columns[:keys])}) {action}", rows)
 
     def upsert_credits(self, messages: list[bytes]) -> None:
-        self.upsert("attribution_credits", CREDIT_COLUMNS, 3, map(credit_row, messages))
+        self.upsert("attribution_credits", CREDIT_COLUMNS, 3,
+                    [row for message in messages for row in credit_rows(message)])
 
     def upsert_gpu_costs(self, messages: list[bytes]) -> None:
         calls, idle = [], []

@@ -51,26 +51,25 @@ class PathCounts:
         paths = list(self.counts)
         table = from_paths(paths, [c[0] for c in self.counts.values()],
                            [c[1] for c in self.counts.values()], np.zeros(len(paths)))
-        offsets = table.offsets
-        weights: dict[str, dict[Path, np.ndarray]] = {}
-        for model in models:
-            touch = batch_models.touch_weights(table, model, params)
-            weights[model] = {path: touch[offsets[row]:offsets[row + 1]]
-                              for row, path in enumerate(paths)}
-        return FittedModels(weights)
+        weights = {model: batch_models.touch_weights(table, model, params) for model in models}
+        return FittedModels({path: row for row, path in enumerate(paths)}, table.offsets,
+                            weights)
 
 
 @dataclass(frozen=True)
 class FittedModels:
-    """Per model: the per-touch weights of every path seen so far."""
+    """Per model: the per-touch weights of every path seen so far (flat, cut by offsets)."""
 
-    weights: dict[str, dict[Path, np.ndarray]]
+    rows: dict[Path, int]
+    offsets: np.ndarray
+    weights: dict[str, np.ndarray]
 
     def credit(self, journey: ConvertedJourney) -> list[Credit]:
-        path = tuple(t.channel for t in journey.touches)
+        row = self.rows[tuple(t.channel for t in journey.touches)]
+        start, end = self.offsets[row], self.offsets[row + 1]
         out: list[Credit] = []
-        for model, by_path in self.weights.items():
-            out.extend(credits_from_weights(journey, model, by_path[path].tolist()))
+        for model, touch in self.weights.items():
+            out.extend(credits_from_weights(journey, model, touch[start:end].tolist()))
         return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -38,15 +39,17 @@ class JourneyTable:
     def size(self) -> int:
         return len(self.offsets) - 1
 
-    @property
+    # derived arrays are cached: the models read them many times per table (a frozen
+    # dataclass still lets cached_property fill the instance dict)
+    @cached_property
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    @property
+    @cached_property
     def journey_of_touch(self) -> np.ndarray:
         return np.repeat(np.arange(self.size), self.lengths)
 
-    @property
+    @cached_property
     def position(self) -> np.ndarray:
         """Index of each touch inside its journey (0 = first)."""
         return np.arange(len(self.touch_channel)) - self.offsets[:-1][self.journey_of_touch]

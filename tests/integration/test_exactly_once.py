@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from pipelines import credit_messages
 from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import read_all
@@ -72,7 +73,7 @@ def test_sigkill_and_restart_loses_nothing_and_duplicates_nothing(kafka, topic, 
     expected = expected_credits(plan)
 
     def committed() -> list[dict]:
-        return [json.loads(v) for _, v in read_all(kafka, credits)]
+        return [row for _, v in read_all(kafka, credits) for row in credit_messages.decode(v)]
 
     published = publish(kafka, spans, plan.events[:half])
     first = start_job(config, kafka, env, log)

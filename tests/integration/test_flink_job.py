@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from pipelines import credit_messages
 from pipelines.flink_job import run_job
 from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
@@ -38,6 +39,11 @@ def publish(kafka, topic, plan, encoding="otlp_proto"):
 
 def messages(kafka, topic):
     return [json.loads(value) for _, value in read_all(kafka, topic)]
+
+
+def credit_rows(kafka, topic):
+    """Every credit row of the credits topic (a message holds one order's rows)."""
+    return [row for _, value in read_all(kafka, topic) for row in credit_messages.decode(value)]
 
 
 def credit_key(row):
@@ -89,7 +95,7 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
     publish(kafka, job_config.topics.spans, HAND_COMPUTED)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
-    credits = messages(kafka, job_config.topics.credits)
+    credits = credit_rows(kafka, job_config.topics.credits)
     got = {credit_key(row): (row["credit"], row["revenue"]) for row in credits}
     stages = {row["order_id"]: row["stage"] for row in credits}
     assert stages == {"oA": "new", "oB": "new", "oC": "new", "oD": "new", "oE1": "new",
@@ -122,8 +128,9 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
     # and into the embedded warehouse, idempotently
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    assert warehouse.load_credits(kafka, job_config.topics.credits) == len(EXPECTED)
+    assert warehouse.load_credits(kafka, job_config.topics.credits) == 6  # a message per order
     assert warehouse.load_credits(kafka, job_config.topics.credits) == 0  # resumes
+    assert warehouse.query("SELECT COUNT(*) FROM attribution_credits") == [(len(EXPECTED),)]
     totals = {model: (orders, conv, rev) for model, orders, conv, rev in warehouse.totals()}
     for model in ("last_click", "linear"):
         orders, conversions, revenue = totals[model]
@@ -146,7 +153,7 @@ def test_generated_population_matches_the_batch_reference(kafka, flink, job_conf
     expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue for c in reference}
     assert {c.model for c in reference} == set(job_config.attribution.models)
 
-    rows = messages(kafka, job_config.topics.credits)
+    rows = credit_rows(kafka, job_config.topics.credits)
     got = {credit_key(r): r["revenue"] for r in rows}
     assert len(rows) == len(got), "no duplicates"
     assert got.keys() == expected.keys()
