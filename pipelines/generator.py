@@ -193,32 +193,51 @@ class BatchingProcessor(SpanProcessor):
         self.exporter.shutdown()
 
 
+class SpanEmitter:
+    """The OpenTelemetry SDK set up as an instrumented shop: planned events in, spans out
+    through `exporter` in batches of `batch_size`."""
+
+    def __init__(self, exporter: SpanExporter, seed: int = 7, batch_size: int = 500) -> None:
+        self.processor = BatchingProcessor(exporter, batch_size)
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": "web-shop",
+                                      "k8s.namespace.name": "shop",
+                                      "k8s.pod.name": "web-shop-7d9f8c6b5-x2kqp"}),
+            id_generator=SeededIds(seed))
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("seedance.generator")
+
+    def event(self, event: PlannedEvent) -> int:
+        """Spans of one event (returns how many)."""
+        return _emit_event(self.tracer, event)
+
+    def flush(self) -> None:
+        self.processor.force_flush()
+        if self.processor.failures:
+            raise RuntimeError(f"{self.processor.failures} span batches could not be exported")
+
+    def close(self) -> None:
+        self.flush()
+        self.provider.shutdown()
+
+
 def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
          seed: int = 7, batch_size: int = 500,
          progress: Callable[[int, int], None] | None = None) -> int:
     """Emit the plan through the OpenTelemetry SDK; returns the number of spans exported."""
-    processor = BatchingProcessor(exporter, batch_size)
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "web-shop", "k8s.namespace.name": "shop",
-                                  "k8s.pod.name": "web-shop-7d9f8c6b5-x2kqp"}),
-        id_generator=SeededIds(seed))
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("seedance.generator")
+    emitter = SpanEmitter(exporter, seed, batch_size)
     # Malformed messages go out at fixed points of the stream, between span batches.
     checkpoints = {int(len(plan.events) * (i + 1) / (len(plan.malformed) + 1)): payload
                    for i, payload in enumerate(plan.malformed)}
     spans = 0
     for position, event in enumerate(plan.events):
         if position in checkpoints:
-            processor.force_flush()
+            emitter.flush()
             send_raw(checkpoints[position])
-        spans += _emit_event(tracer, event)
+        spans += emitter.event(event)
         if progress and position % 10_000 == 0:
             progress(position, len(plan.events))
-    processor.force_flush()
-    provider.shutdown()
-    if processor.failures:
-        raise RuntimeError(f"{processor.failures} span batches could not be exported")
+    emitter.close()
     return spans
 
 
