@@ -417,6 +417,10 @@ def build_parser() -> argparse.ArgumentParser:
     from jobs.reconcile import add_parser as add_reconcile_parser
 
     add_reconcile_parser(sub)
+
+    from jobs.backfill import add_parsers as add_backfill_parsers
+
+    add_backfill_parsers(sub)
     return parser
 
 

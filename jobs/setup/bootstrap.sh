@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-time (and idempotent) set-up of a fresh machine: the virtual environment with the
-# pinned Python packages, and the JVM jars (Kafka broker, Flink Kafka connector) from
+# pinned Python packages, and the JVM jars (Kafka broker, Flink and Spark Kafka connectors) from
 # Maven Central. Each step is skipped when its inputs have not changed since the last run,
 # so a rerun downloads nothing. Caches: pip's and Maven's own (~/.cache/pip, ~/.m2).
 set -euo pipefail
@@ -79,8 +79,9 @@ if [ ! -x "$venv/bin/python" ] || { [ "$have" != "$py_hash" ] && \
 fi
 
 jar_hash=$(hash_of jobs/setup/jars.pom.xml)
-if [ ! -d "$jars/kafka" ] || [ ! -d "$jars/flink" ] || [ "$(cat "$stamp_dir/jars" 2>/dev/null)" != "$jar_hash" ]; then
-  echo "==> JVM jars (.cache/jars): Kafka broker and Flink Kafka connector from Maven Central"
+if [ ! -d "$jars/kafka" ] || [ ! -d "$jars/flink" ] || [ ! -d "$jars/spark" ] || \
+   [ "$(cat "$stamp_dir/jars" 2>/dev/null)" != "$jar_hash" ]; then
+  echo "==> JVM jars (.cache/jars): Kafka broker, Flink and Spark Kafka connectors from Maven Central"
   rm -rf "$jars"
   mvn --batch-mode --quiet -f jobs/setup/jars.pom.xml -Dout="$jars" package
   rm -rf jobs/setup/target

@@ -1,0 +1,334 @@
+"""`seedance backfill --from D1 --to D2`: recompute journeys, credits of every model,
+lifecycle-weighted allocation and ROI for a range of days, and replace exactly those days
+in the warehouse; and `seedance archive`, which writes the raw archive it reads.
+
+One transaction per day deletes the day's rows from attribution_credits (by
+conversion_date), roi_daily and roi_unallocated, inserts the recomputed ones and records
+the day in backfill_runs: a rerun gives the same rows, and a run started again with the
+same run id skips the days already finished (resume after a failure). `--restart` redoes
+them. Also the spark-submit entry point: `spark-submit ... jobs/backfill.py --from D1 --to
+D2` (docs/backfill.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipelines.backfill_config import BackfillConfig, load_backfill_config
+from pipelines.backfill_frames import BackfillSettings, BackfillWindow, ComputedDays
+from pipelines.backfill_roi import (
+    COST_COLUMNS,
+    CREDIT_ROW,
+    ROI_ROW,
+    SPEND_COLUMNS,
+    UNALLOCATED_ROW,
+    credit_rows,
+    roi_rows,
+)
+from pipelines.config import ConfigError, StreamingJobConfig
+from pipelines.warehouse import Warehouse, redacted_url
+
+BACKFILL_DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "backfill.sql"
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    date_from: str
+    date_to: str
+    config: BackfillConfig = field(default_factory=BackfillConfig)
+    streaming: StreamingJobConfig | None = None  # None: the one config.streaming_config names
+    run_id: str = ""  # default '<from>..<to>'
+    restart: bool = False  # redo days this run id already finished
+    bootstrap: str = ""  # Kafka, for source kafka
+
+
+@dataclass
+class BackfillSummary:
+    run_id: str
+    written: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    credits: int = 0
+    roi_rows: int = 0
+    unallocated_rows: int = 0
+    compute_s: float = 0.0
+    write_s: float = 0.0
+
+
+def day_range(date_from: str, date_to: str) -> list[str]:
+    """Every day from D1 to D2, both included (YYYY-MM-DD)."""
+    try:
+        first, last = date.fromisoformat(date_from), date.fromisoformat(date_to)
+    except ValueError:
+        raise ValueError(f"dates must be YYYY-MM-DD, got {date_from!r} and {date_to!r}") \
+            from None
+    if last < first:
+        raise ValueError(f"--to {date_to} is before --from {date_from}")
+    return [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
+
+
+def finished_days(warehouse: Warehouse, run_id: str) -> dict[str, str]:
+    return dict(warehouse.query("SELECT day, finished_at FROM backfill_runs WHERE run_id = ?",
+                                (run_id,)))
+
+
+def read_spend(warehouse: Warehouse, days: list[str], currency: str) -> pd.DataFrame:
+    rows = warehouse.query(
+        "SELECT platform, account, campaign, day, amount FROM ad_spend WHERE currency = ? "
+        "AND day >= ? AND day <= ?", (currency, days[0], days[-1]))
+    return pd.DataFrame(rows, columns=SPEND_COLUMNS).astype({"amount": float})
+
+
+def read_costs(warehouse: Warehouse, window: BackfillWindow) -> pd.DataFrame:
+    """GPU call costs that can land on the window's days: within the link window of them."""
+    rows = warehouse.query(
+        "SELECT trace_id, interval_end_ms, cost_usd FROM gpu_call_costs "
+        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?",
+        (window.claims_from_ms, window.claims_until_ms))
+    return pd.DataFrame(rows, columns=COST_COLUMNS).astype({"ts_ms": "int64", "cost": float})
+
+
+def _insert(table: str, columns: tuple[str, ...]) -> str:
+    return (f"INSERT INTO {table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' for _ in columns)})")
+
+
+def write_day(warehouse: Warehouse, day: str, credits: list[tuple[object, ...]],
+              roi: list[tuple[object, ...]], unallocated: list[tuple[object, ...]],
+              progress_row: tuple[object, ...],
+              before_commit: Callable[[str], None] | None = None) -> None:
+    """Replace one day's partition of the result tables, and mark it done, atomically."""
+    with warehouse.transaction():
+        warehouse.execute("DELETE FROM attribution_credits WHERE conversion_date = ?", (day,))
+        warehouse.execute("DELETE FROM roi_daily WHERE day = ?", (day,))
+        warehouse.execute("DELETE FROM roi_unallocated WHERE day = ?", (day,))
+        if credits:
+            warehouse.executemany(_insert("attribution_credits", CREDIT_ROW), credits)
+        if roi:
+            warehouse.executemany(_insert("roi_daily", ROI_ROW), roi)
+        if unallocated:
+            warehouse.executemany(_insert("roi_unallocated", UNALLOCATED_ROW), unallocated)
+        warehouse.execute(
+            "INSERT INTO backfill_runs (run_id, day, source, engine, credits, roi_rows, "
+            "unallocated_rows, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id, day) DO UPDATE SET source = excluded.source, "
+            "engine = excluded.engine, credits = excluded.credits, "
+            "roi_rows = excluded.roi_rows, unallocated_rows = excluded.unallocated_rows, "
+            "finished_at = excluded.finished_at", progress_row)
+        if before_commit:
+            before_commit(day)  # tests simulate a crash here: the day must roll back
+
+
+def compute_days(request: BackfillRequest, window: BackfillWindow, settings: BackfillSettings,
+                 streaming: StreamingJobConfig, costs: pd.DataFrame, run_id: str,
+                 progress: Callable[[str], None], spark: Any = None) -> ComputedDays:
+    """Run the configured engine over the window."""
+    config = request.config
+    if config.engine == "pandas":
+        if config.source != "archive":
+            raise ValueError("the pandas engine reads the archive only (source: archive)")
+        from pipelines.backfill_local import compute_from_archive
+
+        return compute_from_archive(config.archive_root, window, settings, costs, progress)
+    from pipelines import spark_backfill as sb
+
+    own_session = spark is None
+    if own_session:
+        jars = sb.kafka_jars() if config.source == "kafka" else None
+        spark = sb.spark_session(config.spark, jars)
+    if config.source == "kafka":
+        if not request.bootstrap:
+            raise ValueError("source kafka needs a Kafka address (--bootstrap, kafka.bootstrap "
+                             "or SEEDANCE_KAFKA_BOOTSTRAP)")
+        events = sb.kafka_events(spark, request.bootstrap, streaming.topics.spans,
+                                 streaming.input.encoding, window, streaming.kafka.properties)
+    else:
+        events = sb.archive_events(spark, str(config.archive_root), window)
+    work_dir = f"{str(config.work_root).rstrip('/')}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}"
+    computed = sb.compute(spark, events, window, settings, costs, work_dir, progress)
+    if own_session:
+        stop_after = computed.cleanup
+
+        def cleanup() -> None:
+            stop_after()
+            spark.stop()
+
+        computed.cleanup = cleanup
+        # the staged credits are read by pyarrow locally; elsewhere the session must live
+    return computed
+
+
+def run(request: BackfillRequest, progress: Callable[[str], None] = print,
+        spark: Any = None, before_commit: Callable[[str], None] | None = None
+        ) -> BackfillSummary:
+    """Recompute and replace the requested days (see the module docstring)."""
+    days = day_range(request.date_from, request.date_to)
+    streaming = request.streaming or request.config.streaming()
+    settings = BackfillSettings.from_config(streaming)
+    run_id = request.run_id or f"{days[0]}..{days[-1]}"
+    summary = BackfillSummary(run_id)
+    warehouse = Warehouse(streaming.warehouse.url)
+    try:
+        warehouse.apply_ddl(BACKFILL_DDL)
+        if request.restart:
+            warehouse.execute("DELETE FROM backfill_runs WHERE run_id = ?", (run_id,))
+        done = finished_days(warehouse, run_id)
+        todo = [d for d in days if d not in done]
+        for day in days:
+            if day in done:
+                summary.skipped.append(day)
+                progress(f"{day}: finished earlier in run {run_id} at {done[day]}, skipped")
+        if not todo:
+            progress(f"run {run_id}: every day already finished (--restart redoes them)")
+            return summary
+        source = request.config.source
+        progress(f"backfill {run_id}: {len(todo)} of {len(days)} days from the {source} "
+                 f"({request.config.engine} engine) into {redacted_url(warehouse.url)}")
+        window = BackfillWindow(tuple(todo), settings)
+        started = time.monotonic()
+        computed = compute_days(request, window, settings, streaming,
+                                read_costs(warehouse, window), run_id, progress, spark)
+        summary.compute_s = time.monotonic() - started
+        try:
+            _write_days(warehouse, request, settings, computed, todo, run_id, summary,
+                        progress, before_commit)
+        finally:
+            computed.cleanup()
+    finally:
+        warehouse.close()
+    progress(f"run {run_id} finished: {len(summary.written)} days written, "
+             f"{len(summary.skipped)} skipped; {summary.credits:,} credits, "
+             f"{summary.roi_rows:,} ROI rows, {summary.unallocated_rows:,} unallocated; "
+             f"compute {summary.compute_s:.1f}s, writes {summary.write_s:.1f}s")
+    return summary
+
+
+def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: BackfillSettings,
+                computed: ComputedDays, todo: list[str], run_id: str,
+                summary: BackfillSummary, progress: Callable[[str], None],
+                before_commit: Callable[[str], None] | None) -> None:
+    spend = read_spend(warehouse, todo, settings.currency)
+    for number, day in enumerate(todo, 1):
+        started = time.monotonic()
+        credits = computed.credits_of(day)
+        compute = computed.compute[computed.compute.day == day]
+        unlinked = float(computed.unlinked.cost[computed.unlinked.day == day].sum())
+        roi, unallocated = roi_rows(day, credits, spend[spend.day == day], compute, unlinked,
+                                    settings)
+        finished = datetime.now(UTC).isoformat(timespec="seconds")
+        write_day(warehouse, day, credit_rows(credits), roi, unallocated,
+                  (run_id, day, request.config.source, request.config.engine, len(credits),
+                   len(roi), len(unallocated), finished), before_commit)
+        elapsed = time.monotonic() - started
+        summary.write_s += elapsed
+        summary.written.append(day)
+        summary.credits += len(credits)
+        summary.roi_rows += len(roi)
+        summary.unallocated_rows += len(unallocated)
+        progress(f"[{number}/{len(todo)}] {day}: {len(credits):,} credits, {len(roi):,} ROI "
+                 f"rows, {len(unallocated):,} unallocated; replaced in {elapsed:.2f}s")
+
+
+# --- command line --------------------------------------------------------------------------
+
+def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="date_from", required=True, metavar="D1",
+                   help="first day, YYYY-MM-DD (UTC)")
+    p.add_argument("--to", dest="date_to", required=True, metavar="D2",
+                   help="last day, included")
+    p.add_argument("--config", help="backfill YAML (default: jobs/config/backfill.yaml)")
+    p.add_argument("--source", choices=["archive", "kafka"], help="overrides source")
+    p.add_argument("--engine", choices=["spark", "pandas"], help="overrides engine")
+    p.add_argument("--run-id", default="", help="progress key (default: D1..D2); a run "
+                   "started again with the same id skips its finished days")
+    p.add_argument("--restart", action="store_true",
+                   help="recompute the days this run id already finished")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (source kafka)")
+
+
+def request_of(args: argparse.Namespace) -> BackfillRequest:
+    config = load_backfill_config(Path(args.config) if args.config else None)
+    if args.source:
+        config = config.replace(source=args.source)
+    if args.engine:
+        config = config.replace(engine=args.engine)
+    streaming = config.streaming()
+    bootstrap = args.bootstrap or streaming.kafka.bootstrap
+    if config.source == "kafka" and not bootstrap:
+        from jobs.cli import resolve_bootstrap
+
+        bootstrap = resolve_bootstrap(None, streaming)
+    return BackfillRequest(args.date_from, args.date_to, config, streaming, args.run_id,
+                           args.restart, bootstrap)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    run(request_of(args), progress=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from jobs.cli import resolve_bootstrap
+    from pipelines.archive import archive_topic
+
+    config = load_backfill_config(Path(args.config) if args.config else None)
+    streaming = config.streaming()
+    bootstrap = resolve_bootstrap(args.bootstrap, streaming)
+    topic = streaming.topics.spans
+    root = config.archive_root
+    print(f"archiving {topic} on {bootstrap} into {root}"
+          + (" (Ctrl-C to stop)" if args.follow else ""), flush=True)
+    total = archive_topic(bootstrap, topic, root, streaming.input.encoding, args.follow,
+                          config.archive.batch_messages, config.archive.flush_s,
+                          streaming.kafka.properties,
+                          progress=lambda line: print(line, flush=True))
+    print(f"{total.messages:,} messages archived: " + ", ".join(
+        f"{n:,} {kind}" for kind, n in total.records.items())
+        + f" in {total.files} files; {total.dead_letters:,} unusable spans left to the "
+        "stream's dead-letter topic", flush=True)
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `backfill` and `archive` on the seedance command line."""
+    p = sub.add_parser(
+        "backfill", help="recompute a date range with Spark and replace it in the warehouse",
+        description="Recompute journeys, credits of every model, lifecycle-weighted "
+                    "allocation and ROI for D1..D2 from the raw archive (or Kafka) with "
+                    "the stream's logic, and replace exactly those days in the warehouse, "
+                    "one transaction per day. Resumes: finished days of the run id are "
+                    "skipped.")
+    add_backfill_arguments(p)
+    p.set_defaults(func=cmd_backfill)
+    a = sub.add_parser("archive", help="archive the spans topic as Parquet by event date "
+                                       "(the backfill's input; runs beside the stream)")
+    a.add_argument("--config", help="backfill YAML (default: jobs/config/backfill.yaml)")
+    a.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    a.add_argument("--follow", action="store_true", help="keep archiving as spans arrive")
+    a.set_defaults(func=cmd_archive)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: the `seedance backfill` arguments."""
+    parser = argparse.ArgumentParser(prog="backfill.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_backfill_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cmd_backfill(args)
+    except (ConfigError, ValueError, FileNotFoundError) as error:
+        print(f"backfill: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""The backfill's computation on pandas frames, engine-free.
+
+The Spark job calls these functions per partition (mapInPandas) and the single-process
+engine calls them on all the data, so both compute exactly what the Flink jobs compute,
+with the same udfs/ functions:
+
+events -> closed journeys per user (`udfs.journeys.step`, with the stream's expiry of the
+          order history) -> credits of the days being recomputed: per-conversion models
+          (`udfs.models.touch_weights` on one JourneyTable of many conversions) and the
+          data-driven ones (the weights `udfs.data_driven.PathCounts` fits when a refit
+          period closes, on the counts of every journey closed up to then).
+
+Which events a window needs: touches from `link_window + lookback` before the first day
+(the journeys of conversions that may claim a GPU cost of the first day), orders from
+`history_days` before it (lifecycle stage), events up to `link_window` after the last day
+(conversions that claim costs of the last day). With `shapley` or `markov` configured, the
+counts of every journey since the stream began: the whole archive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from pipelines.archive import DAY_MS, day_of, day_start_ms
+from pipelines.config import StreamingJobConfig
+from pipelines.otlp_codec import decode_spans
+from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
+from udfs.attribution import PER_CONVERSION_MODELS
+from udfs.data_driven import DATA_DRIVEN_MODELS, FittedModels, PathCounts, period_end
+from udfs.journey_table import JourneyTable
+from udfs.journeys import (
+    ClosedJourney,
+    ConvertedJourney,
+    JourneyConfig,
+    JourneyState,
+    close_stale,
+    expire,
+    step,
+)
+from udfs.models import ModelParams, touch_weights
+
+FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey closes
+PATH_SEPARATOR = "\x1f"  # between channel names in a path key (never inside a name)
+
+# Column name -> Spark SQL type; the pandas frames carry the same columns.
+EVENT_COLUMNS = {"user_id": "string", "ts_ms": "bigint", "is_conversion": "boolean",
+                 "channel": "string", "campaign": "string", "order_id": "string",
+                 "revenue": "double", "currency": "string", "trace_id": "string"}
+# Each user's events in the stream's order (time; a touch before an order at the same ms);
+# the rest only makes ties deterministic, where the stream takes arrival order.
+SORT_KEY = ["user_id", "ts_ms", "is_conversion", "channel", "campaign", "order_id",
+            "trace_id"]
+JOURNEY_COLUMNS = {
+    "user_id": "string", "converted": "boolean", "close_ts_ms": "bigint",
+    "period_end_ms": "bigint", "path": "string",
+    "counted": "boolean",  # feeds the data-driven counts
+    "in_days": "boolean",  # a conversion on a day being recomputed: credited
+    "claims": "boolean",  # a conversion that may claim GPU cost of those days
+    "order_id": "string", "conversion_ts_ms": "bigint", "revenue": "double",
+    "currency": "string", "stage": "string", "day": "string", "trace_ids": "array<string>",
+    "touch_ts": "array<bigint>", "touch_channel": "array<string>",
+    "touch_campaign": "array<string>"}
+CREDIT_COLUMNS = {"model": "string", "order_id": "string", "user_id": "string",
+                  "conversion_ts_ms": "bigint", "touch_index": "bigint", "channel": "string",
+                  "campaign": "string", "touch_ts_ms": "bigint", "credit": "double",
+                  "revenue": "double", "currency": "string", "stage": "string",
+                  "day": "string"}
+
+
+def spark_schema(columns: Mapping[str, str]) -> str:
+    """A DDL schema string for Spark (`name type, ...`)."""
+    return ", ".join(f"{name} {kind}" for name, kind in columns.items())
+
+
+def weight_column(model: str) -> str:
+    return f"w_{model}"
+
+
+@dataclass(frozen=True)
+class BackfillSettings:
+    """What the stream's config says about the computation (it must be the stream's own
+    config, or the backfill computes something else)."""
+
+    journey: JourneyConfig
+    models: tuple[str, ...]
+    params: ModelParams
+    period_ms: int
+    link_window_ms: int
+    stage_weights: Mapping[str, float]
+    currency: str
+
+    @classmethod
+    def from_config(cls, config: StreamingJobConfig) -> BackfillSettings:
+        j, a, roi = config.journey, config.attribution, config.roi
+        weights = roi.stage_weights
+        return cls(JourneyConfig(j.lookback_days, j.max_touches, j.winback_days, j.history_days),
+                   a.models, ModelParams(half_life_days=a.half_life_days,
+                                         markov_order=a.markov_order),
+                   int(a.refit_every_s * 1000), int(roi.link_window_days * DAY_MS),
+                   {"new": weights.new, "repeat": weights.repeat,
+                    "winback": weights.winback, "unknown": weights.unknown},
+                   roi.currency)
+
+    @property
+    def per_conversion(self) -> tuple[str, ...]:
+        return tuple(m for m in self.models if m in PER_CONVERSION_MODELS)
+
+    @property
+    def data_driven(self) -> tuple[str, ...]:
+        return tuple(m for m in self.models if m in DATA_DRIVEN_MODELS)
+
+
+@dataclass(frozen=True)
+class BackfillWindow:
+    """The days to recompute and the event-time bounds of what they need."""
+
+    days: tuple[str, ...]  # sorted YYYY-MM-DD
+    settings: BackfillSettings
+
+    @cached_property
+    def day_set(self) -> frozenset[str]:
+        return frozenset(self.days)
+
+    @property
+    def first_ms(self) -> int:
+        return day_start_ms(self.days[0])
+
+    @property
+    def end_ms(self) -> int:
+        """Last millisecond of the last day."""
+        return day_start_ms(self.days[-1]) + DAY_MS - 1
+
+    @property
+    def count_until_ms(self) -> int:
+        """Journeys closed up to here feed the fits (the end of the last day's period)."""
+        return period_end(self.end_ms, self.settings.period_ms)
+
+    @property
+    def claims_from_ms(self) -> int:
+        return self.first_ms - self.settings.link_window_ms
+
+    @property
+    def claims_until_ms(self) -> int:
+        return self.end_ms + self.settings.link_window_ms
+
+    @property
+    def events_until_ms(self) -> int:
+        return max(self.count_until_ms, self.claims_until_ms)
+
+    @property
+    def touches_from_ms(self) -> int | None:
+        """None: from the archive's start (the data-driven counts need every journey)."""
+        if self.settings.data_driven:
+            return None
+        return self.claims_from_ms - self.settings.journey.lookback_ms - DAY_MS
+
+    @property
+    def conversions_from_ms(self) -> int | None:
+        touches = self.touches_from_ms
+        if touches is None:
+            return None
+        return min(touches, self.first_ms - self.settings.journey.history_ms - DAY_MS)
+
+
+@dataclass
+class ComputedDays:
+    """What an engine computed for a window: each day's credits (read on demand, they can
+    be large), and the GPU cost linked to each day's conversions or left unlinked."""
+
+    credits_of: Callable[[str], pd.DataFrame]  # CREDIT_COLUMNS of one day
+    compute: pd.DataFrame  # day, order_id, cost
+    unlinked: pd.DataFrame  # day, cost
+    stats: dict[str, float] = field(default_factory=dict)
+    cleanup: Callable[[], None] = lambda: None
+
+
+# --- events ------------------------------------------------------------------------------
+
+def events_frame(touchpoints: pd.DataFrame, conversions: pd.DataFrame) -> pd.DataFrame:
+    """Archive rows of touchpoints and conversions as one frame of EVENT_COLUMNS."""
+    touches = pd.DataFrame({
+        "user_id": touchpoints.user_id, "ts_ms": touchpoints.ts_ms, "is_conversion": False,
+        "channel": touchpoints.channel, "campaign": touchpoints.campaign, "order_id": "",
+        "revenue": 0.0, "currency": "", "trace_id": touchpoints.trace_id})
+    orders = pd.DataFrame({
+        "user_id": conversions.user_id, "ts_ms": conversions.ts_ms, "is_conversion": True,
+        "channel": "", "campaign": "", "order_id": conversions.order_id,
+        "revenue": conversions.revenue, "currency": conversions.currency,
+        "trace_id": conversions.trace_id})
+    out = pd.concat([touches, orders], ignore_index=True)[list(EVENT_COLUMNS)]
+    return out.astype({"ts_ms": np.int64, "is_conversion": bool, "revenue": np.float64})
+
+
+def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.DataFrame:
+    """Touchpoints and conversions of raw spans-topic messages (decoded as the stream
+    decodes them; what it dead-letters is left out here too)."""
+    rows = []
+    for value in values:
+        for record in decode_spans(None if value is None else bytes(value), encoding).records:
+            if isinstance(record, Touchpoint):
+                rows.append((record.user_id, record.ts_ms, False, record.channel,
+                             record.campaign, "", 0.0, "", record.trace_id))
+            elif isinstance(record, Conversion):
+                rows.append((record.user_id, record.ts_ms, True, "", "", record.order_id,
+                             record.revenue, record.currency, record.trace_id))
+    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS)).astype(
+        {"ts_ms": np.int64, "is_conversion": bool, "revenue": np.float64})
+
+
+# --- journeys ----------------------------------------------------------------------------
+
+class _JourneyRows:
+    """Column lists of the journeys a window needs."""
+
+    def __init__(self, settings: BackfillSettings, window: BackfillWindow) -> None:
+        self.settings = settings
+        self.window = window
+        self.columns: dict[str, list[object]] = {name: [] for name in JOURNEY_COLUMNS}
+        self._days: dict[int, str] = {}
+
+    def _day(self, ts_ms: int) -> str:
+        key = ts_ms // DAY_MS
+        if key not in self._days:
+            self._days[key] = day_of(ts_ms)
+        return self._days[key]
+
+    def add(self, journey: ClosedJourney) -> None:
+        window = self.window
+        touches = journey.touches
+        if isinstance(journey, ConvertedJourney):
+            conversion = journey.conversion
+            close = conversion.ts_ms
+            day = self._day(close)
+            in_days = day in window.day_set
+            claims = window.claims_from_ms <= close <= window.claims_until_ms
+        else:
+            close = journey.close_ts_ms
+            day, in_days, claims = "", False, False
+        counted = bool(self.settings.data_driven) and close <= window.count_until_ms
+        if not (in_days or claims or counted):
+            return
+        c = self.columns
+        c["user_id"].append(journey.conversion.user_id if isinstance(journey, ConvertedJourney)
+                            else journey.user_id)
+        c["converted"].append(isinstance(journey, ConvertedJourney))
+        c["close_ts_ms"].append(close)
+        c["period_end_ms"].append(period_end(close, self.settings.period_ms))
+        c["path"].append(PATH_SEPARATOR.join(t.channel for t in touches)
+                         if counted or in_days else "")
+        c["counted"].append(counted)
+        c["in_days"].append(in_days)
+        c["claims"].append(claims)
+        if isinstance(journey, ConvertedJourney):
+            conversion = journey.conversion
+            c["order_id"].append(conversion.order_id)
+            c["conversion_ts_ms"].append(conversion.ts_ms)
+            c["revenue"].append(conversion.revenue)
+            c["currency"].append(conversion.currency)
+            c["stage"].append(journey.stage)
+            # as the stream's conversions topic lists them (pipelines.flink_job)
+            c["trace_ids"].append(list(dict.fromkeys(
+                t for t in (conversion.trace_id, *(x.trace_id for x in touches)) if t))
+                if claims else [])
+        else:
+            c["order_id"].append("")
+            c["conversion_ts_ms"].append(close)
+            c["revenue"].append(0.0)
+            c["currency"].append("")
+            c["stage"].append("")
+            c["trace_ids"].append([])
+        c["day"].append(day)
+        c["touch_ts"].append([t.ts_ms for t in touches] if in_days else [])
+        c["touch_channel"].append([t.channel for t in touches] if in_days else [])
+        c["touch_campaign"].append([t.campaign for t in touches] if in_days else [])
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns, columns=list(JOURNEY_COLUMNS)).astype(
+            {"converted": bool, "counted": bool, "in_days": bool, "claims": bool,
+             "close_ts_ms": np.int64, "period_end_ms": np.int64,
+             "conversion_ts_ms": np.int64, "revenue": np.float64})
+
+
+def closed_journeys(events: pd.DataFrame, settings: BackfillSettings,
+                    window: BackfillWindow) -> pd.DataFrame:
+    """The journeys the window needs, of the users in `events` (ordered by SORT_KEY, so
+    each user's events are together and in the stream's order)."""
+    config = settings.journey
+    rows = _JourneyRows(settings, window)
+    users = events.user_id.tolist()
+    ts = events.ts_ms.tolist()
+    is_conversion = events.is_conversion.tolist()
+    channel, campaign = events.channel.tolist(), events.campaign.tolist()
+    order_id, revenue = events.order_id.tolist(), events.revenue.tolist()
+    currency, trace_id = events.currency.tolist(), events.trace_id.tolist()
+    current: str | None = None
+    state = JourneyState()
+    for i, user in enumerate(users):
+        if user != current:
+            if current is not None:
+                for journey in close_stale(state, FAR_FUTURE_MS, config)[1]:
+                    rows.add(journey)
+            current, state = user, JourneyState()
+        event: Touchpoint | Conversion = (
+            Conversion(user, ts[i], order_id[i], revenue[i], currency[i], trace_id[i], "")
+            if is_conversion[i] else
+            Touchpoint(user, ts[i], channel[i], campaign[i], trace_id[i], ""))
+        # The stream forgets a user's last order history_days after it (expire, on its
+        # timers), so a much later order is `new` again; the same rule, before each event.
+        state = expire(state, ts[i] - 1, config)
+        state, closed = step(state, event, config)
+        for journey in closed:
+            rows.add(journey)
+    if current is not None:
+        for journey in close_stale(state, FAR_FUTURE_MS, config)[1]:
+            rows.add(journey)
+    return rows.frame()
+
+
+def journeys_of_batches(batches: Iterable[pd.DataFrame], settings: BackfillSettings,
+                        window: BackfillWindow) -> Iterator[pd.DataFrame]:
+    """`closed_journeys` over consecutive batches of one ordered stream of events (Spark's
+    Arrow batches of a partition): a user cut by a batch boundary waits for the next."""
+    carry: pd.DataFrame | None = None
+    for batch in batches:
+        if carry is not None and len(carry):
+            batch = pd.concat([carry, batch], ignore_index=True)
+        if not len(batch):
+            continue
+        users = batch.user_id.to_numpy()
+        others = np.flatnonzero(users != users[-1])
+        cut = int(others[-1]) + 1 if len(others) else 0
+        carry = batch.iloc[cut:]
+        if cut:
+            yield closed_journeys(batch.iloc[:cut], settings, window)
+    if carry is not None and len(carry):
+        yield closed_journeys(carry, settings, window)
+
+
+# --- credits -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Touches:
+    """The touches of many converted journeys, flat, in journey order."""
+
+    lengths: np.ndarray
+    offsets: np.ndarray
+    ts: np.ndarray
+    channel: np.ndarray
+    campaign: np.ndarray
+
+    @classmethod
+    def of(cls, conversions: pd.DataFrame) -> _Touches:
+        lengths = np.fromiter((len(x) for x in conversions.touch_ts), np.int64,
+                              len(conversions))
+        total = int(lengths.sum())
+        return cls(lengths, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                   np.fromiter(chain.from_iterable(conversions.touch_ts), np.int64, total),
+                   np.array(list(chain.from_iterable(conversions.touch_channel)), dtype=object),
+                   np.array(list(chain.from_iterable(conversions.touch_campaign)),
+                            dtype=object))
+
+    def table(self, conversions: pd.DataFrame) -> JourneyTable:
+        """One JourneyTable of all these conversions (per-conversion models weigh each
+        journey on its own, so this equals one table per conversion, as the stream has)."""
+        codes, names = pd.factorize(self.channel, sort=True)
+        n = len(conversions)
+        return JourneyTable(
+            channels=tuple(str(name) for name in names), campaigns=("",),
+            offsets=self.offsets, touch_channel=codes.astype(np.int64),
+            touch_campaign=np.zeros(len(codes), np.int64), touch_ts=self.ts,
+            conversions=np.ones(n), non_conversions=np.zeros(n),
+            revenue=conversions.revenue.to_numpy(np.float64),
+            conversion_ts=conversions.conversion_ts_ms.to_numpy(np.int64))
+
+
+def _credit_rows(conversions: pd.DataFrame, touches: _Touches, model: str,
+                 weights: np.ndarray) -> pd.DataFrame:
+    """Credit rows as `udfs.attribution.credits_from_weights` builds them: zero weights
+    left out, a conversion without touches to UNATTRIBUTED."""
+    journey = np.repeat(np.arange(len(conversions)), touches.lengths)
+    position = np.arange(len(journey)) - touches.offsets[:-1][journey]
+    keep = weights != 0.0
+    j = journey[keep]
+    revenue = conversions.revenue.to_numpy(np.float64)
+    fields = {name: conversions[name].to_numpy() for name in
+              ("order_id", "user_id", "conversion_ts_ms", "currency", "stage", "day")}
+    touched = pd.DataFrame({
+        "model": model, "order_id": fields["order_id"][j], "user_id": fields["user_id"][j],
+        "conversion_ts_ms": fields["conversion_ts_ms"][j], "touch_index": position[keep],
+        "channel": touches.channel[keep], "campaign": touches.campaign[keep],
+        "touch_ts_ms": touches.ts[keep], "credit": weights[keep],
+        "revenue": revenue[j] * weights[keep], "currency": fields["currency"][j],
+        "stage": fields["stage"][j], "day": fields["day"][j]})
+    empty = np.flatnonzero(touches.lengths == 0)
+    if not len(empty):
+        return touched
+    untouched = pd.DataFrame({
+        "model": model, "order_id": fields["order_id"][empty],
+        "user_id": fields["user_id"][empty],
+        "conversion_ts_ms": fields["conversion_ts_ms"][empty], "touch_index": 0,
+        "channel": UNATTRIBUTED, "campaign": "",
+        "touch_ts_ms": fields["conversion_ts_ms"][empty], "credit": 1.0,
+        "revenue": revenue[empty], "currency": fields["currency"][empty],
+        "stage": fields["stage"][empty], "day": fields["day"][empty]})
+    return pd.concat([touched, untouched], ignore_index=True)
+
+
+def _typed_credits(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    if not frames:
+        return pd.DataFrame({name: pd.Series(dtype=object) for name in CREDIT_COLUMNS})
+    out = pd.concat(frames, ignore_index=True)[list(CREDIT_COLUMNS)]
+    return out.astype({"conversion_ts_ms": np.int64, "touch_index": np.int64,
+                       "touch_ts_ms": np.int64, "credit": np.float64, "revenue": np.float64})
+
+
+def conversion_credits(conversions: pd.DataFrame, settings: BackfillSettings) -> pd.DataFrame:
+    """Credits of converted journeys (rows with touches) under the per-conversion models."""
+    if not len(conversions) or not settings.per_conversion:
+        return _typed_credits([])
+    touches = _Touches.of(conversions)
+    table = touches.table(conversions)
+    return _typed_credits([_credit_rows(conversions, touches, model,
+                                        touch_weights(table, model, settings.params))
+                           for model in settings.per_conversion])
+
+
+def data_driven_credits(conversions: pd.DataFrame, settings: BackfillSettings) -> pd.DataFrame:
+    """Credits of converted journeys under the data-driven models, from the weights fitted
+    for their period and path (the `w_<model>` columns, see `fit_weights`)."""
+    if not len(conversions) or not settings.data_driven:
+        return _typed_credits([])
+    touches = _Touches.of(conversions)
+    frames = []
+    for model in settings.data_driven:
+        column = conversions[weight_column(model)]
+        weights = np.fromiter(chain.from_iterable(column), np.float64, int(touches.lengths.sum()))
+        frames.append(_credit_rows(conversions, touches, model, weights))
+    return _typed_credits(frames)
+
+
+def _path(key: str) -> tuple[str, ...]:
+    return tuple(key.split(PATH_SEPARATOR)) if key else ()
+
+
+def _path_weights(fitted: FittedModels, path: tuple[str, ...],
+                  models: tuple[str, ...]) -> list[list[float]]:
+    """Each model's per-touch weights of one path, read through `FittedModels.credit` on a
+    stand-in conversion (credit = weight; zero weights come back as absent rows)."""
+    probe = ConvertedJourney(Conversion("", 0, "", 1.0, "", "", ""),
+                             tuple(Touchpoint("", 0, channel, "", "", "") for channel in path))
+    weights = {model: [0.0] * len(path) for model in models}
+    for credit in fitted.credit(probe):
+        if path:
+            weights[credit.model][credit.touch_index] = credit.credit
+    return [weights[model] for model in models]
+
+
+def fit_weights(counts: pd.DataFrame, needed: pd.DataFrame,
+                settings: BackfillSettings) -> pd.DataFrame:
+    """Per (period, path) in `needed`: each data-driven model's per-touch weights, fitted as
+    the stream fits them when that period closes -- on the counts of every journey closed
+    up to its end (`counts`: period_end_ms, path, conversions, non_conversions)."""
+    models = settings.data_driven
+    columns = ["period_end_ms", "path", *map(weight_column, models)]
+    if not len(needed):
+        return pd.DataFrame(columns=columns)
+    counts = counts.sort_values(["period_end_ms", "path"], kind="stable")
+    periods = counts.period_end_ms.to_numpy(np.int64)
+    paths = counts.path.tolist()
+    conversions = counts.conversions.to_numpy(np.float64)
+    non_conversions = counts.non_conversions.to_numpy(np.float64)
+    wanted = needed.groupby("period_end_ms").path.agg(lambda p: sorted(set(p)))
+    totals = PathCounts()
+    rows = []
+    i = 0
+    for period, period_paths in wanted.sort_index().items():
+        while i < len(periods) and periods[i] <= period:
+            cell = totals.counts.setdefault(_path(paths[i]), [0.0, 0.0])
+            cell[0] += conversions[i]
+            cell[1] += non_conversions[i]
+            i += 1
+        fitted = totals.fit(models, settings.params)
+        rows.extend((period, key, *_path_weights(fitted, _path(key), models))
+                    for key in period_paths)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def path_counts(journeys: pd.DataFrame) -> pd.DataFrame:
+    """Conversions and non-conversions per (refit period, path) of the counted journeys."""
+    counted = journeys[journeys.counted]
+    return (counted.assign(conversions=counted.converted.astype(np.float64),
+                           non_conversions=(~counted.converted).astype(np.float64))
+            .groupby(["period_end_ms", "path"], as_index=False)[
+                ["conversions", "non_conversions"]].sum())

@@ -1,0 +1,350 @@
+"""The Spark backfill against the Flink jobs: the same spans through the attribution and ROI
+jobs and through `seedance archive` + the backfill give the same rows (ids equal, numbers
+within 1e-9 relative); reruns are identical, a failed run resumes, and journeys that start
+before the first day keep their lookback. One local[2] Spark session for the module."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobs.backfill import BackfillRequest, run
+from pipelines.archive import DAY_MS, archive_topic, day_of, tables_by_date, write_tables
+from pipelines.backfill_config import BackfillConfig, SparkConfig
+from pipelines.config import StreamingJobConfig, load_config
+from pipelines.flink_job import run_job
+from pipelines.generator import Plan, plan_events
+from pipelines.kafka_io import ensure_topics, producer
+from pipelines.roi_job import run_roi_job
+from pipelines.spark_backfill import kafka_jars, spark_session
+from pipelines.warehouse import GPU_CALL_COLUMNS, Warehouse
+from schemas.records import Conversion, Touchpoint
+from tests.integration.test_flink_job import messages, publish
+
+FIRST, LAST = "2026-10-20", "2026-10-25"  # the plan runs 2026-10-01 .. 2026-11-14
+DAYS = {f"2026-10-{d}" for d in range(20, 26)}
+REFIT_S = 6 * 3600.0  # several data-driven refits a day
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    session = spark_session(SparkConfig(master="local[2]", driver_memory="1g",
+                                        shuffle_partitions=2,
+                                        conf={"spark.ui.enabled": "false"}), kafka_jars())
+    yield session
+    session.stop()
+
+
+@dataclass
+class Streamed:
+    """What the Flink jobs made of the plan, and the archive of the same spans."""
+
+    config: StreamingJobConfig
+    archive: Path
+    credits: list[dict]
+    roi: dict[tuple, dict]  # latest row per key of the roi topic
+
+
+def gpu_cost(trace_id: str, end_ms: int, cost: float) -> dict:
+    row = dict.fromkeys(GPU_CALL_COLUMNS, "")
+    row.update(kind="call", gpu_uuid="GPU-1", interval_end_ms=end_ms, trace_id=trace_id,
+               span_id=f"{next(_ids):016x}", interval_start_ms=end_ms - 60_000,
+               gpu_seconds=1.0, cost_usd=cost, interval_cost_usd=cost, price_known=True)
+    return row
+
+
+def spend_of(plan: Plan) -> list[dict]:
+    """Daily spend per campaign with touches, a campaign nothing converts on, and a row in
+    another currency (which both sides leave out)."""
+    days: dict[tuple[str, str], int] = {}
+    for e in plan.events:
+        if e.kind == "touchpoint" and e.campaign:
+            key = (e.campaign, day_of(e.ts_ns // 10**6))
+            days[key] = days.get(key, 0) + 1
+    rows = [{"platform": "ads", "account": "1", "campaign": campaign, "day": day,
+             "amount": round(2.5 * count, 2), "currency": "USD"}
+            for (campaign, day), count in sorted(days.items())]
+    rows.append({"platform": "ads", "account": "1", "campaign": "ghost", "day": FIRST,
+                 "amount": 7.0, "currency": "USD"})
+    rows.append({"platform": "ads", "account": "1", "campaign": "ghost", "day": LAST,
+                 "amount": 3.0, "currency": "EUR"})
+    return rows
+
+
+def send(kafka: str, topic: str, rows: list[dict]) -> None:
+    out = producer(kafka)
+    for row in rows:
+        out.send(topic, json.dumps(row).encode())
+    out.flush()
+    out.close()
+
+
+@pytest.fixture(scope="module")
+def streamed(kafka, flink, tmp_path_factory) -> Streamed:
+    home = tmp_path_factory.mktemp("backfill")
+    topics = {name: f"backfill-{name}-{next(_ids)}" for name in (
+        "spans", "credits", "dlq", "late", "conversions", "spend", "roi-dlq", "roi", "gpu")}
+    ensure_topics(kafka, list(topics.values()))
+    config = load_config()
+    config = config.replace("topics", spans=topics["spans"], credits=topics["credits"],
+                            dead_letter=topics["dlq"], late=topics["late"],
+                            conversions=topics["conversions"], ad_spend=topics["spend"],
+                            roi_dead_letter=topics["roi-dlq"], roi=topics["roi"])
+    config = config.replace("input", bounded=True, starting_offsets="earliest",
+                            group_id=f"backfill-{next(_ids)}")
+    config = config.replace("flink", checkpoint_interval_s=1.0,
+                            checkpoint_dir=str(home / "checkpoints"))
+    config = config.replace("attribution", refit_every_s=REFIT_S)
+    config = config.replace("gpu", costs_topic=topics["gpu"])
+    # no late events: the stream sets them aside, a backfill takes them (docs/backfill.md)
+    plan = plan_events(300, seed=11, late_fraction=0.0)
+    publish(kafka, config.topics.spans, plan)
+    archive_topic(kafka, config.topics.spans, home / "archive", batch_messages=40)
+    run_job(config, kafka, env=flink.environment(config))
+
+    # GPU cost on the traces of conversions around the range (some claimed from after it,
+    # some a day before their conversion), on a trace nobody claims, and outside any trace
+    rng = random.Random(5)
+    costs = [gpu_cost("f" * 32, int(datetime(2026, 10, 21, 5, tzinfo=UTC).timestamp() * 1000),
+                      3.0),
+             gpu_cost("", int(datetime(2026, 10, 24, 9, tzinfo=UTC).timestamp() * 1000), 2.0)]
+    for row in messages(kafka, config.topics.conversions):
+        day = day_of(row["conversion_ts_ms"])
+        if "2026-10-16" <= day <= "2026-10-29":
+            for trace in row["trace_ids"][:3]:
+                costs.append(gpu_cost(trace, row["conversion_ts_ms"] - rng.randint(0, DAY_MS),
+                                      round(rng.uniform(0.01, 1.0), 4)))
+    send(kafka, config.gpu.costs_topic, costs)
+    send(kafka, config.topics.ad_spend, spend_of(plan))
+    run_roi_job(config, kafka, env=flink.environment(config))
+
+    roi = final_reports(messages(kafka, config.topics.roi))
+    # a message is one credit row, or a JSON array of them (one per order)
+    credits = [row for message in messages(kafka, config.topics.credits)
+               for row in (message if isinstance(message, list) else [message])]
+    return Streamed(config, home / "archive", credits, roi)
+
+
+def final_reports(rows: list[dict]) -> dict[tuple, dict]:
+    """The rows of each day's last report on the roi topic, by key.
+
+    The ROI job reports a day again when late input arrives (data-driven credits come when
+    their refit period closes), and a key the new report lacks is not retracted: an
+    `unallocated` row of the first report can outlive its cause under "latest row per key".
+    A report is a run of consecutive rows of one day in which no key repeats."""
+    reports: dict[str, dict[tuple, dict]] = {}
+    previous_day = None
+    for row in rows:
+        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
+               row.get("cost_kind"), row["key"])
+        day = row["day"]
+        if day != previous_day or key in reports[day]:
+            reports[day] = {}
+        reports[day][key] = row
+        previous_day = day
+    return {key: row for report in reports.values() for key, row in report.items()}
+
+
+def warehouse_for(streamed: Streamed, kafka: str, url: str) -> StreamingJobConfig:
+    """The stream's config pointed at `url`, holding the spend and GPU costs the ROI job
+    read (the backfill's cost inputs)."""
+    config = streamed.config.replace("warehouse", url=url)
+    with Warehouse(url) as warehouse:
+        warehouse.load_spend(kafka, config.topics.ad_spend, config.roi.currency)
+        warehouse.load_gpu_costs(kafka, config.gpu.costs_topic)
+    return config
+
+
+def backfill_config(streamed: Streamed, tmp_path: Path, **changes) -> BackfillConfig:
+    return BackfillConfig(work_dir=str(tmp_path / "work")).replace(
+        "archive", path=str(streamed.archive)).replace(**changes)
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def assert_same_rows(streamed: Streamed, url: str) -> None:
+    """The warehouse's rows of DAYS are the Flink jobs' rows of those days."""
+    expected = {(r["model"], r["order_id"], r["touch_index"]): r for r in streamed.credits
+                if day_of(r["conversion_ts_ms"]) in DAYS}
+    with Warehouse(url) as warehouse:
+        credits = warehouse.query(
+            "SELECT model, order_id, touch_index, user_id, conversion_ts_ms, channel, campaign, "
+            "touch_ts_ms, credit, revenue, currency, stage FROM attribution_credits "
+            "WHERE conversion_date >= ? AND conversion_date <= ?", (FIRST, LAST))
+        roi = warehouse.query(
+            "SELECT model, day, dimension, key, conversions, revenue, ad_spend, compute_cost, "
+            "roi, currency FROM roi_daily WHERE day >= ? AND day <= ?", (FIRST, LAST))
+        unallocated = warehouse.query(
+            "SELECT model, day, cost_kind, key, amount FROM roi_unallocated "
+            "WHERE day >= ? AND day <= ?", (FIRST, LAST))
+    got = {row[:3]: row for row in credits}
+    assert len(got) == len(credits) and got.keys() == expected.keys()
+    for key, row in got.items():
+        want = expected[key]
+        assert row[3:8] == (want["user_id"], want["conversion_ts_ms"], want["channel"],
+                            want["campaign"], want["touch_ts_ms"]), key
+        assert (row[10], row[11]) == (want["currency"], want["stage"]), key
+        assert close(row[8], want["credit"]) and close(row[9], want["revenue"]), key
+
+    streamed_roi = {k: r for k, r in streamed.roi.items() if k[2] in DAYS and k[0] == "roi"}
+    got_roi = {("roi", r[0], r[1], r[2], None, r[3]): r for r in roi}
+    assert got_roi.keys() == streamed_roi.keys()
+    for key, row in got_roi.items():
+        want = streamed_roi[key]
+        for value, name in zip(row[4:8], ("conversions", "revenue", "ad_spend",
+                                          "compute_cost"), strict=True):
+            assert close(value, want[name]), (key, name)
+        assert (row[8] is None) == (want["roi"] is None), key
+        assert row[8] is None or close(row[8], want["roi"]), key
+    streamed_left = {k: r["amount"] for k, r in streamed.roi.items()
+                     if k[2] in DAYS and k[0] == "unallocated"}
+    got_left = {("unallocated", r[0], r[1], None, r[2], r[3]): r[4] for r in unallocated}
+    assert got_left.keys() == streamed_left.keys()
+    assert all(close(got_left[k], streamed_left[k]) for k in got_left)
+
+
+def test_the_backfill_gives_the_flink_jobs_rows(streamed, spark, kafka, tmp_path):
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    config = warehouse_for(streamed, kafka, url)
+    lines: list[str] = []
+    summary = run(BackfillRequest(FIRST, LAST, backfill_config(streamed, tmp_path), config),
+                  progress=lines.append, spark=spark)
+    assert summary.written == sorted(DAYS)
+    assert [line.split(" ")[0] for line in lines if line.startswith("[")] == \
+        [f"[{i}/6]" for i in range(1, 7)]  # progress per day
+    assert_same_rows(streamed, url)
+    with Warehouse(url) as warehouse:
+        # the range exercises what it must: touches before its first day, repeat buyers,
+        # every model, GPU cost linked to conversions and left unlinked
+        (early,) = warehouse.query("SELECT COUNT(*) FROM attribution_credits WHERE "
+                                   "touch_ts_ms < conversion_ts_ms - ? AND "
+                                   "conversion_date = ?", (DAY_MS, FIRST))[0]
+        stages = {s for (s,) in warehouse.query("SELECT DISTINCT stage FROM attribution_credits")}
+        models = {m for (m,) in warehouse.query("SELECT DISTINCT model FROM roi_daily")}
+        (linked,) = warehouse.query("SELECT SUM(compute_cost) FROM roi_daily "
+                                    "WHERE dimension = 'channel'")[0]
+        kinds = {k for (k,) in warehouse.query("SELECT DISTINCT cost_kind FROM roi_unallocated")}
+    assert early > 0 and {"new", "repeat"} <= stages
+    assert models == set(config.attribution.models)
+    assert linked > 0 and kinds == {"ad_spend", "compute"}
+
+
+def test_the_backfill_from_kafka_gives_the_same_rows(streamed, spark, kafka, tmp_path):
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    config = warehouse_for(streamed, kafka, url)
+    run(BackfillRequest(FIRST, LAST, backfill_config(streamed, tmp_path, source="kafka"),
+                        config, bootstrap=kafka), progress=print, spark=spark)
+    assert_same_rows(streamed, url)
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def table_rows(url: str) -> dict[str, list[tuple]]:
+    with Warehouse(url) as warehouse:
+        return {table: sorted(warehouse.query(f"SELECT * FROM {table}"), key=repr) for table in
+                ("attribution_credits", "roi_daily", "roi_unallocated")}
+
+
+def test_a_failed_run_resumes_and_a_rerun_gives_identical_rows(streamed, spark, kafka, tmp_path,
+                                                              warehouse_url):
+    config = warehouse_for(streamed, kafka, warehouse_url)
+    with Warehouse(warehouse_url) as warehouse:
+        # a row the recomputation does not produce, on the third day and on the next
+        for day in ("2026-10-22", "2026-10-26"):
+            warehouse.execute(
+                "INSERT INTO attribution_credits (model, order_id, touch_index, user_id, "
+                "conversion_ts_ms, conversion_date, channel, campaign, touch_ts_ms, credit, "
+                "revenue, currency, stage) VALUES ('stale', ?, 0, 'u', 0, ?, 'c', '', 0, 1, 1, "
+                "'USD', 'new')", (f"x-{day}", day))
+    request = BackfillRequest("2026-10-20", "2026-10-23", backfill_config(streamed, tmp_path),
+                              config)
+
+    def crash_on_the_third_day(day: str) -> None:
+        if day == "2026-10-22":
+            raise Crash(day)
+
+    with pytest.raises(Crash):
+        run(request, progress=print, spark=spark, before_commit=crash_on_the_third_day)
+
+    def stale(url: str) -> list[str]:
+        with Warehouse(url) as warehouse:
+            return [d for (d,) in warehouse.query("SELECT conversion_date FROM "
+                                                  "attribution_credits WHERE model = 'stale' "
+                                                  "ORDER BY conversion_date")]
+
+    with Warehouse(warehouse_url) as warehouse:
+        finished = warehouse.query("SELECT day FROM backfill_runs ORDER BY day")
+    assert finished == [("2026-10-20",), ("2026-10-21",)]
+    assert stale(warehouse_url) == ["2026-10-22", "2026-10-26"]  # the third day rolled back
+
+    lines: list[str] = []
+    summary = run(request, progress=lines.append, spark=spark)
+    assert summary.skipped == ["2026-10-20", "2026-10-21"]
+    assert summary.written == ["2026-10-22", "2026-10-23"]
+    assert [line[:10] for line in lines if line.endswith(", skipped")] == \
+        ["2026-10-20", "2026-10-21"]
+    assert stale(warehouse_url) == ["2026-10-26"]  # only the affected days were replaced
+    first = table_rows(warehouse_url)
+
+    again = run(request, progress=print, spark=spark)
+    assert again.written == [] and len(again.skipped) == 4
+    redone = run(BackfillRequest("2026-10-20", "2026-10-23", request.config, config,
+                                 restart=True), progress=print, spark=spark)
+    assert redone.written == ["2026-10-20", "2026-10-21", "2026-10-22", "2026-10-23"]
+    assert table_rows(warehouse_url) == first  # identical, to the last bit
+
+
+def test_journeys_that_start_before_the_first_day_keep_their_lookback(spark, tmp_path):
+    d1 = int(datetime(2026, 10, 20, tzinfo=UTC).timestamp() * 1000)
+    day, hour = DAY_MS, 3_600_000
+
+    def touch(user: str, ts: int, channel: str) -> Touchpoint:
+        return Touchpoint(user, ts, channel, f"{channel}-c", f"t{next(_ids)}", "")
+
+    def order(user: str, ts: int, order_id: str) -> Conversion:
+        return Conversion(user, ts, order_id, 100.0, "USD", f"t{next(_ids)}", "")
+
+    archive = tmp_path / "archive"
+    write_tables(archive, tables_by_date([
+        touch("a", d1 - 20 * day, "email"), touch("a", d1 - 2 * day, "display"),
+        order("a", d1 + hour, "oA"),  # both touches, weeks before the first day
+        order("b", d1 - 60 * day, "oB0"), touch("b", d1 - day, "affiliate"),
+        order("b", d1 + 2 * hour, "oB"),  # a repeat buyer
+        order("c", d1 - 100 * day, "oC0"), order("c", d1 + 3 * hour, "oC"),  # a winback
+        order("e", d1 - 200 * day, "oE0"), order("e", d1 + 4 * hour, "oE"),  # forgotten: new
+        touch("f", d1 - 31 * day, "email"), order("f", d1 + 5 * hour, "oF"),  # outside lookback
+        touch("g", d1 - 3 * day, "email"), order("g", d1 - hour, "oG"),  # the day before
+    ]), "hand")
+    config = load_config().replace("warehouse", url=f"sqlite:///{tmp_path / 'wh.db'}")
+    config = config.replace("journey", winback_days=90.0, history_days=150.0)
+    config = config.replace("attribution", models=("first_click", "linear"))
+    backfill = BackfillConfig(work_dir=str(tmp_path / "work")).replace("archive",
+                                                                      path=str(archive))
+    run(BackfillRequest(FIRST, FIRST, backfill, config), progress=print, spark=spark)
+    with Warehouse(config.warehouse.url) as warehouse:
+        rows = warehouse.query("SELECT model, order_id, channel, credit, stage "
+                               "FROM attribution_credits ORDER BY model, order_id, touch_index")
+    assert rows == [
+        ("first_click", "oA", "email", 1.0, "new"),
+        ("first_click", "oB", "affiliate", 1.0, "repeat"),
+        ("first_click", "oC", "(unattributed)", 1.0, "winback"),
+        ("first_click", "oE", "(unattributed)", 1.0, "new"),
+        ("first_click", "oF", "(unattributed)", 1.0, "new"),
+        ("linear", "oA", "email", 0.5, "new"), ("linear", "oA", "display", 0.5, "new"),
+        ("linear", "oB", "affiliate", 1.0, "repeat"),
+        ("linear", "oC", "(unattributed)", 1.0, "winback"),
+        ("linear", "oE", "(unattributed)", 1.0, "new"),
+        ("linear", "oF", "(unattributed)", 1.0, "new")]

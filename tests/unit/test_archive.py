@@ -1,0 +1,87 @@
+"""The raw archive's pure parts: records by kind and day, exactly-once batches, reads by time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from pipelines.archive import Archive, day_of, read_kind, tables_by_date
+from schemas.records import Conversion, GpuCall, Touchpoint
+from tests.spans import make_spans
+
+T0 = int(datetime(2026, 10, 1, 23, 0, tzinfo=UTC).timestamp() * 1000)
+H = 3_600_000
+
+
+def touch_message(user: str, ts_ms: int, channel: str = "email") -> bytes:
+    """One OTLP message holding one touchpoint span, as the spans topic carries it."""
+    spans = make_spans([("GET /landing", {"user.id": user, "marketing.channel": channel},
+                         ts_ms * 1_000_000)])
+    return encode_spans(spans).SerializeToString()
+
+
+def test_day_of_is_the_utc_day():
+    assert day_of(T0) == "2026-10-01"
+    assert day_of(T0 + H) == "2026-10-02"
+    assert day_of(-1) == "1969-12-31"
+
+
+def test_records_are_grouped_by_kind_and_event_day():
+    tables = tables_by_date([
+        Touchpoint("u", T0, "email", "c", "t1", "s1"),
+        Touchpoint("u", T0 + 2 * H, "display", "", "t2", "s2"),
+        Conversion("u", T0 + 2 * H, "o1", 9.5, "USD", "t3", "s3"),
+        GpuCall("t2", "s4", T0 + 2 * H, T0 + 2 * H + 40, "u", "GPU-1", "", "", "ranker"),
+    ])
+    assert sorted((k, d, t.num_rows) for (k, d), t in tables.items()) == [
+        ("conversions", "2026-10-02", 1), ("gpu_calls", "2026-10-02", 1),
+        ("touchpoints", "2026-10-01", 1), ("touchpoints", "2026-10-02", 1)]
+    assert tables["conversions", "2026-10-02"].to_pylist() == [
+        {"user_id": "u", "ts_ms": T0 + 2 * H, "order_id": "o1", "revenue": 9.5,
+         "currency": "USD", "trace_id": "t3", "span_id": "s3"}]
+
+
+def test_a_batch_that_died_before_its_commit_is_removed_and_written_again(tmp_path):
+    archive = Archive(tmp_path, "spans")
+    first = [(0, 0, touch_message("a", T0)), (0, 1, touch_message("b", T0 + 2 * H))]
+    archive.write_batch(first)
+    archive.commit({0: 2})
+    # the next batch is written, then the process dies before storing its offsets
+    archive.write_batch([(0, 2, touch_message("c", T0 + 3 * H)), (0, 3, b"not OTLP")])
+    assert len(read_kind(tmp_path, "touchpoints")) == 3
+    assert archive.recover() == {0: 2}
+    assert sorted(read_kind(tmp_path, "touchpoints").user_id) == ["a", "b"]
+    # read again (from offset 2), possibly in other batches: no duplicates
+    stats = archive.write_batch([(0, 2, touch_message("c", T0 + 3 * H))])
+    archive.commit({0: 3})
+    stats = archive.write_batch([(0, 3, b"not OTLP")])
+    archive.commit({0: 4})
+    assert stats.dead_letters == 1 and stats.files == 0
+    assert sorted(read_kind(tmp_path, "touchpoints").user_id) == ["a", "b", "c"]
+    assert archive.recover() == {0: 4}
+
+
+def test_starting_without_offsets_rebuilds_the_topics_files_only(tmp_path):
+    Archive(tmp_path, "other").write_batch([(0, 0, touch_message("x", T0))])
+    Archive(tmp_path, "other").commit({0: 1})
+    spans = Archive(tmp_path, "spans")
+    spans.write_batch([(1, 5, touch_message("a", T0))])
+    assert spans.recover() == {}  # nothing committed: its file goes, the other topic's stays
+    assert list(read_kind(tmp_path, "touchpoints").user_id) == ["x"]
+
+
+def test_a_batch_holds_one_partition(tmp_path):
+    with pytest.raises(ValueError, match="one partition"):
+        Archive(tmp_path, "spans").write_batch([(0, 0, touch_message("a", T0)),
+                                                (1, 0, touch_message("b", T0))])
+
+
+def test_reads_are_bounded_by_event_time(tmp_path):
+    archive = Archive(tmp_path, "spans")
+    archive.write_batch([(0, i, touch_message(f"u{i}", T0 + i * H)) for i in range(4)])
+    archive.commit({0: 4})
+    assert list(read_kind(tmp_path, "touchpoints", T0 + H, T0 + 2 * H).user_id) == ["u1", "u2"]
+    assert len(read_kind(tmp_path, "touchpoints", None, T0)) == 1
+    assert read_kind(tmp_path, "conversions").empty  # no such folder yet

@@ -1,0 +1,195 @@
+"""The backfill's engine-free computation: equal to the stream's batch reference, independent
+of batch boundaries, with the stream's order-history expiry, bounds and cost links."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipelines.archive import DAY_MS, tables_by_date, write_tables
+from pipelines.backfill_frames import (
+    EVENT_COLUMNS,
+    SORT_KEY,
+    BackfillSettings,
+    BackfillWindow,
+    closed_journeys,
+    journeys_of_batches,
+)
+from pipelines.backfill_local import compute_events, compute_from_archive, read_archive_events
+from pipelines.backfill_roi import link_costs, roi_rows
+from pipelines.config import load_config
+from pipelines.generator import Plan, plan_events, valid_events
+from schemas.records import Conversion, Touchpoint
+from tests.reference import reference_credits
+
+NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),
+                         "cost": pd.Series(dtype=float)})
+
+
+def archive_plan(plan: Plan, root: Path) -> None:
+    """The plan's valid events as the archiver would store them."""
+    records: list[Touchpoint | Conversion] = []
+    for e in valid_events(plan):
+        ms = e.ts_ns // 10**6
+        records.append(Touchpoint(e.user_id, ms, e.channel, e.campaign, f"t-{e.user_id}-{ms}", "")
+                       if e.kind == "touchpoint" else
+                       Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency,
+                                  f"c-{e.order_id}", ""))
+    write_tables(root, tables_by_date(records), "plan")
+
+
+def all_days(start: date, count: int) -> tuple[str, ...]:
+    return tuple((start + timedelta(days=i)).isoformat() for i in range(count))
+
+
+def test_single_process_credits_equal_the_streams_batch_reference(tmp_path):
+    plan = plan_events(300, seed=21)
+    archive_plan(plan, tmp_path)
+    config = load_config().replace("attribution", refit_every_s=86_400.0)
+    settings = BackfillSettings.from_config(config)
+    window = BackfillWindow(all_days(date(2026, 10, 1), 46), settings)
+    computed = compute_from_archive(tmp_path, window, settings, NO_COSTS, progress=print)
+    got = pd.concat([computed.credits_of(day) for day in window.days])
+    expected = {(c.model, c.order_id, c.touch_index): c
+                for c in reference_credits(plan, config.attribution.models, 86_400.0)}
+    assert len(got) == len(expected)
+    for row in got.itertuples():
+        want = expected[row.model, row.order_id, row.touch_index]
+        assert (row.channel, row.campaign, row.stage, row.user_id, row.touch_ts_ms) == \
+            (want.channel, want.campaign, want.stage, want.user_id, want.touch_ts_ms)
+        assert math.isclose(row.revenue, want.revenue, rel_tol=1e-9)
+        assert math.isclose(row.credit, want.credit, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("models", [
+    None,  # every model: the data-driven ones read the whole archive
+    ("first_click", "linear", "time_decay"),  # reads only the lookback before the range
+])
+def test_a_sub_range_gives_the_same_rows_as_the_whole(tmp_path, models):
+    plan = plan_events(200, seed=4)
+    archive_plan(plan, tmp_path)
+    config = load_config().replace("attribution", refit_every_s=6 * 3600.0)
+    if models:
+        config = config.replace("attribution", models=models)
+    settings = BackfillSettings.from_config(config)
+    days = all_days(date(2026, 10, 1), 46)
+    whole = compute_from_archive(tmp_path, BackfillWindow(days, settings), settings, NO_COSTS,
+                                 progress=print)
+    part = compute_from_archive(tmp_path, BackfillWindow(days[20:23], settings), settings,
+                                NO_COSTS, progress=print)
+    before_first_day = 0
+    for day in days[20:23]:
+        a = whole.credits_of(day).sort_values(["model", "order_id", "touch_index"])
+        b = part.credits_of(day).sort_values(["model", "order_id", "touch_index"])
+        assert len(a) > 0
+        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
+        before_first_day += int((b.touch_ts_ms < D1 + DAY_MS).sum())  # D1 + 1 = days[20]
+    assert before_first_day > 0, "journeys that start before the range keep their lookback"
+
+
+def test_journeys_do_not_depend_on_batch_boundaries(tmp_path):
+    archive_plan(plan_events(60, seed=3), tmp_path)
+    settings = BackfillSettings.from_config(load_config())
+    window = BackfillWindow(all_days(date(2026, 10, 5), 30), settings)
+    events = read_archive_events(tmp_path, window)
+    whole = closed_journeys(events, settings, window)
+    cut = pd.concat(journeys_of_batches((events.iloc[i:i + 7] for i in range(0, len(events), 7)),
+                                        settings, window), ignore_index=True)
+    assert len(whole) > 30
+    pd.testing.assert_frame_equal(whole, cut)
+
+
+def events(*rows: tuple[str, int, str, str]) -> pd.DataFrame:
+    """(user, ts_ms, 'touch'|'order', channel or order id) -> sorted EVENT_COLUMNS rows."""
+    frame = pd.DataFrame([{
+        "user_id": user, "ts_ms": ts, "is_conversion": kind == "order",
+        "channel": name if kind == "touch" else "", "campaign": "",
+        "order_id": name if kind == "order" else "", "revenue": 10.0 if kind == "order" else 0.0,
+        "currency": "USD" if kind == "order" else "", "trace_id": ""} for user, ts, kind, name
+        in rows], columns=list(EVENT_COLUMNS))
+    return frame.astype({"ts_ms": "int64", "is_conversion": bool, "revenue": float}) \
+        .sort_values(SORT_KEY, ignore_index=True)
+
+
+D1 = int(datetime(2026, 10, 20, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_an_order_history_older_than_history_days_is_forgotten_as_in_the_stream():
+    config = load_config().replace("journey", winback_days=90.0, history_days=100.0) \
+        .replace("attribution", models=("last_click",))
+    settings = BackfillSettings.from_config(config)
+    window = BackfillWindow(("2026-10-20",), settings)
+    history = settings.journey.history_ms
+    journeys = closed_journeys(events(
+        # the stream drops the last order at its timer, last order + history + 1 ms
+        ("a", D1 - history - 1, "order", "a0"), ("a", D1, "order", "a1"),
+        ("b", D1 - history - 2, "order", "b0"), ("b", D1, "order", "b1"),
+        ("c", D1 - 95 * DAY_MS, "order", "c0"), ("c", D1, "order", "c1"),
+        ("d", D1 - DAY_MS, "order", "d0"), ("d", D1 + 1, "order", "d1"),
+    ), settings, window)
+    stages = dict(zip(journeys.order_id, journeys.stage, strict=True))
+    assert {o: stages[o] for o in ("a1", "b1", "c1", "d1")} == {
+        "a1": "winback", "b1": "new", "c1": "winback", "d1": "repeat"}
+
+
+def test_the_window_reads_only_what_its_days_need():
+    config = load_config().replace("attribution", models=("last_click", "linear"))
+    settings = BackfillSettings.from_config(config)
+    window = BackfillWindow(("2026-10-20", "2026-10-21"), settings)
+    link, lookback = settings.link_window_ms, settings.journey.lookback_ms
+    assert window.end_ms == D1 + 2 * DAY_MS - 1
+    assert window.touches_from_ms == D1 - link - lookback - DAY_MS
+    assert window.conversions_from_ms == D1 - settings.journey.history_ms - DAY_MS
+    assert window.events_until_ms == window.end_ms + link
+    # the data-driven models learn from every journey since the stream began
+    everything = BackfillWindow(window.days, BackfillSettings.from_config(load_config()))
+    assert everything.touches_from_ms is None and everything.conversions_from_ms is None
+
+
+def test_gpu_cost_goes_to_the_claiming_conversion_within_the_link_window():
+    settings = BackfillSettings.from_config(load_config())
+    window = settings.link_window_ms
+    claims = pd.DataFrame({"trace_id": ["t1", "t2", "t2"], "order_id": ["o1", "o2", "o0"],
+                           "conversion_ts_ms": [D1 + 10, D1 + 20, D1 - 5 * DAY_MS]})
+    costs = pd.DataFrame({
+        "trace_id": ["t1", "t1", "t2", "", "t9"],
+        "ts_ms": [D1 - window + 11, D1 + window + 10, D1 + 20, D1 + 5, D1 + 7],
+        "cost": [1.0, 2.0, 4.0, 8.0, 16.0]})
+    compute, unlinked = link_costs(costs, claims, settings, ["2026-10-20", "2026-10-15"])
+    # t2 has two claims: the earliest conversion (o0, five days before) takes it
+    assert sorted(map(tuple, compute.to_numpy())) == [("2026-10-15", "o0", 4.0),
+                                                      ("2026-10-20", "o1", 1.0)]
+    # t1's second cost lies a whole window after its claim: unlinked, on a day not asked for
+    assert sorted(map(tuple, unlinked.to_numpy())) == [("2026-10-20", 8.0),
+                                                       ("2026-10-20", 16.0)]
+
+
+def test_a_day_without_input_has_no_roi_rows_and_spend_alone_is_unallocated():
+    settings = BackfillSettings.from_config(load_config().replace(
+        "attribution", models=("last_click", "linear")))
+    no_credits = compute_events(events(), BackfillWindow(("2026-10-20",), settings), settings,
+                                NO_COSTS, progress=print).credits_of("2026-10-20")
+    spend = pd.DataFrame({"platform": ["meta"], "account": ["1"], "campaign": ["c"],
+                          "day": ["2026-10-20"], "amount": [5.0]})
+    none = spend.iloc[:0]
+    compute = pd.DataFrame({"day": [], "order_id": [], "cost": []})
+    assert roi_rows("2026-10-20", no_credits, none, compute, 0.0, settings) == ([], [])
+    roi, unallocated = roi_rows("2026-10-20", no_credits, spend, compute, 0.0, settings)
+    assert roi == []
+    assert unallocated == [("last_click", "2026-10-20", "ad_spend", "c", 5.0, "USD"),
+                           ("linear", "2026-10-20", "ad_spend", "c", 5.0, "USD")]
+
+
+@pytest.mark.parametrize("models", [("last_click",), ("markov", "shapley")])
+def test_a_conversion_without_touches_goes_to_unattributed(models):
+    settings = BackfillSettings.from_config(load_config().replace("attribution", models=models))
+    window = BackfillWindow(("2026-10-20",), settings)
+    computed = compute_events(events(("u", D1 + 5, "order", "o1")), window, settings,
+                              NO_COSTS, progress=print)
+    credits = computed.credits_of("2026-10-20")
+    assert sorted(credits.model) == sorted(models)
+    assert set(credits.channel) == {"(unattributed)"} and set(credits.credit) == {1.0}
