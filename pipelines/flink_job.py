@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pyflink.common import (
@@ -136,11 +137,25 @@ def conversion_json(journey: ConvertedJourney) -> str:
                       separators=(",", ":"))
 
 
+@dataclass
+class UserState:
+    """One user's keyed state, kept as a single value (one read and one write per event):
+    the journey so far, events not yet stepped, and the earliest wake-up registered."""
+
+    journey: JourneyState = field(default_factory=JourneyState)
+    pending: list[Touchpoint | Conversion] = field(default_factory=list)
+    wake_up: int | None = None
+
+
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """Per user: hold events until the watermark passes them, then step in time order.
 
     Buffering makes results independent of arrival order within the allowed lateness;
-    events older than the watermark on arrival go to the late side output.
+    events older than the watermark on arrival go to the late side output. Only orders get
+    a timer of their own; touches are stepped by the next order's timer or by the user's
+    wake-up, which fires no later than the moment the earliest waiting touch could close
+    its journey unconverted (earliest pending touch + lookback + 1) -- so journeys close
+    at the same event time as with a timer per event, with a fraction of the timers.
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
@@ -151,30 +166,32 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.emit_closed = emit_closed  # the data-driven models learn from every journey
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.state = runtime_context.get_state(
-            ValueStateDescriptor("journey", Types.PICKLED_BYTE_ARRAY()))
-        self.pending = runtime_context.get_list_state(
-            ListStateDescriptor("pending", Types.PICKLED_BYTE_ARRAY()))
+        self.user = runtime_context.get_state(
+            ValueStateDescriptor("user", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value: Stamped, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         event, stream_bound = value
-        watermark = max(ctx.timer_service().current_watermark(), stream_bound)
+        timers = ctx.timer_service()
+        watermark = max(timers.current_watermark(), stream_bound)
         if event.ts_ms <= watermark:
             yield LATE_EVENTS, _event_json(event, watermark)
             return
-        self.pending.add(event)
-        ctx.timer_service().register_event_time_timer(event.ts_ms)
+        user: UserState = self.user.value() or UserState()
+        user.pending.append(event)
+        if isinstance(event, Conversion):
+            timers.register_event_time_timer(event.ts_ms)
+        else:
+            deadline = event.ts_ms + self.journey.lookback_ms + 1
+            if user.wake_up is None or deadline < user.wake_up:
+                timers.register_event_time_timer(deadline)
+                user.wake_up = deadline
+        self.user.update(user)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
-        pending = list(self.pending.get() or [])
-        ready = sorted((e for e in pending if e.ts_ms <= timestamp), key=event_order)
-        if ready:
-            rest = [e for e in pending if e.ts_ms > timestamp]
-            if rest:
-                self.pending.update(rest)
-            else:
-                self.pending.clear()
-        state: JourneyState = self.state.value() or JourneyState()
+        user: UserState = self.user.value() or UserState()
+        ready = sorted((e for e in user.pending if e.ts_ms <= timestamp), key=event_order)
+        pending = [e for e in user.pending if e.ts_ms > timestamp]
+        state = user.journey
         closed: list[ClosedJourney] = []
         for event in ready:
             state, journeys = step(state, event, self.journey)
@@ -190,13 +207,21 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             if self.emit_closed:
                 yield CLOSED_JOURNEYS, journey
         state = expire(state, timestamp, self.journey)
-        wake_up = next_wake_up(state, self.journey)
-        if wake_up is None:
-            self.state.clear()
+        # touches wait for their lookback to pass, the last order for its history, and
+        # waiting touches for the moment they could close a journey unconverted
+        needed = [t for t in (next_wake_up(state, self.journey),) if t is not None]
+        waiting = [e.ts_ms for e in pending if isinstance(e, Touchpoint)]
+        if waiting:
+            needed.append(min(waiting) + self.journey.lookback_ms + 1)
+        registered = user.wake_up if user.wake_up is not None and user.wake_up > timestamp \
+            else None
+        if needed and (registered is None or min(needed) < registered):
+            registered = min(needed)
+            ctx.timer_service().register_event_time_timer(registered)
+        if registered is None and not pending:
+            self.user.clear()
         else:
-            # touches wait for their lookback to pass; the last order for its history
-            self.state.update(state)
-            ctx.timer_service().register_event_time_timer(wake_up)
+            self.user.update(UserState(state, pending, registered))
 
 
 class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
