@@ -1,0 +1,55 @@
+"""Ad spend records: validation with located errors, the topic message, the CLI path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobs.cli import main
+from pipelines.ad_spend import SpendError, SpendRecord, parse_message, read_csv, validate
+
+GOOD = {"platform": "Google_Ads", "account": "123", "campaign": "gs-brand",
+        "day": "2026-10-03", "amount": "12.50", "currency": "usd"}
+
+
+def test_a_valid_record_is_normalised():
+    record = validate(GOOD)
+    assert record == SpendRecord("google_ads", "123", "gs-brand", "2026-10-03", 12.5, "USD")
+    assert record.day_start_ms == 1_790_985_600_000
+    assert parse_message(record.to_json().encode()) == record
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"amount": "abc"}, "field 'amount' is not a number: 'abc'"),
+    ({"amount": "-1"}, "field 'amount' is negative"),
+    ({"amount": "nan"}, "field 'amount' is not a number"),
+    ({"day": "2026-02-30"}, "field 'day' is not a YYYY-MM-DD date"),
+    ({"currency": "dollars"}, "field 'currency' is not an ISO 4217 code"),
+    ({"campaign": ""}, "field 'campaign' is missing"),
+])
+def test_each_problem_names_its_field(change, message):
+    with pytest.raises(SpendError, match=message):
+        validate({**GOOD, **change})
+
+
+def test_messages_that_are_not_records():
+    with pytest.raises(SpendError, match="not JSON"):
+        parse_message(b"{broken")
+    with pytest.raises(SpendError, match="not a JSON object"):
+        parse_message(json.dumps([GOOD]).encode())
+
+
+def test_csv_errors_name_file_line_and_field(tmp_path, capsys):
+    path = tmp_path / "spend.csv"
+    path.write_text("platform,account,campaign,day,amount,currency\n"
+                    "meta,act_1,meta-retargeting,2026-10-01,10,USD\n"
+                    "meta,act_1,meta-retargeting,2026-10-02,ten,USD\n")
+    with pytest.raises(SpendError, match=r"spend.csv:3: field 'amount' is not a number"):
+        read_csv(path)
+    # the CLI stops before contacting any broker, and says where
+    assert main(["spend", "publish", str(path), "--bootstrap", "127.0.0.1:9"]) == 2
+    assert "spend.csv:3: field 'amount'" in capsys.readouterr().err
+    path.write_text("platform,campaign,day,amount\n")
+    with pytest.raises(SpendError, match=r"spend.csv:1: missing column\(s\) account, currency"):
+        read_csv(path)
