@@ -250,8 +250,9 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=["spark", "pandas"], help="overrides engine")
     p.add_argument("--run-id", default="", help="progress key (default: D1..D2); a run "
                    "started again with the same id skips its finished days")
-    p.add_argument("--restart", action="store_true",
-                   help="recompute the days this run id already finished")
+    p.add_argument("--restart", action=argparse.BooleanOptionalAction, default=False,
+                   help="recompute the days this run id already finished (default: skip "
+                        "them, which resumes a failed run)")
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (source kafka)")
 
 

@@ -78,6 +78,16 @@ def spark_schema(columns: Mapping[str, str]) -> str:
     return ", ".join(f"{name} {kind}" for name, kind in columns.items())
 
 
+_DTYPES = {"bigint": np.int64, "double": np.float64, "boolean": bool}
+
+
+def typed(frame: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+    """`frame` with exactly `columns`, numbers as numbers and the rest as objects: a frame
+    built from no rows has float columns, which Arrow cannot turn into strings or lists."""
+    return frame[list(columns)].astype({name: _DTYPES.get(kind, object)
+                                        for name, kind in columns.items()})
+
+
 def weight_column(model: str) -> str:
     return f"w_{model}"
 
@@ -193,8 +203,7 @@ def events_frame(touchpoints: pd.DataFrame, conversions: pd.DataFrame) -> pd.Dat
         "channel": "", "campaign": "", "order_id": conversions.order_id,
         "revenue": conversions.revenue, "currency": conversions.currency,
         "trace_id": conversions.trace_id})
-    out = pd.concat([touches, orders], ignore_index=True)[list(EVENT_COLUMNS)]
-    return out.astype({"ts_ms": np.int64, "is_conversion": bool, "revenue": np.float64})
+    return typed(pd.concat([touches, orders], ignore_index=True), EVENT_COLUMNS)
 
 
 def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.DataFrame:
@@ -209,8 +218,7 @@ def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.Data
             elif isinstance(record, Conversion):
                 rows.append((record.user_id, record.ts_ms, True, "", "", record.order_id,
                              record.revenue, record.currency, record.trace_id))
-    return pd.DataFrame(rows, columns=list(EVENT_COLUMNS)).astype(
-        {"ts_ms": np.int64, "is_conversion": bool, "revenue": np.float64})
+    return typed(pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), EVENT_COLUMNS)
 
 
 # --- journeys ----------------------------------------------------------------------------
@@ -280,10 +288,7 @@ class _JourneyRows:
         c["touch_campaign"].append([t.campaign for t in touches] if in_days else [])
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.columns, columns=list(JOURNEY_COLUMNS)).astype(
-            {"converted": bool, "counted": bool, "in_days": bool, "claims": bool,
-             "close_ts_ms": np.int64, "period_end_ms": np.int64,
-             "conversion_ts_ms": np.int64, "revenue": np.float64})
+        return typed(pd.DataFrame(self.columns), JOURNEY_COLUMNS)
 
 
 def closed_journeys(events: pd.DataFrame, settings: BackfillSettings,
@@ -411,21 +416,21 @@ def _credit_rows(conversions: pd.DataFrame, touches: _Touches, model: str,
     return pd.concat([touched, untouched], ignore_index=True)
 
 
-def _typed_credits(frames: list[pd.DataFrame]) -> pd.DataFrame:
+def concat_credits(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Credit frames as one, typed (CREDIT_COLUMNS)."""
+    frames = [frame for frame in frames if len(frame)]
     if not frames:
-        return pd.DataFrame({name: pd.Series(dtype=object) for name in CREDIT_COLUMNS})
-    out = pd.concat(frames, ignore_index=True)[list(CREDIT_COLUMNS)]
-    return out.astype({"conversion_ts_ms": np.int64, "touch_index": np.int64,
-                       "touch_ts_ms": np.int64, "credit": np.float64, "revenue": np.float64})
+        return typed(pd.DataFrame(columns=list(CREDIT_COLUMNS)), CREDIT_COLUMNS)
+    return typed(pd.concat(frames, ignore_index=True), CREDIT_COLUMNS)
 
 
 def conversion_credits(conversions: pd.DataFrame, settings: BackfillSettings) -> pd.DataFrame:
     """Credits of converted journeys (rows with touches) under the per-conversion models."""
     if not len(conversions) or not settings.per_conversion:
-        return _typed_credits([])
+        return concat_credits([])
     touches = _Touches.of(conversions)
     table = touches.table(conversions)
-    return _typed_credits([_credit_rows(conversions, touches, model,
+    return concat_credits([_credit_rows(conversions, touches, model,
                                         touch_weights(table, model, settings.params))
                            for model in settings.per_conversion])
 
@@ -434,14 +439,14 @@ def data_driven_credits(conversions: pd.DataFrame, settings: BackfillSettings) -
     """Credits of converted journeys under the data-driven models, from the weights fitted
     for their period and path (the `w_<model>` columns, see `fit_weights`)."""
     if not len(conversions) or not settings.data_driven:
-        return _typed_credits([])
+        return concat_credits([])
     touches = _Touches.of(conversions)
     frames = []
     for model in settings.data_driven:
         column = conversions[weight_column(model)]
         weights = np.fromiter(chain.from_iterable(column), np.float64, int(touches.lengths.sum()))
         frames.append(_credit_rows(conversions, touches, model, weights))
-    return _typed_credits(frames)
+    return concat_credits(frames)
 
 
 def _path(key: str) -> tuple[str, ...]:
@@ -470,16 +475,21 @@ def fit_weights(counts: pd.DataFrame, needed: pd.DataFrame,
     columns = ["period_end_ms", "path", *map(weight_column, models)]
     if not len(needed):
         return pd.DataFrame(columns=columns)
-    counts = counts.sort_values(["period_end_ms", "path"], kind="stable")
+    wanted = needed.groupby("period_end_ms").path.agg(lambda p: sorted(set(p))).sort_index()
+    # Counts are whole numbers, so their sums are exact in any order: the periods before
+    # the first one wanted are summed at once (a Spark task fits a later group of periods).
+    before = counts.period_end_ms < wanted.index[0]
+    prior = counts[before].groupby("path")[["conversions", "non_conversions"]].sum()
+    totals = PathCounts({_path(key): [float(c), float(n)]
+                         for key, c, n in prior.itertuples(name=None)})
+    counts = counts[~before].sort_values(["period_end_ms", "path"], kind="stable")
     periods = counts.period_end_ms.to_numpy(np.int64)
     paths = counts.path.tolist()
     conversions = counts.conversions.to_numpy(np.float64)
     non_conversions = counts.non_conversions.to_numpy(np.float64)
-    wanted = needed.groupby("period_end_ms").path.agg(lambda p: sorted(set(p)))
-    totals = PathCounts()
     rows = []
     i = 0
-    for period, period_paths in wanted.sort_index().items():
+    for period, period_paths in wanted.items():
         while i < len(periods) and periods[i] <= period:
             cell = totals.counts.setdefault(_path(paths[i]), [0.0, 0.0])
             cell[0] += conversions[i]
@@ -489,6 +499,19 @@ def fit_weights(counts: pd.DataFrame, needed: pd.DataFrame,
         rows.extend((period, key, *_path_weights(fitted, _path(key), models))
                     for key in period_paths)
     return pd.DataFrame(rows, columns=columns)
+
+
+def fit_groups(counts: pd.DataFrame, periods: Iterable[int], groups: int) -> dict[int, int]:
+    """Periods -> `groups` contiguous groups of about equal fitting work (a fit costs about
+    as much as the (period, path) counts up to its period), for fitting in parallel."""
+    ordered = np.sort(np.fromiter(periods, np.int64))
+    if not len(ordered):
+        return {}
+    cost = np.searchsorted(np.sort(counts.period_end_ms.to_numpy(np.int64)), ordered,
+                           side="right").astype(np.float64) + 1.0
+    done_before = np.cumsum(cost) - cost
+    group = np.minimum((done_before / cost.sum() * groups).astype(np.int64), groups - 1)
+    return dict(zip(ordered.tolist(), group.tolist(), strict=True))
 
 
 def path_counts(journeys: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from pipelines.backfill_frames import (
     BackfillWindow,
     ComputedDays,
     closed_journeys,
+    concat_credits,
     conversion_credits,
     data_driven_credits,
     events_frame,
@@ -55,8 +56,7 @@ def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: Backf
                  "refit periods")
         credits.append(data_driven_credits(
             conversions.merge(weights, on=["period_end_ms", "path"]), settings))
-    nonempty = [frame for frame in credits if len(frame)]
-    all_credits = pd.concat(nonempty, ignore_index=True) if nonempty else credits[0]
+    all_credits = concat_credits(credits)
     by_day = {day: frame for day, frame in all_credits.groupby("day", sort=False)}
     empty = all_credits.iloc[:0]
     compute, unlinked = link_costs(costs, exploded_claims(journeys), settings, window.days)

@@ -40,9 +40,11 @@ from pipelines.backfill_frames import (
     BackfillSettings,
     BackfillWindow,
     ComputedDays,
+    concat_credits,
     conversion_credits,
     data_driven_credits,
     events_of_messages,
+    fit_groups,
     fit_weights,
     journeys_of_batches,
     spark_schema,
@@ -195,29 +197,47 @@ def journeys_frame(events: DataFrame, settings: BackfillSettings, window: Backfi
             .mapInPandas(journeys, spark_schema(JOURNEY_COLUMNS)))
 
 
+def fitted_weights(spark: SparkSession, journeys: DataFrame, conversions: DataFrame,
+                   settings: BackfillSettings, progress: Callable[[str], None]) -> DataFrame:
+    """The data-driven weights (period_end_ms, path, w_<model>) of the paths converting on
+    the window's days, each fitted on the counts of every journey closed by the end of its
+    period. The counts are small: summed in Spark, collected, broadcast; the periods are
+    fitted in contiguous groups in parallel, each group from its own cumulative prefix."""
+    counts = (journeys.where(F.col("counted"))
+              .groupBy("period_end_ms", "path")
+              .agg(F.sum(F.col("converted").cast("double")).alias("conversions"),
+                   F.sum((~F.col("converted")).cast("double")).alias("non_conversions"))
+              .toPandas())
+    needed = conversions.select("period_end_ms", "path").distinct()
+    periods = [r.period_end_ms for r in needed.select("period_end_ms").distinct().collect()]
+    groups = max(1, min(len(periods), 3 * spark.sparkContext.defaultParallelism))
+    group_of = spark.createDataFrame(list(fit_groups(counts, periods, groups).items()),
+                                     "period_end_ms bigint, fit_group int")
+    shared = spark.sparkContext.broadcast(counts)
+    progress(f"data-driven models: {len(periods):,} refit periods to fit on {len(counts):,} "
+             f"(period, path) counts, in {groups} parallel groups")
+
+    def fit(frame: pd.DataFrame) -> pd.DataFrame:
+        return fit_weights(shared.value, frame, settings)
+
+    schema = "period_end_ms bigint, path string, " + ", ".join(
+        f"{weight_column(m)} array<double>" for m in settings.data_driven)
+    return needed.join(F.broadcast(group_of), "period_end_ms") \
+        .groupBy("fit_group").applyInPandas(fit, schema)
+
+
 def credits_frame(spark: SparkSession, journeys: DataFrame, settings: BackfillSettings,
                   progress: Callable[[str], None]) -> DataFrame:
     """Credit rows (CREDIT_COLUMNS) of the conversions on the window's days."""
     conversions = journeys.where(F.col("in_days"))
     if settings.data_driven:
-        counts = (journeys.where(F.col("counted"))
-                  .groupBy("period_end_ms", "path")
-                  .agg(F.sum(F.col("converted").cast("double")).alias("conversions"),
-                       F.sum((~F.col("converted")).cast("double")).alias("non_conversions"))
-                  .toPandas())
-        needed = conversions.select("period_end_ms", "path").distinct().toPandas()
-        weights = fit_weights(counts, needed, settings)
-        progress(f"data-driven models fitted for {weights.period_end_ms.nunique():,} refit "
-                 f"periods on {len(counts):,} (period, path) counts")
-        fitted = spark.createDataFrame(weights, "period_end_ms bigint, path string, " + ", ".join(
-            f"{weight_column(m)} array<double>" for m in settings.data_driven))
-        # one row per (period, path) of the days: small next to the conversions
-        conversions = conversions.join(F.broadcast(fitted), ["period_end_ms", "path"])
+        fitted = fitted_weights(spark, journeys, conversions, settings, progress)
+        conversions = conversions.join(fitted, ["period_end_ms", "path"])
 
     def credit(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for batch in batches:
-            yield pd.concat([conversion_credits(batch, settings),
-                             data_driven_credits(batch, settings)], ignore_index=True)
+            yield concat_credits([conversion_credits(batch, settings),
+                                  data_driven_credits(batch, settings)])
 
     return conversions.mapInPandas(credit, spark_schema(CREDIT_COLUMNS))
 

@@ -17,7 +17,9 @@ from pipelines.backfill_frames import (
     BackfillSettings,
     BackfillWindow,
     closed_journeys,
+    fit_weights,
     journeys_of_batches,
+    path_counts,
 )
 from pipelines.backfill_local import compute_events, compute_from_archive, read_archive_events
 from pipelines.backfill_roi import link_costs, roi_rows
@@ -193,3 +195,32 @@ def test_a_conversion_without_touches_goes_to_unattributed(models):
     credits = computed.credits_of("2026-10-20")
     assert sorted(credits.model) == sorted(models)
     assert set(credits.channel) == {"(unattributed)"} and set(credits.credit) == {1.0}
+
+
+def test_fits_of_a_later_group_of_periods_start_from_the_same_cumulative_counts(tmp_path):
+    archive_plan(plan_events(150, seed=8), tmp_path)
+    settings = BackfillSettings.from_config(
+        load_config().replace("attribution", refit_every_s=12 * 3600.0))
+    window = BackfillWindow(all_days(date(2026, 10, 1), 46), settings)
+    journeys = closed_journeys(read_archive_events(tmp_path, window), settings, window)
+    counts = path_counts(journeys)
+    needed = journeys[journeys.in_days][["period_end_ms", "path"]].drop_duplicates()
+    periods = sorted(needed.period_end_ms.unique())
+    assert len(periods) > 20
+    whole = fit_weights(counts, needed, settings)
+    halves = pd.concat([fit_weights(counts, needed[needed.period_end_ms < periods[20]],
+                                    settings),
+                        fit_weights(counts, needed[needed.period_end_ms >= periods[20]],
+                                    settings)], ignore_index=True)
+    pd.testing.assert_frame_equal(whole, halves)  # exactly: counts are whole numbers
+
+
+def test_frames_of_no_rows_keep_types_arrow_can_convert():
+    import pyarrow as pa
+
+    settings = BackfillSettings.from_config(load_config())
+    empty = closed_journeys(events(), settings, BackfillWindow(("2026-10-20",), settings))
+    assert len(empty) == 0
+    pa.Array.from_pandas(empty.trace_ids, type=pa.list_(pa.string()))
+    pa.Array.from_pandas(empty.touch_ts, type=pa.list_(pa.int64()))
+    pa.Array.from_pandas(empty.order_id, type=pa.string())
