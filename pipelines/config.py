@@ -80,7 +80,7 @@ class AttributionConfig:
                                "time_decay", "shapley_simplified", "shapley", "markov")
     half_life_days: float = 7.0
     markov_order: int = 1
-    refit_every_s: float = 3600.0
+    refit_every_s: float = 86400.0
 
 
 @dataclass(frozen=True)

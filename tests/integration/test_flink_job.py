@@ -141,15 +141,15 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
 @pytest.mark.parametrize("encoding", ["otlp_json"])
 def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, encoding):
-    # every model; data-driven ones refitted daily, so many periods are exercised
-    job_config = job_config.replace("attribution", refit_every_s=86_400.0)
+    # every model; data-driven ones refitted every 6 hours, so many periods are exercised
+    job_config = job_config.replace("attribution", refit_every_s=6 * 3600.0)
     plan = plan_events(400, seed=21)
     publish(kafka, job_config.topics.spans, plan, encoding=encoding)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
     journeys = reference_journeys(plan)
     expected_stage = {j.conversion.order_id: j.stage for j in journeys}
-    reference = reference_credits(plan, job_config.attribution.models, 86_400.0)
+    reference = reference_credits(plan, job_config.attribution.models, 6 * 3600.0)
     expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue for c in reference}
     assert {c.model for c in reference} == set(job_config.attribution.models)
 
