@@ -156,14 +156,16 @@ def compute_days(request: BackfillRequest, window: BackfillWindow, settings: Bac
     work_dir = f"{str(config.work_root).rstrip('/')}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}"
     computed = sb.compute(spark, events, window, settings, costs, work_dir, progress)
     if own_session:
-        stop_after = computed.cleanup
+        if sb.is_local(work_dir):
+            spark.stop()  # staged credits are read back with pyarrow: free the JVM's memory
+        else:  # read back through Spark: the session lives until the last day is written
+            remove = computed.cleanup
 
-        def cleanup() -> None:
-            stop_after()
-            spark.stop()
+            def cleanup() -> None:
+                remove()
+                spark.stop()
 
-        computed.cleanup = cleanup
-        # the staged credits are read by pyarrow locally; elsewhere the session must live
+            computed.cleanup = cleanup
     return computed
 
 

@@ -105,8 +105,15 @@ def spark_session(config: SparkConfig, jars: list[Path] | None = None,
     return spark
 
 
-def _has_scheme(path: str) -> bool:
-    return "://" in path
+def local_path(path: str) -> Path | None:
+    """`path` on this machine's file system; None for hdfs://, s3a:// and the like."""
+    if path.startswith("file://"):
+        return Path(path.removeprefix("file://"))
+    return None if "://" in path else Path(path)
+
+
+def is_local(path: str) -> bool:
+    return local_path(path) is not None
 
 
 # --- ingest ------------------------------------------------------------------------------
@@ -119,7 +126,8 @@ def read_archive(spark: SparkSession, root: str, kind: str, from_ms: int | None,
     ddl = ", ".join(f"{f.name} {ARROW_TYPES[str(f.type)]}" for f in schema) + ", date string"
     path = f"{root.rstrip('/')}/{kind}"
     empty = spark.createDataFrame([], ddl)
-    if not _has_scheme(path) and not Path(path).is_dir():
+    local = local_path(path)
+    if local is not None and not local.is_dir():
         return empty
     try:
         frame = spark.read.schema(ddl).parquet(path)
@@ -282,11 +290,12 @@ def compute(spark: SparkSession, events: DataFrame, window: BackfillWindow,
 def staged_credits(spark: SparkSession, staged: str, day: str) -> pd.DataFrame:
     """One day's credits back from the staging folder (pyarrow locally, Spark elsewhere)."""
     columns = [c for c in CREDIT_COLUMNS if c != "day"]
-    if _has_scheme(staged):
+    local = local_path(staged)
+    if local is None:
         frame = (spark.read.schema(spark_schema(CREDIT_COLUMNS)).parquet(staged)
                  .where(F.col("day") == day).toPandas())
         return frame[list(CREDIT_COLUMNS)]
-    folder = Path(staged) / f"day={day}"
+    folder = local / f"day={day}"
     if not folder.is_dir():
         frame = pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
     else:
@@ -295,5 +304,6 @@ def staged_credits(spark: SparkSession, staged: str, day: str) -> pd.DataFrame:
 
 
 def remove_staging(work_dir: str) -> None:
-    if not _has_scheme(work_dir):
-        shutil.rmtree(work_dir, ignore_errors=True)
+    local = local_path(work_dir)
+    if local is not None:
+        shutil.rmtree(local, ignore_errors=True)

@@ -173,10 +173,13 @@ def close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
 
 
-def assert_same_rows(streamed: Streamed, url: str) -> None:
-    """The warehouse's rows of DAYS are the Flink jobs' rows of those days."""
+def assert_same_rows(streamed: Streamed, url: str,
+                     models: tuple[str, ...] | None = None) -> None:
+    """The warehouse's rows of DAYS are the Flink jobs' rows of those days (of `models`:
+    each model's rows depend on no other model)."""
+    models = models or streamed.config.attribution.models
     expected = {(r["model"], r["order_id"], r["touch_index"]): r for r in streamed.credits
-                if day_of(r["conversion_ts_ms"]) in DAYS}
+                if day_of(r["conversion_ts_ms"]) in DAYS and r["model"] in models}
     with Warehouse(url) as warehouse:
         credits = warehouse.query(
             "SELECT model, order_id, touch_index, user_id, conversion_ts_ms, channel, campaign, "
@@ -197,7 +200,8 @@ def assert_same_rows(streamed: Streamed, url: str) -> None:
         assert (row[10], row[11]) == (want["currency"], want["stage"]), key
         assert close(row[8], want["credit"]) and close(row[9], want["revenue"]), key
 
-    streamed_roi = {k: r for k, r in streamed.roi.items() if k[2] in DAYS and k[0] == "roi"}
+    streamed_roi = {k: r for k, r in streamed.roi.items()
+                    if k[2] in DAYS and k[0] == "roi" and k[1] in models}
     got_roi = {("roi", r[0], r[1], r[2], None, r[3]): r for r in roi}
     assert got_roi.keys() == streamed_roi.keys()
     for key, row in got_roi.items():
@@ -208,7 +212,7 @@ def assert_same_rows(streamed: Streamed, url: str) -> None:
         assert (row[8] is None) == (want["roi"] is None), key
         assert row[8] is None or close(row[8], want["roi"]), key
     streamed_left = {k: r["amount"] for k, r in streamed.roi.items()
-                     if k[2] in DAYS and k[0] == "unallocated"}
+                     if k[2] in DAYS and k[0] == "unallocated" and k[1] in models}
     got_left = {("unallocated", r[0], r[1], None, r[2], r[3]): r[4] for r in unallocated}
     assert got_left.keys() == streamed_left.keys()
     assert all(close(got_left[k], streamed_left[k]) for k in got_left)
@@ -240,12 +244,18 @@ def test_the_backfill_gives_the_flink_jobs_rows(streamed, spark, kafka, tmp_path
     assert linked > 0 and kinds == {"ad_spend", "compute"}
 
 
-def test_the_backfill_from_kafka_gives_the_same_rows(streamed, spark, kafka, tmp_path):
+@pytest.mark.parametrize("models", [
+    None,  # every model: the data-driven counts need the topic from its earliest offset
+    ("first_click", "position_based", "time_decay"),  # read from a timestamp
+])
+def test_the_backfill_from_kafka_gives_the_same_rows(streamed, spark, kafka, tmp_path, models):
     url = f"sqlite:///{tmp_path / 'wh.db'}"
     config = warehouse_for(streamed, kafka, url)
+    if models:
+        config = config.replace("attribution", models=models)
     run(BackfillRequest(FIRST, LAST, backfill_config(streamed, tmp_path, source="kafka"),
                         config, bootstrap=kafka), progress=print, spark=spark)
-    assert_same_rows(streamed, url)
+    assert_same_rows(streamed, url, models)
 
 
 class Crash(RuntimeError):
