@@ -139,7 +139,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
 
         t = _step("Loading credits, GPU costs, spend and ROI into the warehouse")
         warehouse = Warehouse(config.warehouse.url)
-        rows = warehouse.load_credits(info.bootstrap, topics.credits)
+        warehouse.load_credits(info.bootstrap, topics.credits)
+        (rows,), = warehouse.query("SELECT COUNT(*) FROM attribution_credits")
         warehouse.load_gpu_costs(info.bootstrap, gpu.costs_topic)
         warehouse.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
         warehouse.load_roi(info.bootstrap, topics.roi)
@@ -150,11 +151,15 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
         warehouse.close()
-        print(f"\n{rows} credit rows; {dead} dead letters in '{topics.dead_letter}'; "
-              f"{late} late events in '{topics.late}'.")
+        print(f"\n{rows:,} credit rows; {dead} dead letters in '{topics.dead_letter}'; "
+              f"{late} late events in '{topics.late}' (both jobs': the GPU cost job's late "
+              "samples and calls go there too).")
         print(f"Results: Kafka topic '{topics.credits}' on {info.bootstrap}"
               + (" (broker left running)" if keep_stack or not started_here else "")
-              + f"\n         warehouse {warehouse.path} (table attribution_credits)")
+              + f"\n         warehouse {warehouse.path} (tables attribution_credits, "
+              "roi_daily, ...)"
+              + f"\n         see them: .venv/bin/seedance dashboard --warehouse "
+              f"sqlite:///{warehouse.path}")
     finally:
         if started_here and not keep_stack:
             kafka.down()
