@@ -1,7 +1,8 @@
 """Entry point for a real Flink cluster:
 
     flink run --python jobs/flink_entry.py --jarfile flink-sql-connector-kafka-5.0.0-2.2.jar \\
-        [--config jobs/config/streaming.yaml] [--bootstrap broker:9092]
+        [--job attribution|gpu-cost|roi] [--config jobs/config/streaming.yaml] \\
+        [--bootstrap broker:9092]
 
 The cluster supplies the jars and the Python workers; the job settings come from the YAML
 (checkpoint_dir should name shared storage such as s3:// or hdfs:// there).
@@ -17,10 +18,17 @@ from pyflink.datastream import StreamExecutionEnvironment
 from pipelines.config import load_config
 from pipelines.flink_job import build_pipeline
 from pipelines.flink_kafka import flink_configuration
+from pipelines.gpu_cost_job import build_gpu_pipeline
+from pipelines.roi_job import build_roi_pipeline
+
+JOBS = {"attribution": ("seedance-attribution", build_pipeline),
+        "gpu-cost": ("seedance-gpu-cost", build_gpu_pipeline),
+        "roi": ("seedance-roi", build_roi_pipeline)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--job", choices=sorted(JOBS), default="attribution")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
@@ -29,11 +37,12 @@ def main() -> None:
     if not bootstrap:
         parser.error("no Kafka address: set kafka.bootstrap, SEEDANCE_KAFKA_BOOTSTRAP "
                      "or --bootstrap")
+    name, build = JOBS[args.job]
     env = StreamExecutionEnvironment.get_execution_environment(
-        flink_configuration(config, local=False))
+        flink_configuration(config, local=False, job_name=name))
     env.set_parallelism(config.flink.parallelism)
-    build_pipeline(env, config, bootstrap)
-    env.execute("seedance-attribution")
+    build(env, config, bootstrap)
+    env.execute(name)
 
 
 if __name__ == "__main__":
