@@ -152,8 +152,8 @@ def compute_days(request: BackfillRequest, window: BackfillWindow, settings: Bac
         events = sb.kafka_events(spark, request.bootstrap, streaming.topics.spans,
                                  streaming.input.encoding, window, streaming.kafka.properties)
     else:
-        events = sb.archive_events(spark, str(config.archive_root), window)
-    work_dir = f"{str(config.work_root).rstrip('/')}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}"
+        events = sb.archive_events(spark, config.archive_root, window)
+    work_dir = f"{config.work_root.rstrip('/')}/{re.sub(r'[^A-Za-z0-9_.-]', '_', run_id)}"
     computed = sb.compute(spark, events, window, settings, costs, work_dir, progress)
     if own_session:
         if sb.is_local(work_dir):
@@ -221,7 +221,9 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Backfi
     spend = read_spend(warehouse, todo, settings.currency)
     for number, day in enumerate(todo, 1):
         started = time.monotonic()
-        credits = computed.credits_of(day)
+        # in key order: the primary key's B-tree then grows at its end instead of at random
+        credits = computed.credits_of(day).sort_values(["model", "order_id", "touch_index"],
+                                                       kind="stable")
         compute = computed.compute[computed.compute.day == day]
         unlinked = float(computed.unlinked.cost[computed.unlinked.day == day].sum())
         roi, unallocated = roi_rows(day, credits, spend[spend.day == day], compute, unlinked,

@@ -72,12 +72,13 @@ class BackfillConfig:
         return dataclasses.replace(self, **{section: updated})
 
     @property
-    def archive_root(self) -> Path:
-        return Path(self.archive.path) if self.archive.path else state_home() / "archive"
+    def archive_root(self) -> str:
+        """As written (an hdfs:// or s3a:// URI must not go through Path)."""
+        return self.archive.path or str(state_home() / "archive")
 
     @property
-    def work_root(self) -> Path:
-        return Path(self.work_dir) if self.work_dir else state_home() / "backfill"
+    def work_root(self) -> str:
+        return self.work_dir or str(state_home() / "backfill")
 
     def streaming(self) -> StreamingJobConfig:
         """The stream's config (with its environment overrides)."""

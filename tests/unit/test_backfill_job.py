@@ -161,3 +161,16 @@ def test_the_dag_catches_up_one_run_at_a_time_with_a_valid_command(monkeypatch, 
         assert operator["driver_memory"] == "6g" and "executor_memory" not in operator
     else:
         assert operator["executor_memory"] and operator["py_files"]
+
+
+def test_remote_locations_stay_uris():
+    from pipelines.backfill_config import ArchiveConfig, BackfillConfig
+    from pipelines.spark_backfill import local_path
+
+    config = BackfillConfig(work_dir="hdfs://nn:8020/seedance/work",
+                            archive=ArchiveConfig(path="s3a://bucket/archive"))
+    assert (config.archive_root, config.work_root) == ("s3a://bucket/archive",
+                                                       "hdfs://nn:8020/seedance/work")
+    assert local_path(config.archive_root) is None
+    assert local_path("file:///data/archive") == Path("/data/archive")
+    assert local_path("/data/archive") == Path("/data/archive")
