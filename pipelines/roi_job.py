@@ -72,6 +72,16 @@ def _dead_letter(source: str, reason: str, value: bytes) -> str:
                        "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
 
 
+def with_withdrawn(previous: object, rows: list[tuple[str, str, str, float]]
+                   ) -> list[tuple[str, str, str, float]]:
+    """Unallocated rows of a report, plus a zero row for each key of the previous report
+    (a list of keys; True or None from before keys were kept) that is no longer there."""
+    current = {row[:3] for row in rows}
+    gone = [key for key in (previous if isinstance(previous, list) else [])
+            if tuple(key) not in current]
+    return rows + [(*key, 0.0) for key in gone]
+
+
 class DecodeInputs(ProcessFunction):  # type: ignore[misc]
     """One message of one input topic -> items; unusable messages -> dead letters."""
 
@@ -209,7 +219,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
         end = day_end_ms(day)
         timers = ctx.timer_service()
-        if self.reported.value():
+        if self.reported.value() is not None:
             # a day already reported: report it again once the watermark moves on
             watermark = timers.current_watermark()
             if watermark < 2**63 - 2:
@@ -234,11 +244,15 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             yield json.dumps({"kind": "roi", "day": day, **row._asdict(),
                               "roi": None if math.isnan(row.roi) else row.roi,
                               "currency": self.currency}, separators=(",", ":"))
-        for row in result.unallocated.itertuples(index=False):
-            yield json.dumps({"kind": "unallocated", "day": day, "model": row.model,
-                              "cost_kind": row.kind, "key": row.key, "amount": row.amount,
+        rows = [(row.model, row.kind, row.key, float(row.amount))
+                for row in result.unallocated.itertuples(index=False)]
+        # the topic is read as "latest row per key": a key reported before but gone now
+        # (its spend found a conversion after all) is reported again with amount 0
+        for model, kind, key, amount in with_withdrawn(self.reported.value(), rows):
+            yield json.dumps({"kind": "unallocated", "day": day, "model": model,
+                              "cost_kind": kind, "key": key, "amount": amount,
                               "currency": self.currency}, separators=(",", ":"))
-        self.reported.update(True)
+        self.reported.update(sorted({row[:3] for row in rows}))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,

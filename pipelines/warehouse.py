@@ -301,7 +301,13 @@ class Warehouse:
                 unallocated.append(tuple(row[c] for c in UNALLOCATED_COLUMNS))
         # a day reported again within one batch: the later row wins, as in the topic
         self.upsert("roi_daily", ROI_COLUMNS, 4, _last_per_key(roi, 4))
-        self.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, _last_per_key(unallocated, 4))
+        latest = _last_per_key(unallocated, 4)
+        self.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4,
+                    [row for row in latest if row[4] != 0])
+        # amount 0: a day reported again withdrew that key (its cost found a conversion)
+        self.executemany("DELETE FROM roi_unallocated WHERE model = ? AND day = ? AND "
+                         "cost_kind = ? AND key = ?",
+                         [row[:4] for row in latest if row[4] == 0])
 
     def upsert_spend(self, messages: list[bytes], currency: str) -> None:
         """Spend records as the ROI job used them: invalid ones and other currencies (which

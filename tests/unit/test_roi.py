@@ -93,3 +93,14 @@ def test_allocated_plus_unallocated_is_what_came_in(touches, spend, compute):
     for dimension in ("campaign", "stage"):
         same = result.roi[result.roi.dimension == dimension]
         assert np.isclose(same.ad_spend.sum(), channels.ad_spend.sum(), rtol=1e-9, atol=1e-9)
+
+
+def test_a_day_reported_again_withdraws_unallocated_keys_that_are_gone():
+    from pipelines.roi_job import with_withdrawn
+
+    first = [("linear", "ad_spend", "c2", 10.0), ("linear", "compute", "", 1.0)]
+    keys = sorted({row[:3] for row in first})
+    # later the c2 spend found a conversion: only compute is left unallocated
+    again = with_withdrawn(keys, [("linear", "compute", "", 1.0)])
+    assert again == [("linear", "compute", "", 1.0), ("linear", "ad_spend", "c2", 0.0)]
+    assert with_withdrawn(None, first) == first and with_withdrawn(True, first) == first
