@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pipelines.config import DEFAULT_CONFIG, ConfigError, StreamingJobConfig, load_config
+from pipelines.config import DEFAULT_CONFIG, ConfigError, StreamingJobConfig, load_config, read_yaml
 from pipelines.config import _build as build_section  # one rule set for every job config
 from pipelines.paths import state_home
 
@@ -87,12 +85,7 @@ class BackfillConfig:
 
 def load_backfill_config(path: Path | None = None) -> BackfillConfig:
     source = path or DEFAULT_BACKFILL_CONFIG
-    try:
-        data = yaml.safe_load(Path(source).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {source}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: not valid YAML: {error}") from None
+    data = read_yaml(source)
     try:
         config: BackfillConfig = build_section(BackfillConfig, data, "")
     except ConfigError as error:

@@ -239,15 +239,23 @@ def _coerce(hint: Any, raw: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported type {hint}")
 
 
-def load_config(path: Path | None = None) -> StreamingJobConfig:
-    """Load a job config (defaults when path is None), then apply environment overrides."""
-    source = path or DEFAULT_CONFIG
+def read_yaml(source: Path) -> dict[str, Any]:
+    """A job config file's mapping, or a ConfigError naming the file (every job's loader)."""
     try:
         data = yaml.safe_load(Path(source).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {source}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {data!r}")
+    return data
+
+
+def load_config(path: Path | None = None) -> StreamingJobConfig:
+    """Load a job config (defaults when path is None), then apply environment overrides."""
+    source = path or DEFAULT_CONFIG
+    data = read_yaml(source)
     try:
         config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
     except ConfigError as error:

@@ -21,7 +21,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from pipelines.billing.meta import DEFAULT_PURCHASE_ACTIONS
-from pipelines.config import ConfigError
+from pipelines.config import ConfigError, read_yaml
 from udfs.attribution import validate_models
 from udfs.drift import METRICS, RateTable, Rule
 from udfs.periods import parse_day, zone
@@ -224,12 +224,7 @@ class ReconcileConfig:
 def load_reconcile_config(path: Path | None = None) -> ReconcileConfig:
     """The config at `path` (the shipped defaults when None), then environment overrides."""
     source = path or DEFAULT_RECONCILE_CONFIG
-    try:
-        data = yaml.safe_load(Path(source).read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {source}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{source}: not valid YAML: {error}") from None
+    data = read_yaml(source)
     try:
         # overrides go in before the config is built, so its checks see the final values
         # (a webhook URL in the file, its secret in the environment)
