@@ -43,7 +43,7 @@ from pipelines import credit_messages
 from pipelines.ad_spend import SpendError, parse_message
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import build_sink, build_source, run_pipeline
-from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi
+from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
 DAY_MS = 86_400_000
 DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
@@ -70,16 +70,6 @@ def day_end_ms(day: str) -> int:
 def _dead_letter(source: str, reason: str, value: bytes) -> str:
     return json.dumps({"source": source, "reason": reason,
                        "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
-
-
-def with_withdrawn(previous: object, rows: list[tuple[str, str, str, float]]
-                   ) -> list[tuple[str, str, str, float]]:
-    """Unallocated rows of a report, plus a zero row for each key of the previous report
-    (a list of keys; True or None from before keys were kept) that is no longer there."""
-    current = {row[:3] for row in rows}
-    gone = [key for key in (previous if isinstance(previous, list) else [])
-            if tuple(key) not in current]
-    return rows + [(*key, 0.0) for key in gone]
 
 
 class DecodeInputs(ProcessFunction):  # type: ignore[misc]

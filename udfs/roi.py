@@ -100,3 +100,13 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             unallocated.append((model, "compute", "", orphan + float(unlinked_compute)))
     return DayRoi(roi.reset_index(drop=True),
                   pd.DataFrame(unallocated, columns=UNALLOCATED_COLUMNS))
+
+
+def with_withdrawn(previous: object, rows: list[tuple[str, str, str, float]]
+                   ) -> list[tuple[str, str, str, float]]:
+    """Unallocated rows of a report, plus a zero row for each key of the previous report
+    (a list of keys; True or None from before keys were kept) that is no longer there."""
+    current = {row[:3] for row in rows}
+    gone = [key for key in (previous if isinstance(previous, list) else [])
+            if tuple(key) not in current]
+    return rows + [(*key, 0.0) for key in gone]

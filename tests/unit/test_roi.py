@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.roi import CREDIT_COLUMNS, day_roi
+from udfs.roi import CREDIT_COLUMNS, day_roi, with_withdrawn
 
 ROWS = [
     # model, order, touch, channel, campaign, stage, credit, revenue
@@ -96,8 +96,6 @@ def test_allocated_plus_unallocated_is_what_came_in(touches, spend, compute):
 
 
 def test_a_day_reported_again_withdraws_unallocated_keys_that_are_gone():
-    from pipelines.roi_job import with_withdrawn
-
     first = [("linear", "ad_spend", "c2", 10.0), ("linear", "compute", "", 1.0)]
     keys = sorted({row[:3] for row in first})
     # later the c2 spend found a conversion: only compute is left unallocated
