@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +20,15 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from pipelines.otlp_wire import LeanTraceRequest
 from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
-from schemas.telemetry import GPU_WORKLOAD, MARKERS, InvalidSpan, span_to_record
+from schemas.telemetry import (
+    CONTRACT_KEYS,
+    KEYS_READ,
+    InvalidSpan,
+    record_kind,
+    span_to_record,
+)
 
 ENCODINGS = ("auto", "otlp_proto", "otlp_json")
 # Kafka 4 brokers reject records more than 1 h ahead of their clock by default
@@ -61,23 +68,36 @@ def _span_dead_letter(error: InvalidSpan, trace_id: str, span_id: str, name: str
     return DeadLetter("invalid_span", str(error), json.dumps(body).encode())
 
 
+def _attr_value(value: AnyValue) -> Any:
+    text = value.string_value  # most attributes are strings: one C call then
+    return text if text else _any_value(value)
+
+
 def _decode_proto(payload: bytes, out: Decoded) -> None:
-    request = ExportTraceServiceRequest.FromString(payload)
+    request = LeanTraceRequest.FromString(payload)
     for resource_spans in request.resource_spans:
-        resource_attrs = {kv.key: _any_value(kv.value)
-                          for kv in resource_spans.resource.attributes}
+        resource_all = {key: _any_value(value)
+                        for key, value in resource_spans.resource.attributes.items()}
+        # resource attributes (k8s pod, namespace) fill in what a span does not say
+        resource = {k: v for k, v in resource_all.items() if k in CONTRACT_KEYS}
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 out.spans += 1
-                raw = {kv.key: kv.value for kv in span.attributes}
-                # Most spans are ordinary tracing: recognise them by key alone, without
-                # converting any value.
-                if MARKERS.isdisjoint(raw) and not (GPU_WORKLOAD in raw and resource_attrs):
+                raw = span.attributes
+                # Most spans are recognised by key alone (a lookup in the parsed map is one
+                # C call); only the values their record is made of are converted.
+                kind = record_kind(raw.__contains__ if not resource else
+                                   lambda key, raw=raw, res=resource: key in raw or key in res)
+                if kind is None:
                     out.ignored += 1
                     continue
-                attrs = {key: _any_value(value) for key, value in raw.items()}
-                _classify(out, resource_attrs, attrs, span.trace_id.hex(), span.span_id.hex(),
-                          span.name, span.start_time_unix_nano, span.end_time_unix_nano)
+                attrs = dict(resource)
+                for key in KEYS_READ[kind]:
+                    if key in raw:
+                        attrs[key] = _attr_value(raw[key])
+                _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
+                          span.start_time_unix_nano, span.end_time_unix_nano,
+                          lambda raw=raw: {k: _any_value(v) for k, v in raw.items()})
 
 
 # --- OTLP/JSON -----------------------------------------------------------------------
@@ -114,29 +134,33 @@ def _decode_json(payload: bytes, out: Decoded) -> None:
         for scope_spans in _get(resource_spans, "scopeSpans", "scope_spans", []):
             for span in scope_spans.get("spans") or []:
                 out.spans += 1
-                _classify(out, resource_attrs, _json_attrs(span.get("attributes")),
+                attrs = _json_attrs(span.get("attributes"))
+                _classify(out, {**resource_attrs, **attrs} if resource_attrs else attrs,
                           str(_get(span, "traceId", "trace_id", "")).lower(),
                           str(_get(span, "spanId", "span_id", "")).lower(),
                           str(span.get("name", "")),
                           int(_get(span, "startTimeUnixNano", "start_time_unix_nano", 0)),
-                          int(_get(span, "endTimeUnixNano", "end_time_unix_nano", 0)))
+                          int(_get(span, "endTimeUnixNano", "end_time_unix_nano", 0)),
+                          lambda attrs=attrs: attrs)
 
 
 # --- shared --------------------------------------------------------------------------
 
-def _classify(out: Decoded, resource_attrs: dict[str, Any], attrs: dict[str, Any],
-              trace_id: str, span_id: str, name: str, start_ns: int, end_ns: int) -> None:
-    # Resource attributes (k8s pod, namespace) fill in what the span itself does not say.
-    merged = {**resource_attrs, **attrs} if resource_attrs else attrs
+def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, name: str,
+              start_ns: int, end_ns: int, span_attrs: Callable[[], dict[str, Any]]) -> None:
+    """`attrs`: at least the attributes a record is made of, the span's over its
+    resource's; `span_attrs` gives all of the span's own (for the dead letter of a span
+    that breaks the contract)."""
     try:
-        record = span_to_record(merged, trace_id, span_id, start_ns, end_ns)
+        record = span_to_record(attrs, trace_id, span_id, start_ns, end_ns)
         if record is not None and start_ns > out.latest_ns:
             # A clock far ahead would poison event time (and brokers reject such
             # timestamps by default): such a span is unusable, not data.
             raise InvalidSpan(type(record).__name__.lower(), "start_time_unix_nano",
                               f"is more than {MAX_FUTURE_S:.0f}s in the future")
     except InvalidSpan as error:
-        out.dead_letters.append(_span_dead_letter(error, trace_id, span_id, name, attrs))
+        out.dead_letters.append(_span_dead_letter(error, trace_id, span_id, name,
+                                                 span_attrs()))
         return
     if record is None:
         out.ignored += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from schemas.records import Conversion, GpuCall, Touchpoint
@@ -34,6 +34,14 @@ K8S_NAMESPACE = "k8s.namespace.name"
 
 # A span carrying none of these (and no gpu.workload) is ordinary tracing.
 MARKERS = frozenset({CHANNEL, ORDER_ID, GPU_UUID})
+# The attributes `span_to_record` reads for each kind of record: a decoder need convert
+# no other value.
+KEYS_READ = {
+    "touchpoint": (CHANNEL, CAMPAIGN, USER_ID, USER_ID_LEGACY),
+    "conversion": (ORDER_ID, ORDER_REVENUE, ORDER_CURRENCY, USER_ID, USER_ID_LEGACY),
+    "gpu_call": (GPU_UUID, GPU_WORKLOAD, K8S_POD, K8S_NAMESPACE, USER_ID, USER_ID_LEGACY),
+}
+CONTRACT_KEYS = tuple(dict.fromkeys(k for keys in KEYS_READ.values() for k in keys))
 
 DEFAULT_CURRENCY = "USD"
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
@@ -52,6 +60,8 @@ class InvalidSpan(ValueError):
 
 def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
     value = attrs.get(key)
+    if type(value) is str and 0 < len(value) <= _MAX_TEXT:
+        return value  # the common case, checked first: this runs for every span
     if value is None or value == "":
         if required:
             raise InvalidSpan(kind, key, "is missing")
@@ -65,7 +75,8 @@ def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
 
 
 def _user(attrs: Mapping[str, Any], kind: str, required: bool) -> str:
-    if attrs.get(USER_ID_LEGACY) not in (None, "") and attrs.get(USER_ID) in (None, ""):
+    if USER_ID_LEGACY in attrs and attrs.get(USER_ID_LEGACY) not in (None, "") \
+            and attrs.get(USER_ID) in (None, ""):
         return _text(attrs, USER_ID_LEGACY, kind, True)
     return _text(attrs, USER_ID, kind, required)
 
@@ -87,6 +98,17 @@ def _revenue(attrs: Mapping[str, Any]) -> float:
     return amount
 
 
+def record_kind(has: Callable[[str], bool]) -> str | None:
+    """Which record a span with these attribute keys becomes (None: ordinary tracing)."""
+    if has(CHANNEL):
+        return "touchpoint"
+    if has(ORDER_ID):
+        return "conversion"
+    if has(GPU_UUID) or (has(K8S_POD) and has(GPU_WORKLOAD)):
+        return "gpu_call"
+    return None
+
+
 def span_to_record(
     attrs: Mapping[str, Any],
     trace_id: str,
@@ -99,8 +121,8 @@ def span_to_record(
     Raises InvalidSpan (with the offending field) when a span is recognisably one of ours
     but unusable; the caller dead-letters it with that reason.
     """
-    if CHANNEL in attrs:
-        kind = "touchpoint"
+    kind = record_kind(attrs.__contains__)
+    if kind == "touchpoint":
         if start_ns <= 0:
             raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
         return Touchpoint(
@@ -111,8 +133,7 @@ def span_to_record(
             trace_id=trace_id,
             span_id=span_id,
         )
-    if ORDER_ID in attrs:
-        kind = "conversion"
+    if kind == "conversion":
         if start_ns <= 0:
             raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
         currency = _text(attrs, ORDER_CURRENCY, kind, False) or DEFAULT_CURRENCY
@@ -129,8 +150,7 @@ def span_to_record(
             trace_id=trace_id,
             span_id=span_id,
         )
-    if GPU_UUID in attrs or (K8S_POD in attrs and GPU_WORKLOAD in attrs):
-        kind = "gpu_call"
+    if kind == "gpu_call":
         if start_ns <= 0 or end_ns < start_ns:
             raise InvalidSpan(kind, "end_time_unix_nano", "is before the start time")
         return GpuCall(

@@ -118,3 +118,33 @@ def test_order_without_user_is_kept_for_unattributed_credit():
     spans = make_spans([("pay", {"order.id": "o9", "order.revenue": 5}, T0)])
     (order,) = decode_spans(encode_spans(spans).SerializePartialToString()).records
     assert order.user_id == "" and order.revenue == 5.0 and order.currency == "USD"
+
+
+def test_the_lean_reading_sees_what_the_full_otlp_schema_sees():
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+    from pipelines.otlp_wire import LeanTraceRequest
+
+    request = encode_spans(sample_spans())
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    span.events.add(name="clicked", time_unix_nano=T0)  # fields the lean reading skips
+    span.status.message = "ok"
+    # a key given twice keeps its last value, in OTLP's reading as in the lean one
+    span.attributes.append(KeyValue(key="marketing.channel"))
+    span.attributes[-1].value.string_value = "display"
+    payload = request.SerializeToString()
+    full, lean = ExportTraceServiceRequest.FromString(payload), LeanTraceRequest.FromString(payload)
+    full_spans = [s for r in full.resource_spans for ss in r.scope_spans for s in ss.spans]
+    lean_spans = [s for r in lean.resource_spans for ss in r.scope_spans for s in ss.spans]
+    assert len(lean_spans) == len(full_spans) == 4
+    for f, s in zip(full_spans, lean_spans, strict=True):
+        assert (s.trace_id, s.span_id, s.name, s.start_time_unix_nano, s.end_time_unix_nano) \
+            == (f.trace_id, f.span_id, f.name, f.start_time_unix_nano, f.end_time_unix_nano)
+        assert dict(s.attributes.items()) == {kv.key: kv.value for kv in f.attributes}
+    assert lean_spans[0].attributes["marketing.channel"].string_value == "display"
+    assert decode_spans(payload).records[0].channel == "display"
+    resource = lean.resource_spans[0].resource.attributes
+    assert resource["k8s.pod.name"].string_value == "pod-7"
