@@ -1,25 +1,30 @@
 """The streaming attribution job on PyFlink: OTLP spans in Kafka -> per-touch credits.
 
-ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message)
-transform  event-time watermarks -> key by user -> buffer until the watermark passes,
-           then run the journey `step` in event-time order and credit each conversion
-           with the per-conversion models; closed journeys (converting or not) go on to
-           one keyed operator that keeps path counts and refits the data-driven models
-           (shapley, markov) once per period (udfs/data_driven.py)
-write    credits (a JSON array of rows per order, see pipelines/credit_messages.py), dead
+ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message),
+         events split into batches by user bucket (one record per message and bucket)
+transform  event-time watermarks -> key by bucket -> each bucket's users in one
+           `udfs.journey_book.JourneyBook`: events wait until the watermark passes, then
+           every user's are stepped in event order, and the conversions one watermark
+           closes are credited together (one table per model); closed journeys
+           (converting or not) go on, a batch per step, to one keyed operator that keeps
+           path counts and refits the data-driven models (shapley, markov) once per period
+           (udfs/data_driven.py)
+write    credits (JSON tables of rows, see pipelines/credit_messages.py), conversions, dead
          letters and late events to Kafka with exactly-once sinks
+
+Python is called per message, per bucket batch and per watermark step, not per event:
+per-record hops between Flink and Python are what a PyFlink job spends its time on.
 
 Every operator has a stable uid so that savepoints stay compatible across upgrades.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import orjson
 from pyflink.common import (
     Duration,
     JobExecutionResult,
@@ -36,7 +41,11 @@ from pyflink.datastream import (
     StreamExecutionEnvironment,
     TimeDomain,
 )
-from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
+from pyflink.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ValueStateDescriptor,
+)
 
 from pipelines import credit_messages
 from pipelines.config import StreamingJobConfig
@@ -45,22 +54,22 @@ from pipelines.flink_kafka import (
     build_source,
     run_pipeline,
 )
-from pipelines.otlp_codec import dead_letter_json, decode_spans
-from schemas.records import Conversion, Credit, Touchpoint
-from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
-from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
-from udfs.journeys import (
-    ClosedJourney,
-    ConvertedJourney,
-    JourneyConfig,
-    JourneyState,
-    close_stale,
-    close_ts,
-    event_order,
-    expire,
-    next_wake_up,
-    step,
+from pipelines.journey_wire import (
+    EventsWire,
+    close_ts_of_wire,
+    events_from_wire,
+    events_to_wire,
+    journeys_from_wire,
+    journeys_to_wire,
+    state_from_wire,
+    state_to_wire,
 )
+from pipelines.otlp_codec import dead_letter_json, decode_spans
+from schemas.records import Conversion, Touchpoint
+from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
+from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
+from udfs.journey_book import Changes, JourneyBook, bucket_of
+from udfs.journeys import ConvertedJourney, JourneyConfig
 from udfs.models import ModelParams
 
 log = logging.getLogger(__name__)
@@ -77,50 +86,75 @@ ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
 COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
 
 
-Stamped = tuple[Touchpoint | Conversion, int]
-"""An event and the stream's lateness bound when it was decoded (see DecodeOtlp)."""
+Event = Touchpoint | Conversion
+Batch = tuple[int, int, EventsWire]
+"""One message's events of one user bucket: (bucket, newest event time, events in their
+compact form, see pipelines/journey_wire.py)."""
 
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
-    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions.
+    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions, in batches
+    per user bucket: (bucket, newest event time, events).
 
-    Each event leaves stamped with this subtask's bound "newest event time seen minus the
-    allowed out-of-orderness". Flink's own watermark is emitted periodically, so in a
-    burst it lags and lateness would depend on timing; the stamp applies the same rule
-    per record, so the same input in the same partitions is classified the same way.
+    An event older than this subtask's bound "newest event time seen minus the allowed
+    out-of-orderness" is late and leaves here. Flink's own watermark is emitted
+    periodically, so in a burst it lags and lateness would depend on timing; the bound
+    applies the same rule per record, so the same input in the same partitions is
+    classified the same way.
     """
 
-    def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int) -> None:
+    def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
+                 buckets: int) -> None:
         self.encoding = encoding
         self.source = source
         self.slack_ms = max_out_of_orderness_ms
+        self.buckets = buckets
         self.newest_ms = -(2**62)
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         decoded = decode_spans(value, self.encoding)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
-        used = 0
+        by_bucket: dict[int, list[Event]] = {}
+        used = late = 0
+        newest, buckets = self.newest_ms, self.buckets
         for record in decoded.records:
             # GPU calls feed the cost job; this job attributes touches and orders.
             if isinstance(record, Touchpoint | Conversion):
                 used += 1
-                self.newest_ms = max(self.newest_ms, record.ts_ms)
-                yield record, self.newest_ms - self.slack_ms
+                if record.ts_ms > newest:
+                    newest = record.ts_ms
+                bound = newest - self.slack_ms
+                if record.ts_ms <= bound:
+                    late += 1
+                    yield LATE_EVENTS, _event_json(record, bound)
+                    continue
+                bucket = bucket_of(record.user_id, buckets)
+                batch = by_bucket.get(bucket)
+                if batch is None:
+                    by_bucket[bucket] = [record]
+                else:
+                    batch.append(record)
+        self.newest_ms = newest
+        for bucket, events in by_bucket.items():
+            yield bucket, max(e.ts_ms for e in events), events_to_wire(events)
         records_in = decoded.spans or len(decoded.dead_letters)  # an unsplittable message: 1
         dead = len(decoded.dead_letters)
-        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, 0)
+        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late)
 
 
 class EventTime(TimestampAssigner):  # type: ignore[misc]
-    def extract_timestamp(self, value: Stamped, record_timestamp: int) -> int:
-        return value[0].ts_ms
+    """A batch is stamped with its newest event: the watermark then follows the newest
+    event seen, as it would event by event."""
+
+    def extract_timestamp(self, value: Batch, record_timestamp: int) -> int:
+        return value[1]
 
 
-def _event_json(event: Touchpoint | Conversion, watermark: int) -> str:
+def _event_json(event: Event, watermark: int) -> str:
     body = {"type": "touchpoint" if isinstance(event, Touchpoint) else "conversion",
             **event._asdict(), "watermark_ms": watermark}
-    return json.dumps(body, separators=(",", ":"))
+    return orjson.dumps(body).decode()
 
 
 def conversion_json(journey: ConvertedJourney) -> str:
@@ -130,32 +164,21 @@ def conversion_json(journey: ConvertedJourney) -> str:
     traces = list(dict.fromkeys(t for t in (conversion.trace_id,
                                             *(touch.trace_id for touch in journey.touches))
                                 if t))
-    return json.dumps({"order_id": conversion.order_id, "user_id": conversion.user_id,
-                       "conversion_ts_ms": conversion.ts_ms, "revenue": conversion.revenue,
-                       "currency": conversion.currency, "stage": journey.stage,
-                       "touches": len(journey.touches), "trace_ids": traces},
-                      separators=(",", ":"))
-
-
-@dataclass
-class UserState:
-    """One user's keyed state, kept as a single value (one read and one write per event):
-    the journey so far, events not yet stepped, and the earliest wake-up registered."""
-
-    journey: JourneyState = field(default_factory=JourneyState)
-    pending: list[Touchpoint | Conversion] = field(default_factory=list)
-    wake_up: int | None = None
+    return orjson.dumps({"order_id": conversion.order_id, "user_id": conversion.user_id,
+                         "conversion_ts_ms": conversion.ts_ms, "revenue": conversion.revenue,
+                         "currency": conversion.currency, "stage": journey.stage,
+                         "touches": len(journey.touches), "trace_ids": traces}).decode()
 
 
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
-    """Per user: hold events until the watermark passes them, then step in time order.
+    """Per bucket of users: a JourneyBook in memory, its changes mirrored to keyed state.
 
-    Buffering makes results independent of arrival order within the allowed lateness;
-    events older than the watermark on arrival go to the late side output. Only orders get
-    a timer of their own; touches are stepped by the next order's timer or by the user's
-    wake-up, which fires no later than the moment the earliest waiting touch could close
-    its journey unconverted (earliest pending touch + lookback + 1) -- so journeys close
-    at the same event time as with a timer per event, with a fraction of the timers.
+    Events older than the watermark on arrival go to the late side output; the others wait
+    in the book. One timer per bucket, at the earliest time the book has something to do
+    (a waiting event, a journey that could close unconverted, an order history running
+    out), brings the whole bucket up to the watermark in one call. State per bucket: the
+    users' journey states (map), the waiting batches (map, by batch id) and the book's
+    watermark; the in-memory book is rebuilt from them after a restart.
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
@@ -166,67 +189,78 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.emit_closed = emit_closed  # the data-driven models learn from every journey
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.user = runtime_context.get_state(
-            ValueStateDescriptor("user", Types.PICKLED_BYTE_ARRAY()))
+        self.users = runtime_context.get_map_state(
+            MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        self.batches = runtime_context.get_map_state(
+            MapStateDescriptor("waiting-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.watermark = runtime_context.get_state(
+            ValueStateDescriptor("watermark", Types.LONG()))
+        self.books: dict[int, JourneyBook] = {}
+        self.timers: dict[int, int] = {}  # bucket -> the timer last registered
 
-    def process_element(self, value: Stamped, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        event, stream_bound = value
-        timers = ctx.timer_service()
-        watermark = max(timers.current_watermark(), stream_bound)
-        if event.ts_ms <= watermark:
-            yield LATE_EVENTS, _event_json(event, watermark)
-            return
-        user: UserState = self.user.value() or UserState()
-        user.pending.append(event)
-        if isinstance(event, Conversion):
-            timers.register_event_time_timer(event.ts_ms)
-        else:
-            deadline = event.ts_ms + self.journey.lookback_ms + 1
-            if user.wake_up is None or deadline < user.wake_up:
-                timers.register_event_time_timer(deadline)
-                user.wake_up = deadline
-        self.user.update(user)
+    def _book(self, bucket: int) -> JourneyBook:
+        book = self.books.get(bucket)
+        if book is None:  # first sight of this bucket since (re)start: from its state
+            book = JourneyBook.restore(
+                self.journey, self.watermark.value(),
+                ((user, state_from_wire(state)) for user, state in self.users.items()),
+                ((key, events_from_wire(events)) for key, events in self.batches.items()))
+            self.books[bucket] = book
+        return book
 
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
-        user: UserState = self.user.value() or UserState()
-        ready = sorted((e for e in user.pending if e.ts_ms <= timestamp), key=event_order)
-        pending = [e for e in user.pending if e.ts_ms > timestamp]
-        state = user.journey
-        closed: list[ClosedJourney] = []
-        for event in ready:
-            state, journeys = step(state, event, self.journey)
-            closed.extend(journeys)
-        state, stale = close_stale(state, timestamp, self.journey)
-        closed.extend(stale)
-        for journey in closed:
-            if isinstance(journey, ConvertedJourney):
-                yield CONVERSIONS, conversion_json(journey)
-                if self.models:
-                    yield credit_messages.encode(credit_journey(journey, self.models,
-                                                                self.params))
-            if self.emit_closed:
-                yield CLOSED_JOURNEYS, journey
-        state = expire(state, timestamp, self.journey)
-        # touches wait for their lookback to pass, the last order for its history, and
-        # waiting touches for the moment they could close a journey unconverted
-        needed = [t for t in (next_wake_up(state, self.journey),) if t is not None]
-        waiting = [e.ts_ms for e in pending if isinstance(e, Touchpoint)]
-        if waiting:
-            needed.append(min(waiting) + self.journey.lookback_ms + 1)
-        registered = user.wake_up if user.wake_up is not None and user.wake_up > timestamp \
-            else None
-        if needed and (registered is None or min(needed) < registered):
-            registered = min(needed)
-            ctx.timer_service().register_event_time_timer(registered)
-        if registered is None and not pending:
-            self.user.clear()
-        else:
-            self.user.update(UserState(state, pending, registered))
+    def _store(self, changes: Changes) -> None:
+        if changes.users:
+            self.users.put_all({user: state_to_wire(state)
+                                for user, state in changes.users.items()})
+        for user in changes.removed_users:
+            self.users.remove(user)
+        if changes.batches:
+            self.batches.put_all({key: events_to_wire(events)
+                                  for key, events in changes.batches.items()})
+        for batch_id in changes.removed_batches:
+            self.batches.remove(batch_id)
+        if changes.watermark is not None:
+            self.watermark.update(changes.watermark)
+
+    def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
+        due = book.next_due()
+        if due is not None and self.timers.get(bucket) != due:
+            ctx.timer_service().register_event_time_timer(due)
+            self.timers[bucket] = due
+
+    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[str]:
+        bucket, _, wire = value
+        book = self._book(bucket)
+        late, changes = book.add(events_from_wire(wire),
+                                 ctx.timer_service().current_watermark())
+        for event in late:
+            yield LATE_EVENTS, _event_json(event, book.watermark)
+        self._store(changes)
+        self._schedule(bucket, book, ctx)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
+        bucket = ctx.get_current_key()
+        book = self._book(bucket)
+        advanced = book.advance(max(timestamp, ctx.timer_service().current_watermark()))
+        self._store(advanced.changes)
+        self.timers.pop(bucket, None)
+        converted = [j for j in advanced.closed if isinstance(j, ConvertedJourney)]
+        for journey in converted:
+            yield CONVERSIONS, conversion_json(journey)
+        if self.models and converted:
+            yield from credit_messages.encode_chunks(
+                credit_journeys(converted, self.models, self.params))
+        if self.emit_closed and advanced.closed:
+            yield CLOSED_JOURNEYS, journeys_to_wire(advanced.closed)
+        self._schedule(bucket, book, ctx)
 
 
 class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     """One key for the whole stream: path counts of every closed journey, and the credits
-    of each period's conversions from the models refitted when the period closes."""
+    of each period's conversions from the models refitted when the period closes.
+
+    Journeys arrive in batches (one per bucket step) and wait, grouped by refit period,
+    until the watermark passes the period's end."""
 
     def __init__(self, models: tuple[str, ...], params: ModelParams, period_ms: int) -> None:
         self.models = models
@@ -239,26 +273,29 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
 
-    def process_element(self, journey: ClosedJourney,
+    def process_element(self, wire: list[tuple[Any, ...]],
                         ctx: KeyedProcessFunction.Context) -> None:
-        self.pending.add(journey)
-        ctx.timer_service().register_event_time_timer(
-            period_end(close_ts(journey), self.period_ms))
+        # kept in their compact form until their period closes
+        by_period: dict[int, list[tuple[Any, ...]]] = {}
+        for journey in wire:
+            by_period.setdefault(period_end(close_ts_of_wire(journey), self.period_ms), []) \
+                .append(journey)
+        for end, group in by_period.items():
+            self.pending.add((end, group))
+            ctx.timer_service().register_event_time_timer(end)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         # Every period the watermark has passed is settled now, in period order: a replay
         # moves the watermark over many periods at once, and reading the pending list
         # once per jump (not once per period) keeps that linear.
         watermark = max(timestamp, ctx.timer_service().current_watermark())
-        pending = list(self.pending.get() or [])
-        by_period: dict[int, list[ClosedJourney]] = {}
+        by_period: dict[int, list[tuple[Any, ...]]] = {}
         rest = []
-        for journey in pending:
-            end = period_end(close_ts(journey), self.period_ms)
+        for end, group in self.pending.get() or []:
             if end <= watermark:
-                by_period.setdefault(end, []).append(journey)
+                by_period.setdefault(end, []).extend(group)
             else:
-                rest.append(journey)
+                rest.append((end, group))
         if not by_period:
             return
         if rest:
@@ -267,11 +304,9 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.pending.clear()
         counts = PathCounts(self.counts.value() or {})
         for end in sorted(by_period):
-            by_order: dict[str, list[Credit]] = {}
-            for credit in credit_period(counts, by_period[end], self.models, self.params):
-                by_order.setdefault(credit.order_id, []).append(credit)
-            for credits in by_order.values():
-                yield credit_messages.encode(credits)
+            yield from credit_messages.encode_chunks(
+                credit_period(counts, journeys_from_wire(by_period[end]), self.models,
+                              self.params))
         self.counts.update(counts.counts)
 
 
@@ -308,7 +343,7 @@ class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
 def accounting_json(job: str, totals: tuple[int, ...], final: bool) -> str:
     row = dict(zip(COUNTS, totals, strict=True))
     row["processed"] = row["used"] - row["late"]
-    return json.dumps({"job": job, **row, "final": final}, separators=(",", ":"))
+    return orjson.dumps({"job": job, **row, "final": final}).decode()
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -330,7 +365,8 @@ class JobOutputs(NamedTuple):
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
-    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms)) \
+    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
+                                     config.flink.user_buckets)) \
         .name("decode-otlp").uid("decode-otlp")
     watermarks = (WatermarkStrategy
                   .for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
@@ -346,10 +382,10 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     attributed = (decoded
                   .assign_timestamps_and_watermarks(watermarks).name("event-time")
                   .uid("event-time")
-                  .key_by(lambda stamped: stamped[0].user_id, key_type=Types.STRING())
+                  .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(journey, per_conversion, params, bool(data_driven)),
                            output_type=Types.STRING())
-                  .name("attribute-journeys").uid("attribute-journeys"))
+                  .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
     if data_driven:
         fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
@@ -357,12 +393,15 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .process(FitDataDrivenModels(data_driven, params,
                                                int(attribution.refit_every_s * 1000)),
                            output_type=Types.STRING())
-                  .name("fit-data-driven-models").uid("fit-data-driven-models"))
+                  .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)
-    late = attributed.get_side_output(LATE_EVENTS)
+    # late on decoding (behind its subtask's bound) or on arrival (behind the watermark);
+    # the decoder counts its own in its accounting
+    late_on_arrival = attributed.get_side_output(LATE_EVENTS)
+    late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
     accounting = (decoded.get_side_output(ACCOUNTING)
-                  .union(late.map(lambda _: (0, 0, 0, 0, 0, 1),
-                                  output_type=Types.PICKLED_BYTE_ARRAY())
+                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1),
+                                             output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"))
                   .key_by(lambda _: 0, key_type=Types.INT())
                   .process(RunAccounting("attribution",

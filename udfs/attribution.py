@@ -26,20 +26,25 @@ def validate_models(models: Sequence[str]) -> tuple[str, ...]:
     return batch_models.validate_models(tuple(models))
 
 
-def journey_table(journey: ConvertedJourney) -> JourneyTable:
-    touches = journey.touches
+def journeys_table(journeys: Sequence[ConvertedJourney]) -> JourneyTable:
+    """Converted journeys as one table (each journey's weights come out as they would from
+    a table of its own: every model computes journey by journey)."""
+    touches = [t for journey in journeys for t in journey.touches]
     channels = tuple(sorted({t.channel for t in touches}))
     code = {c: i for i, c in enumerate(channels)}
-    conversion = journey.conversion
+    count = len(touches)
+    lengths = np.fromiter((len(j.touches) for j in journeys), np.int64, len(journeys))
     return JourneyTable(
         channels=channels, campaigns=("",),
-        offsets=np.array([0, len(touches)], dtype=np.int64),
-        touch_channel=np.array([code[t.channel] for t in touches], dtype=np.int64),
-        touch_campaign=np.zeros(len(touches), np.int64),
-        touch_ts=np.array([t.ts_ms for t in touches], dtype=np.int64),
-        conversions=np.ones(1), non_conversions=np.zeros(1),
-        revenue=np.array([conversion.revenue]),
-        conversion_ts=np.array([conversion.ts_ms], dtype=np.int64))
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        touch_channel=np.fromiter((code[t.channel] for t in touches), np.int64, count),
+        touch_campaign=np.zeros(count, np.int64),
+        touch_ts=np.fromiter((t.ts_ms for t in touches), np.int64, count),
+        conversions=np.ones(len(journeys)), non_conversions=np.zeros(len(journeys)),
+        revenue=np.fromiter((j.conversion.revenue for j in journeys), np.float64,
+                            len(journeys)),
+        conversion_ts=np.fromiter((j.conversion.ts_ms for j in journeys), np.int64,
+                                  len(journeys)))
 
 
 def credits_from_weights(journey: ConvertedJourney, model: str,
@@ -58,14 +63,32 @@ def credits_from_weights(journey: ConvertedJourney, model: str,
             if weight != 0.0]
 
 
+def credit_journeys(journeys: Sequence[ConvertedJourney], models: Sequence[str],
+                    params: batch_models.ModelParams | None = None) -> list[Credit]:
+    """Per-touch credits of conversions under each per-conversion model, all journeys in
+    one table per model (a stream credits what one watermark closes in one call)."""
+    unknown = [m for m in models if m not in PER_CONVERSION_MODELS]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} needs counts over many journeys: see "
+                         "udfs.data_driven")
+    touched = [j for j in journeys if j.touches]
+    table = journeys_table(touched) if touched else None
+    bounds = table.offsets.tolist() if table else []
+    out: list[Credit] = []
+    for model in models:
+        weights = batch_models.touch_weights(table, model, params).tolist() if table else []
+        row = 0
+        for journey in journeys:
+            if journey.touches:
+                out.extend(credits_from_weights(journey, model,
+                                                weights[bounds[row]:bounds[row + 1]]))
+                row += 1
+            else:
+                out.extend(credits_from_weights(journey, model, ()))
+    return out
+
+
 def credit_journey(journey: ConvertedJourney, models: Sequence[str],
                    params: batch_models.ModelParams | None = None) -> list[Credit]:
     """Per-touch credits of one conversion under each per-conversion model."""
-    out: list[Credit] = []
-    table = journey_table(journey) if journey.touches else None
-    for model in models:
-        if model not in PER_CONVERSION_MODELS:
-            raise ValueError(f"{model} needs counts over many journeys: see udfs.data_driven")
-        weights = batch_models.touch_weights(table, model, params).tolist() if table else []
-        out.extend(credits_from_weights(journey, model, weights))
-    return out
+    return credit_journeys([journey], models, params)

@@ -13,6 +13,7 @@ it with events in event-time order, and store the state back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from schemas.records import Conversion, Touchpoint
 from udfs.lifecycle import LifecycleConfig, stage_of
@@ -36,13 +37,19 @@ class JourneyConfig:
             raise ValueError("history_days must be at least winback_days, or winbacks would "
                              "look like new customers")
 
-    @property
+    # read for every event: computed once (a frozen dataclass still lets cached_property
+    # fill the instance dict)
+    @cached_property
     def lookback_ms(self) -> int:
         return int(self.lookback_days * DAY_MS)
 
-    @property
+    @cached_property
     def history_ms(self) -> int:
         return int(self.history_days * DAY_MS)
+
+    @cached_property
+    def lifecycle(self) -> LifecycleConfig:
+        return LifecycleConfig(self.winback_days)
 
 
 @dataclass
@@ -107,42 +114,48 @@ def step(
 
     Returns the journeys this event closed: a stale open journey (non-converting) and/or
     the conversion's own journey."""
-    state, closed = close_stale(state, event.ts_ms, config)
+    open_touches = state.touches
+    closed: list[ClosedJourney] = []
+    if open_touches and open_touches[-1].ts_ms + config.lookback_ms < event.ts_ms:
+        state, stale = close_stale(state, event.ts_ms, config)
+        closed.extend(stale)
     if isinstance(event, Touchpoint):
-        return JourneyState([*state.touches, event], state.last_order_ts_ms), list(closed)
+        return JourneyState([*state.touches, event], state.last_order_ts_ms), closed
     window_start = event.ts_ms - config.lookback_ms
     touches = [t for t in state.touches if window_start <= t.ts_ms <= event.ts_ms]
     if config.max_touches is not None:
         touches = touches[-config.max_touches:]
-    stage = stage_of(event.user_id, state.last_order_ts_ms, event.ts_ms,
-                     LifecycleConfig(config.winback_days))
+    stage = stage_of(event.user_id, state.last_order_ts_ms, event.ts_ms, config.lifecycle)
     journey = ConvertedJourney(event, tuple(touches), stage)
-    return JourneyState([], event.ts_ms), [*closed, journey]
+    closed.append(journey)
+    return JourneyState([], event.ts_ms), closed
 
 
 def expire(state: JourneyState, watermark_ms: int, config: JourneyConfig) -> JourneyState:
     """Drop touches that neither a future conversion (ts >= watermark) nor the open
     journey's own close can reach any more, and an order history older than
     `history_days`. Call `close_stale` first."""
-    horizon = min(watermark_ms, state.touches[-1].ts_ms if state.touches else watermark_ms) \
+    touches = state.touches
+    horizon = min(watermark_ms, touches[-1].ts_ms if touches else watermark_ms) \
         - config.lookback_ms
-    kept = [t for t in state.touches if t.ts_ms >= horizon]
+    # touches are in time order: usually the first one is still needed, and so all are
+    kept = touches if not touches or touches[0].ts_ms >= horizon \
+        else [t for t in touches if t.ts_ms >= horizon]
     last_order = state.last_order_ts_ms
     if last_order is not None and last_order + config.history_ms < watermark_ms:
         last_order = None
-    if len(kept) == len(state.touches) and last_order == state.last_order_ts_ms:
+    if kept is touches and last_order == state.last_order_ts_ms:
         return state
     return JourneyState(kept, last_order)
 
 
 def next_wake_up(state: JourneyState, config: JourneyConfig) -> int | None:
     """When `expire` next has something to drop (None: nothing left to keep)."""
-    times = []
-    if state.touches:
-        times.append(state.touches[-1].ts_ms + config.lookback_ms + 1)
-    if state.last_order_ts_ms is not None:
-        times.append(state.last_order_ts_ms + config.history_ms + 1)
-    return min(times) if times else None
+    touch = state.touches[-1].ts_ms + config.lookback_ms + 1 if state.touches else None
+    if state.last_order_ts_ms is None:
+        return touch
+    order = state.last_order_ts_ms + config.history_ms + 1
+    return order if touch is None or order < touch else touch
 
 
 def closed_journeys_of(events: list[Touchpoint | Conversion],

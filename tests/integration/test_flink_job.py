@@ -128,7 +128,9 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
     # and into the embedded warehouse, idempotently
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    assert warehouse.load_credits(kafka, job_config.topics.credits) == 6  # a message per order
+    messages_out = count_messages(kafka, job_config.topics.credits)
+    assert 0 < messages_out < 6  # orders closed by one watermark share a message
+    assert warehouse.load_credits(kafka, job_config.topics.credits) == messages_out
     assert warehouse.load_credits(kafka, job_config.topics.credits) == 0  # resumes
     assert warehouse.query("SELECT COUNT(*) FROM attribution_credits") == [(len(EXPECTED),)]
     totals = {model: (orders, conv, rev) for model, orders, conv, rev in warehouse.totals()}

@@ -74,3 +74,18 @@ def test_data_driven_models_need_the_stream_counts_not_one_journey():
         credit_journey(journey(["email"]), ["shapley"])
     with pytest.raises(ValueError, match="unknown attribution model"):
         validate_models(["lienar"])
+
+
+def test_many_journeys_in_one_table_get_the_credits_each_gets_alone():
+    import random
+
+    from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
+
+    rng = random.Random(4)
+    journeys = [journey([rng.choice(["email", "search", "display", "social"])
+                         for _ in range(rng.randint(0, 6))], revenue=rng.uniform(1, 99))
+                for _ in range(60)]
+    together = credit_journeys(journeys, PER_CONVERSION_MODELS)
+    alone = [c for j in journeys for c in credit_journeys([j], PER_CONVERSION_MODELS)]
+    assert sorted(together) == sorted(alone)  # exactly: same numbers, not just close
+    assert {c.channel for c in together} >= {"(unattributed)", "email"}
