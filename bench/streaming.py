@@ -1,9 +1,12 @@
 """Attribution job throughput: spans per second through Kafka + Flink, beside a plain Kafka
 consumer that only decodes the same messages (the ceiling).
 
-Starts its own Kafka broker in a temporary folder, generates the sample population with
-the OpenTelemetry SDK into a topic, then times side by side on the same topic:
-  ceiling   kafka-python consumer + decode_spans, one process, nothing else
+Starts its own Kafka broker in a temporary folder, publishes the sample population (made
+with the OpenTelemetry SDK and the project's span exporter, 500 spans per message; cached
+under .cache/bench/ so that reruns skip the SDK) into a topic, then times side by side on
+the same topic:
+  ceiling   a plain consumer (confluent-kafka, librdkafka) + decode_spans, one process,
+            nothing else
   job       the Flink attribution job, bounded (read to the end, then finish), and the
             same job on an empty topic (start-up and shutdown alone), so the difference
             is the time spent on the data
@@ -14,7 +17,8 @@ the OpenTelemetry SDK into a topic, then times side by side on the same topic:
             plus the checkpoint interval: results become visible when a checkpoint
             commits their transaction)
 
-    .venv/bin/python bench/streaming.py [--users 30000] [--mode thread|process]
+    .venv/bin/pip install -e '.[bench]'      # once: confluent-kafka for the ceiling
+    .venv/bin/python bench/streaming.py [--users 200000] [--mode thread|process]
     .venv/bin/python bench/streaming.py --users 0 --latency-s 60 --rate 2000
 """
 
@@ -25,6 +29,7 @@ import json
 import os
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,37 +38,126 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+CACHE = ROOT / ".cache" / "bench"
 
-from kafka import KafkaConsumer, TopicPartition  # noqa: E402
+try:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+except ImportError:  # pragma: no cover - a set-up message, not a code path
+    sys.exit("bench/streaming.py needs confluent-kafka for its plain consumer (the "
+             "ceiling): .venv/bin/pip install -e '.[bench]'")
+from kafka import KafkaConsumer  # noqa: E402
 
-from jobs.demo import generate  # noqa: E402
 from pipelines import credit_messages  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.flink_job import run_job  # noqa: E402
-from pipelines.generator import LATE_RANK, SpanEmitter, plan_events  # noqa: E402
+from pipelines.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
 from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
-from pipelines.kafka_io import count_messages, ensure_topics, read_all  # noqa: E402
+from pipelines.kafka_io import ensure_topics, read_all  # noqa: E402
 from pipelines.local_stack import LocalKafka  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
 
 
+def cached_messages(users: int, seed: int) -> list[bytes]:
+    """The population's Kafka messages, as `seedance demo` generates them (OpenTelemetry
+    SDK -> KafkaSpanExporter, malformed messages between batches), made once per
+    (users, seed) and kept under .cache/bench/."""
+    path = CACHE / f"spans-{users}-{seed}.bin"
+    if not path.exists():
+        started = time.monotonic()
+        sink = CollectingProducer()
+        plan = plan_events(users, seed=seed)
+        emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, seed=seed)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with path.with_suffix(".tmp").open("wb") as out:
+            for value in sink.values:
+                out.write(struct.pack(">I", len(value)) + value)
+        path.with_suffix(".tmp").rename(path)
+        print(f"generated {len(sink.values):,} messages for {users:,} users with the "
+              f"OpenTelemetry SDK in {time.monotonic() - started:.0f} s (cached in {path})")
+    data = path.read_bytes()
+    values, at = [], 0
+    while at < len(data):
+        (size,) = struct.unpack_from(">I", data, at)
+        values.append(data[at + 4:at + 4 + size])
+        at += 4 + size
+    return values
+
+
+class CollectingProducer:
+    """Stands in for the exporter's KafkaProducer: keeps every message value in order."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def append(self, value: bytes) -> None:
+        self.values.append(value)
+
+    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
+        self.values.append(value)
+        return self
+
+    def get(self, timeout: float | None = None) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def publish(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "message.max.bytes": 2_000_000})
+    for value in values:
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:  # local queue full: let it drain
+                producer.poll(0.1)
+    if producer.flush(60):
+        raise RuntimeError("could not publish the benchmark messages")
+
+
+def committed_count(bootstrap: str, topic: str) -> int:
+    """Messages of a topic that read_committed readers see."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-count",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "isolation.level": "read_committed"})
+    consumer.subscribe([topic])
+    count, idle = 0, 0
+    while idle < 3:
+        batch = consumer.consume(10_000, timeout=1.0)
+        count += sum(1 for m in batch if not m.error())
+        idle = 0 if batch else idle + 1
+    consumer.close()
+    return count
+
+
 def decode_only(bootstrap: str, topic: str) -> tuple[float, float, int]:
     """(consume + decode seconds, decode-only seconds, spans)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=8 * 1024 * 1024)
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    end = consumer.end_offsets([tp])[tp]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ceiling",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "fetch.max.bytes": 64 * 1024 * 1024,
+                         "max.partition.fetch.bytes": 8 * 1024 * 1024})
+    numbers = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+    partitions = [TopicPartition(topic, n, OFFSET_BEGINNING) for n in numbers]
+    end = sum(consumer.get_watermark_offsets(p, timeout=30)[1] for p in partitions)
+    consumer.assign(partitions)
     payloads: list[bytes] = []
-    spans = 0
+    spans = read = 0
     started = time.perf_counter()
-    while consumer.position(tp) < end:
-        for records in consumer.poll(timeout_ms=500, max_records=500).values():
-            for record in records:
-                payloads.append(record.value)
-                spans += decode_spans(record.value).spans
+    while read < end:
+        for message in consumer.consume(500, timeout=1.0):
+            if message.error():
+                raise RuntimeError(message.error())
+            read += 1
+            value = message.value() or b""
+            payloads.append(value)
+            spans += decode_spans(value).spans
     seconds = time.perf_counter() - started
     consumer.close()
     started = time.perf_counter()
@@ -175,12 +269,18 @@ def live_latency(bootstrap: str, home: Path, seconds: float, rate: float, latene
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--users", type=int, default=30_000)
+    parser.add_argument("--users", type=int, default=200_000,
+                        help="population size (200,000 users: about 1.2 million spans)")
     parser.add_argument("--mode", choices=["thread", "process"], default="thread")
     parser.add_argument("--models", default="",
                         help="comma-separated attribution models (default: the config's)")
     parser.add_argument("--refit-s", type=float, default=0.0,
                         help="refit period of the data-driven models (default: the config's)")
+    parser.add_argument("--buckets", type=int, default=0,
+                        help="user buckets (default: the config's flink.user_buckets)")
+    parser.add_argument("--parallelism", type=int, default=0,
+                        help="job parallelism (default: the config's; the topic gets as "
+                             "many partitions)")
     parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: a bounded job ends at its next checkpoint")
     parser.add_argument("--latency-s", type=float, default=0.0,
@@ -206,10 +306,16 @@ def main() -> None:
                             python_execution_mode=args.mode)
         if args.models:
             base = base.replace("attribution", models=tuple(args.models.split(",")))
+        if args.buckets:
+            base = base.replace("flink", user_buckets=args.buckets)
+        if args.parallelism:
+            base = base.replace("flink", parallelism=args.parallelism)
         if args.refit_s:
             base = base.replace("attribution", refit_every_s=args.refit_s)
-        print(generate(info.bootstrap, "bench_spans", users=args.users, seed=11))
-        ensure_topics(info.bootstrap, ["bench_empty"])
+        values = cached_messages(args.users, seed=11)
+        ensure_topics(info.bootstrap, ["bench_spans", "bench_empty"],
+                      partitions=max(1, args.parallelism))
+        publish(info.bootstrap, "bench_spans", values)
         ceiling_s, decode_s, spans = decode_only(info.bootstrap, "bench_spans")
 
         def config_for(topic: str, run: str):
@@ -222,18 +328,20 @@ def main() -> None:
 
         empty_s = job_seconds(config_for("bench_empty", "empty"), info.bootstrap, "empty")
         full_s = job_seconds(config_for("bench_spans", "full"), info.bootstrap, "full")
-        credits = count_messages(info.bootstrap, "full_credits")
+        credits = committed_count(info.bootstrap, "full_credits")
         if args.latency_s:
             live_latency(info.bootstrap, home, args.latency_s, args.rate, args.lateness_s,
                          args.checkpoint_s)
     finally:
         broker.down()
     data_s = max(full_s - empty_s, 1e-9)
-    print(f"{spans:,} spans in the topic; {credits:,} credit messages (one per order and "
-          f"model group); python execution mode: {args.mode}; models: "
+    print(f"{spans:,} spans in {len(values):,} messages; {credits:,} credit messages; "
+          f"python execution mode: {args.mode}; parallelism {base.flink.parallelism}; "
+          f"{base.flink.user_buckets} user buckets; models: "
           f"{', '.join(base.attribution.models)}")
     print(f"{'':44}{'seconds':>9}{'spans/s':>12}")
-    print(f"{'ceiling: kafka-python + decode_spans':44}{ceiling_s:9.2f}{spans / ceiling_s:12,.0f}")
+    print(f"{'ceiling: plain consumer + decode_spans':44}{ceiling_s:9.2f}"
+          f"{spans / ceiling_s:12,.0f}")
     print(f"{'  of which decode_spans alone':44}{decode_s:9.2f}{spans / decode_s:12,.0f}")
     print(f"{'Flink job, whole run (start-up included)':44}{full_s:9.2f}{spans / full_s:12,.0f}")
     print(f"{'Flink job on an empty topic (start-up only)':44}{empty_s:9.2f}")

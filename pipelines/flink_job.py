@@ -20,6 +20,7 @@ Every operator has a stable uid so that savepoints stay compatible across upgrad
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -47,7 +48,7 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
-from pipelines import credit_messages
+from pipelines import credit_messages, table_messages
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import (
     build_sink,
@@ -157,17 +158,19 @@ def _event_json(event: Event, watermark: int) -> str:
     return orjson.dumps(body).decode()
 
 
-def conversion_json(journey: ConvertedJourney) -> str:
-    """One row per order: what the ROI job needs to bring compute cost to it (the traces of
-    its journey) and to count it (stage, revenue)."""
+CONVERSION_FIELDS = ("order_id", "user_id", "conversion_ts_ms", "revenue", "currency", "stage",
+                     "touches", "trace_ids")
+
+
+def conversion_row(journey: ConvertedJourney) -> tuple[Any, ...]:
+    """One row per order (CONVERSION_FIELDS): what the ROI job needs to bring compute cost
+    to it (the traces of its journey) and to count it (stage, revenue)."""
     conversion = journey.conversion
     traces = list(dict.fromkeys(t for t in (conversion.trace_id,
                                             *(touch.trace_id for touch in journey.touches))
                                 if t))
-    return orjson.dumps({"order_id": conversion.order_id, "user_id": conversion.user_id,
-                         "conversion_ts_ms": conversion.ts_ms, "revenue": conversion.revenue,
-                         "currency": conversion.currency, "stage": journey.stage,
-                         "touches": len(journey.touches), "trace_ids": traces}).decode()
+    return (conversion.order_id, conversion.user_id, conversion.ts_ms, conversion.revenue,
+            conversion.currency, journey.stage, len(journey.touches), traces)
 
 
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
@@ -182,13 +185,19 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
-                 params: ModelParams, emit_closed: bool) -> None:
+                 params: ModelParams, emit_closed: bool, process_mode: bool) -> None:
         self.journey = journey
+        self.process_mode = process_mode
         self.models = models
         self.params = params
         self.emit_closed = emit_closed  # the data-driven models learn from every journey
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        # The books hold every user's state as Python objects. With the interpreter's
+        # default thresholds the cyclic collector rescans them again and again as they
+        # grow (a third of the Python time at 200,000 users, bench/streaming.py); what
+        # the books hold has no reference cycles, so collecting rarely frees the same.
+        gc.set_threshold(50_000, 20, 100)
         self.users = runtime_context.get_map_state(
             MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
@@ -210,17 +219,22 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def _store(self, changes: Changes) -> None:
         if changes.users:
-            self.users.put_all({user: state_to_wire(state)
-                                for user, state in changes.users.items()})
+            self._put_all(self.users, {user: state_to_wire(state)
+                                       for user, state in changes.users.items()})
         for user in changes.removed_users:
             self.users.remove(user)
         if changes.batches:
-            self.batches.put_all({key: events_to_wire(events)
-                                  for key, events in changes.batches.items()})
+            self._put_all(self.batches, {key: events_to_wire(events)
+                                         for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
         if changes.watermark is not None:
             self.watermark.update(changes.watermark)
+
+    def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
+        # PyFlink 2.2's process-mode map state reads put_all's argument as (key, value)
+        # pairs; the thread-mode one wants a dict
+        state.put_all(values.items() if self.process_mode else values)
 
     def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
         due = book.next_due()
@@ -245,8 +259,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self._store(advanced.changes)
         self.timers.pop(bucket, None)
         converted = [j for j in advanced.closed if isinstance(j, ConvertedJourney)]
-        for journey in converted:
-            yield CONVERSIONS, conversion_json(journey)
+        for message in table_messages.encode_chunks(CONVERSION_FIELDS,
+                                                    [conversion_row(j) for j in converted]):
+            yield CONVERSIONS, message
         if self.models and converted:
             yield from credit_messages.encode_chunks(
                 credit_journeys(converted, self.models, self.params))
@@ -383,7 +398,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .assign_timestamps_and_watermarks(watermarks).name("event-time")
                   .uid("event-time")
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
-                  .process(AttributeJourneys(journey, per_conversion, params, bool(data_driven)),
+                  .process(AttributeJourneys(journey, per_conversion, params, bool(data_driven),
+                                             config.flink.python_execution_mode == "process"),
                            output_type=Types.STRING())
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed

@@ -39,7 +39,7 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
-from pipelines import credit_messages
+from pipelines import credit_messages, table_messages
 from pipelines.ad_spend import SpendError, parse_message
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import build_sink, build_source, run_pipeline
@@ -105,12 +105,14 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
                         row["channel"], row["campaign"], row.get("stage", "unknown"),
                         float(row["credit"]), float(row["revenue"])))
             return
+        if self.kind == "conversion":  # a table of orders (pipelines/table_messages.py)
+            for row in table_messages.decode(value):
+                ts = int(row["conversion_ts_ms"])
+                for trace in row["trace_ids"]:
+                    yield "claim", trace, ts, (row["order_id"], day_of(ts))
+            return
         row = json.loads(value)
-        if self.kind == "conversion":
-            ts = int(row["conversion_ts_ms"])
-            for trace in row["trace_ids"]:
-                yield "claim", trace, ts, (row["order_id"], day_of(ts))
-        elif self.kind == "gpu" and row.get("kind") == "call":
+        if self.kind == "gpu" and row.get("kind") == "call":
             ts = int(row["interval_end_ms"])
             cost = float(row["cost_usd"])
             if not math.isfinite(cost):

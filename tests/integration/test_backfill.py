@@ -128,9 +128,7 @@ def streamed(kafka, flink, tmp_path_factory) -> Streamed:
     run_roi_job(config, kafka, env=flink.environment(config))
 
     roi = final_reports(messages(kafka, config.topics.roi))
-    # a message is one credit row, or a JSON array of them (one per order)
-    credits = [row for message in messages(kafka, config.topics.credits)
-               for row in (message if isinstance(message, list) else [message])]
+    credits = messages(kafka, config.topics.credits)  # the rows of every table message
     return Streamed(config, home / "archive", credits, roi)
 
 

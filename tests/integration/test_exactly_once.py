@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines import credit_messages
+from pipelines import credit_messages, table_messages
 from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
 from pipelines.kafka_io import read_all
@@ -98,7 +98,8 @@ def test_sigkill_and_restart_loses_nothing_and_duplicates_nothing(kafka, topic, 
         time.sleep(3)  # any duplicate would surface in the next checkpoints
         rows = committed()
         report = counted()
-        orders = [json.loads(v)["order_id"] for _, v in read_all(kafka, conversions)]
+        orders = [row["order_id"] for _, v in read_all(kafka, conversions)
+                  for row in table_messages.decode(v)]
     finally:
         kill(second)
     keys = [(r["model"], r["order_id"], r["touch_index"]) for r in rows]

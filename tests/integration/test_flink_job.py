@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, datetime
 
 import pytest
 
-from pipelines import credit_messages
+from pipelines import credit_messages, table_messages
 from pipelines.flink_job import run_job
 from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.kafka_exporter import KafkaSpanExporter
@@ -38,7 +37,9 @@ def publish(kafka, topic, plan, encoding="otlp_proto"):
 
 
 def messages(kafka, topic):
-    return [json.loads(value) for _, value in read_all(kafka, topic)]
+    """Every row of a topic: a message is one JSON row, or a table of rows (credits,
+    conversions: pipelines/table_messages.py)."""
+    return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
 
 
 def credit_rows(kafka, topic):
