@@ -69,7 +69,7 @@ from pipelines.otlp_codec import dead_letter_json, decode_spans
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
 from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
-from udfs.journey_book import Changes, JourneyBook, bucket_of
+from udfs.journey_book import Changes, JourneyBook, Progress, bucket_of
 from udfs.journeys import ConvertedJourney, JourneyConfig
 from udfs.models import ModelParams
 
@@ -174,14 +174,15 @@ def conversion_row(journey: ConvertedJourney) -> tuple[Any, ...]:
 
 
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
-    """Per bucket of users: a JourneyBook in memory, its changes mirrored to keyed state.
+    """Per bucket of users: a JourneyBook in memory, what it reports stored in keyed state.
 
     Events older than the watermark on arrival go to the late side output; the others wait
     in the book. One timer per bucket, at the earliest time the book has something to do
     (a waiting event, a journey that could close unconverted, an order history running
     out), brings the whole bucket up to the watermark in one call. State per bucket: the
-    users' journey states (map), the waiting batches (map, by batch id) and the book's
-    watermark; the in-memory book is rebuilt from them after a restart.
+    users' journey states at the book's last compaction (map), the batches since (map, by
+    batch id) and the book's progress (its watermarks since); the in-memory book is
+    rebuilt from them after a restart (udfs/journey_book.py).
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
@@ -202,16 +203,17 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
             MapStateDescriptor("waiting-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
-        self.watermark = runtime_context.get_state(
-            ValueStateDescriptor("watermark", Types.LONG()))
+        self.progress = runtime_context.get_state(
+            ValueStateDescriptor("progress", Types.PICKLED_BYTE_ARRAY()))
         self.books: dict[int, JourneyBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
 
     def _book(self, bucket: int) -> JourneyBook:
         book = self.books.get(bucket)
         if book is None:  # first sight of this bucket since (re)start: from its state
+            stored = self.progress.value()
             book = JourneyBook.restore(
-                self.journey, self.watermark.value(),
+                self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
                 ((user, state_from_wire(state)) for user, state in self.users.items()),
                 ((key, events_from_wire(events)) for key, events in self.batches.items()))
             self.books[bucket] = book
@@ -228,8 +230,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                                          for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
-        if changes.watermark is not None:
-            self.watermark.update(changes.watermark)
+        if changes.progress is not None:
+            self.progress.update((changes.progress.compacted, changes.progress.advances))
 
     def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
         # PyFlink 2.2's process-mode map state reads put_all's argument as (key, value)
@@ -245,10 +247,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[str]:
         bucket, _, wire = value
         book = self._book(bucket)
-        late, changes = book.add(events_from_wire(wire),
-                                 ctx.timer_service().current_watermark())
+        watermark = ctx.timer_service().current_watermark()
+        late, changes = book.add(events_from_wire(wire), watermark)
         for event in late:
-            yield LATE_EVENTS, _event_json(event, book.watermark)
+            yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
         self._store(changes)
         self._schedule(bucket, book, ctx)
 

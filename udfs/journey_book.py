@@ -10,9 +10,15 @@ journey could close unconverted, or whose order history runs out, is woken when 
 watermark reaches that time. The journeys that close are the same as when every user is
 stepped on their own (the batch `closed_journeys_of`), whatever the batching.
 
-An engine keeps a `JourneyBook` in memory, writes what each call changed (`Changes`) to
-its own fault-tolerant state, and rebuilds the book from that state after a restart
-(`JourneyBook.restore`).
+An engine keeps a `JourneyBook` in memory and writes what each call reports (`Changes`)
+to its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same
+book from that state. What is stored is a snapshot plus a log: the users' states as of the
+last compaction, every batch that arrived since (as it arrived), and the watermarks the
+book advanced to since. Restoring replays those advances, which is exact because an
+advance depends on nothing but the events and the watermark. Every `compact_every`
+advances the book reports the users that changed (once each, however often they changed)
+and the batches it has finished with, and the log starts again: far fewer writes than
+storing every user each time they change.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from udfs.journeys import (
 )
 
 Event = Touchpoint | Conversion
+COMPACT_EVERY = 32
 
 
 def bucket_of(user_id: str, buckets: int) -> int:
@@ -43,15 +50,27 @@ def bucket_of(user_id: str, buckets: int) -> int:
     return zlib.crc32(user_id.encode()) % buckets
 
 
+@dataclass(frozen=True)
+class Progress:
+    """The book's watermark at its last compaction and the advances since, in order."""
+
+    compacted: int
+    advances: tuple[int, ...] = ()
+
+    @property
+    def watermark(self) -> int:
+        return self.advances[-1] if self.advances else self.compacted
+
+
 @dataclass
 class Changes:
-    """What one call changed, for the engine to mirror in its state."""
+    """What one call asks the engine to store or delete."""
 
     users: dict[str, JourneyState] = field(default_factory=dict)  # store these
     removed_users: list[str] = field(default_factory=list)  # delete these
     batches: dict[int, list[Event]] = field(default_factory=dict)  # store (new or left over)
     removed_batches: list[int] = field(default_factory=list)  # delete these
-    watermark: int | None = None  # store this (new): everything at or before it is stepped
+    progress: Progress | None = None  # store this (replaces the one stored)
 
 
 @dataclass
@@ -63,28 +82,39 @@ class Advanced:
 class JourneyBook:
     """The users of one bucket: their journey states and the events not yet stepped."""
 
-    def __init__(self, config: JourneyConfig) -> None:
+    def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY) -> None:
         self.config = config
+        self.compact_every = compact_every
         self.users: dict[str, JourneyState] = {}
         self.batches: dict[int, list[Event]] = {}  # waiting events, by batch id
-        self.watermark = -(2**63)  # everything at or before it has been stepped
+        self.progress = Progress(-(2**63))
         self._next_batch = 0
         self._batch_due: list[tuple[int, int]] = []  # heap: (earliest event, batch id)
         self._wake: dict[str, int] = {}  # user -> when they next need attention
         self._wake_due: list[tuple[int, str]] = []  # heap, entries may be stale
+        # since the last compaction: what the stored snapshot does not have yet
+        self._changed_users: set[str] = set()
+        self._finished_batches: set[int] = set()  # stored, but nothing left waiting
+        self._cut_batches: set[int] = set()  # stored whole, partly stepped since
+
+    @property
+    def watermark(self) -> int:
+        """Everything at or before it has been stepped."""
+        return self.progress.watermark
 
     @classmethod
-    def restore(cls, config: JourneyConfig, watermark: int | None,
+    def restore(cls, config: JourneyConfig, progress: Progress | None,
                 users: Iterable[tuple[str, JourneyState]],
-                batches: Iterable[tuple[int, list[Event]]]) -> JourneyBook:
-        """The book whose state was stored as `watermark`, `users` and `batches`.
+                batches: Iterable[tuple[int, list[Event]]],
+                compact_every: int = COMPACT_EVERY) -> JourneyBook:
+        """The book whose state was stored: the snapshot's users, the stored batches and
+        the progress; the advances since the snapshot are replayed (their journeys were
+        emitted before the state was stored, so they are not returned again).
 
         The watermark is kept because the engine's own starts again from nothing after a
         restart: an event replayed from before it can no longer be stepped in order and
         is late, as it was before the restart."""
-        book = cls(config)
-        if watermark is not None:
-            book.watermark = watermark
+        book = cls(config, compact_every)
         for user, state in users:
             book.users[user] = state
             book._set_wake(user, next_wake_up(state, config))
@@ -92,6 +122,11 @@ class JourneyBook:
             book.batches[batch_id] = events
             heapq.heappush(book._batch_due, (min(e.ts_ms for e in events), batch_id))
             book._next_batch = max(book._next_batch, batch_id + 1)
+        if progress is not None:
+            book.progress = Progress(progress.compacted)
+            for watermark in progress.advances:
+                book._step_to(watermark)
+            book.progress = progress
         return book
 
     def add(self, events: Iterable[Event], watermark: int) -> tuple[list[Event], Changes]:
@@ -119,11 +154,41 @@ class JourneyBook:
 
     def advance(self, watermark: int) -> Advanced:
         """Step every waiting event at or before `watermark`, close and expire what that
-        time closes or expires; returns the journeys closed and the state changes."""
+        time closes or expires; returns the journeys closed and what to store."""
         changes = Changes()
         if watermark <= self.watermark:
             return Advanced([], changes)
-        self.watermark = changes.watermark = watermark
+        closed = self._step_to(watermark)
+        advances = (*self.progress.advances, watermark)
+        if len(advances) < self.compact_every:
+            self.progress = changes.progress = Progress(self.progress.compacted, advances)
+        else:
+            self._compact(watermark, changes)
+        return Advanced(closed, changes)
+
+    def compact(self) -> Changes:
+        """Report everything the stored snapshot lacks now, and start the log again (an
+        engine may call this whenever it likes, e.g. before it stops)."""
+        changes = Changes()
+        self._compact(self.watermark, changes)
+        return changes
+
+    def _compact(self, watermark: int, changes: Changes) -> None:
+        for user in self._changed_users:
+            state = self.users.get(user)
+            if state is None:
+                changes.removed_users.append(user)
+            else:
+                changes.users[user] = state
+        changes.removed_batches.extend(self._finished_batches)
+        for batch_id in self._cut_batches - self._finished_batches:
+            changes.batches[batch_id] = self.batches[batch_id]
+        self._changed_users.clear()
+        self._finished_batches.clear()
+        self._cut_batches.clear()
+        self.progress = changes.progress = Progress(watermark)
+
+    def _step_to(self, watermark: int) -> list[ClosedJourney]:
         due_batches = []
         while self._batch_due and self._batch_due[0][0] <= watermark:
             due_batches.append(heapq.heappop(self._batch_due)[1])
@@ -141,9 +206,9 @@ class JourneyBook:
             if left:
                 self.batches[batch_id] = left
                 heapq.heappush(self._batch_due, (min(e.ts_ms for e in left), batch_id))
-                changes.batches[batch_id] = left
+                self._cut_batches.add(batch_id)
             else:
-                changes.removed_batches.append(batch_id)
+                self._finished_batches.add(batch_id)
         while self._wake_due and self._wake_due[0][0] <= watermark:
             at, user = heapq.heappop(self._wake_due)
             if self._wake.get(user) == at:
@@ -161,15 +226,14 @@ class JourneyBook:
             closed.extend(stale)
             state = expire(state, watermark, config)
             wake = next_wake_up(state, config)
+            self._changed_users.add(user)
             if wake is None:  # nothing left to remember about this user
-                if self.users.pop(user, None) is not None:
-                    changes.removed_users.append(user)
+                self.users.pop(user, None)
                 self._wake.pop(user, None)
             else:
                 self.users[user] = state
-                changes.users[user] = state
                 self._set_wake(user, wake)
-        return Advanced(closed, changes)
+        return closed
 
     def _set_wake(self, user: str, at: int | None) -> None:
         if at is None or self._wake.get(user) == at:

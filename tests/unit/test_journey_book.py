@@ -35,21 +35,21 @@ class Store:
     def __init__(self) -> None:
         self.users: dict[str, JourneyState] = {}
         self.batches: dict[int, list] = {}
-        self.watermark: int | None = None
+        self.progress = None
 
     def apply(self, changes: Changes) -> None:
         self.users.update(changes.users)
         for user in changes.removed_users:
-            del self.users[user]
+            self.users.pop(user, None)  # as a state store does, deleting nothing is fine
         self.batches.update(changes.batches)
         for batch in changes.removed_batches:
             del self.batches[batch]
-        if changes.watermark is not None:
-            self.watermark = changes.watermark
+        if changes.progress is not None:
+            self.progress = changes.progress
 
-    def restore(self) -> JourneyBook:
-        return JourneyBook.restore(CFG, self.watermark, self.users.items(),
-                                   self.batches.items())
+    def restore(self, compact_every: int = 2) -> JourneyBook:
+        return JourneyBook.restore(CFG, self.progress, self.users.items(),
+                                   self.batches.items(), compact_every)
 
 
 def key(journey) -> tuple:
@@ -59,12 +59,12 @@ def key(journey) -> tuple:
 
 
 def run(events, batch_size: int, watermark_steps: list[int], restart_at: int | None,
-        slack: int):
+        slack: int, compact_every: int = 2):
     """Feed `events` in arrival order, in batches, advancing the watermark to `slack`
     behind the newest event seen after each batch; optionally rebuild the book from the
     store mid-way (a restart). Returns (closed journeys, late events, store)."""
     store = Store()
-    book = JourneyBook(CFG)
+    book = JourneyBook(CFG, compact_every)
     closed, late = [], []
     newest = -(2**62)
     for index, start in enumerate(range(0, len(events), batch_size)):
@@ -83,10 +83,11 @@ def run(events, batch_size: int, watermark_steps: list[int], restart_at: int | N
                 closed += advanced.closed
                 store.apply(advanced.changes)
         if restart_at == index:
-            book = store.restore()
+            book = store.restore(compact_every)
     advanced = book.advance(2**62)  # the end of the input: everything closes
     closed += advanced.closed
     store.apply(advanced.changes)
+    store.apply(book.compact())
     return closed, late, store
 
 
@@ -111,10 +112,12 @@ def populations(draw):
 @settings(max_examples=200, deadline=None)
 @given(events=populations(), batch_size=st.integers(1, 7),
        watermark_steps=st.lists(st.booleans(), min_size=1, max_size=4),
-       restart=st.one_of(st.none(), st.integers(0, 8)))
+       restart=st.one_of(st.none(), st.integers(0, 8)), compact_every=st.integers(1, 4))
 def test_closes_what_each_user_closes_alone_whatever_the_batching(events, batch_size,
-                                                                   watermark_steps, restart):
-    closed, late, store = run(events, batch_size, watermark_steps, restart, slack=5 * DAY_MS)
+                                                                   watermark_steps, restart,
+                                                                   compact_every):
+    closed, late, store = run(events, batch_size, watermark_steps, restart, slack=5 * DAY_MS,
+                              compact_every=compact_every)
     on_time = [e for e in events if e not in late]
     expected = []
     for user in {e.user_id for e in on_time}:
@@ -136,10 +139,10 @@ def test_late_events_are_refused_and_nothing_is_lost():
 
 def test_a_restored_book_remembers_its_watermark():
     store = Store()
-    book = JourneyBook(CFG)
+    book = JourneyBook(CFG, compact_every=10)
     store.apply(book.add([touch("u", 100)], watermark=0)[1])
     store.apply(book.advance(500).changes)
-    restored = store.restore()
+    restored = store.restore(compact_every=10)
     late, _ = restored.add([touch("u", 400), touch("u", 600)], watermark=-(2**63))
     assert late == [touch("u", 400)]
 
@@ -162,3 +165,30 @@ def test_buckets_are_stable_and_spread():
     for i in range(8000):
         counts[bucket_of(f"user-{i:06d}", 8)] += 1
     assert min(counts) > 800
+
+
+def test_changed_users_are_written_once_per_compaction():
+    book = JourneyBook(CFG, compact_every=4)
+    written = []
+    for i in range(8):
+        book.add([touch("u", 10 * i + 5), touch("v", 10 * i + 6)], watermark=-1)
+        changes = book.advance(10 * i + 9).changes
+        written.append(sorted(changes.users))
+    # between compactions only the progress is stored; at one, each changed user once
+    assert written == [[], [], [], ["u", "v"], [], [], [], ["u", "v"]]
+
+
+def test_a_restore_replays_the_advances_since_the_snapshot_without_repeating_journeys():
+    store = Store()
+    book = JourneyBook(CFG, compact_every=100)
+    store.apply(book.add([touch("u", 1), order("u", 5, "o1"), touch("u", 20)], watermark=0)[1])
+    advanced = book.advance(10)
+    (journey,) = advanced.closed
+    store.apply(advanced.changes)
+    assert store.users == {}  # nothing compacted yet: the log carries it
+    restored = store.restore(compact_every=100)
+    assert restored.users == book.users and restored.watermark == 10
+    store.apply(restored.add([order("u", 30, "o2")], watermark=0)[1])
+    (second,) = restored.advance(40).closed
+    assert [t.ts_ms for t in second.touches] == [20] and second.stage == "repeat"
+    assert journey.conversion.order_id == "o1"
