@@ -64,6 +64,7 @@ class InputConfig:
 class EventTimeConfig:
     max_out_of_orderness_s: float = 300.0
     idleness_s: float = 10.0
+    watermark_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ class StreamingJobConfig:
              "flink.python_execution_mode", "must be thread or process"),
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",
              "must not be negative"),
+            (self.event_time.watermark_interval_s > 0, "event_time.watermark_interval_s",
+             "must be positive"),
             (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
             (self.journey.history_days >= self.journey.winback_days, "journey.history_days",
              "must be at least journey.winback_days"),

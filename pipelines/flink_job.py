@@ -57,18 +57,18 @@ from pipelines.flink_kafka import (
 )
 from pipelines.journey_wire import (
     EventsWire,
-    close_ts_of_wire,
+    PeriodWire,
+    converted_from_wire,
     events_from_wire,
     events_to_wire,
-    journeys_from_wire,
-    journeys_to_wire,
+    periods_to_wire,
     state_from_wire,
     state_to_wire,
 )
 from pipelines.otlp_codec import dead_letter_json, decode_spans
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
-from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_period, period_end
+from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_conversions, period_end
 from udfs.journey_book import Changes, JourneyBook, Progress, bucket_of
 from udfs.journeys import ConvertedJourney, JourneyConfig
 from udfs.models import ModelParams
@@ -93,6 +93,16 @@ Batch = tuple[int, int, EventsWire]
 compact form, see pipelines/journey_wire.py)."""
 
 
+def collect_garbage_rarely() -> None:
+    """Python's cyclic garbage collector, with its default thresholds, runs every 700 new
+    objects and rescans every survivor again and again as they pile up: the books' user
+    states, the credit rows of a refit period. Measured here it took a third to a half of
+    the operators' time (1.2 million spans, bench/streaming.py; a refit period's credits
+    6.0 s -> 2.6 s). What these operators keep has no reference cycles (reference counting
+    frees it), so collecting rarely frees the same memory."""
+    gc.set_threshold(50_000, 20, 100)
+
+
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """One Kafka message (a whole OTLP batch) -> touchpoints and conversions, in batches
     per user bucket: (bucket, newest event time, events).
@@ -111,6 +121,9 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         self.slack_ms = max_out_of_orderness_ms
         self.buckets = buckets
         self.newest_ms = -(2**62)
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        collect_garbage_rarely()
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         decoded = decode_spans(value, self.encoding)
@@ -186,19 +199,16 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
-                 params: ModelParams, emit_closed: bool, process_mode: bool) -> None:
+                 params: ModelParams, refit_period_ms: int | None, process_mode: bool) -> None:
         self.journey = journey
         self.process_mode = process_mode
         self.models = models
         self.params = params
-        self.emit_closed = emit_closed  # the data-driven models learn from every journey
+        # the data-driven models (if any) learn from every closed journey, per refit period
+        self.refit_period_ms = refit_period_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        # The books hold every user's state as Python objects. With the interpreter's
-        # default thresholds the cyclic collector rescans them again and again as they
-        # grow (a third of the Python time at 200,000 users, bench/streaming.py); what
-        # the books hold has no reference cycles, so collecting rarely frees the same.
-        gc.set_threshold(50_000, 20, 100)
+        collect_garbage_rarely()
         self.users = runtime_context.get_map_state(
             MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
@@ -267,8 +277,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if self.models and converted:
             yield from credit_messages.encode_chunks(
                 credit_journeys(converted, self.models, self.params))
-        if self.emit_closed and advanced.closed:
-            yield CLOSED_JOURNEYS, journeys_to_wire(advanced.closed)
+        if self.refit_period_ms and advanced.closed:
+            yield CLOSED_JOURNEYS, periods_to_wire(
+                advanced.closed, lambda ts: period_end(ts, self.refit_period_ms))
         self._schedule(bucket, book, ctx)
 
 
@@ -276,54 +287,55 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     """One key for the whole stream: path counts of every closed journey, and the credits
     of each period's conversions from the models refitted when the period closes.
 
-    Journeys arrive in batches (one per bucket step) and wait, grouped by refit period,
-    until the watermark passes the period's end."""
+    Journeys arrive grouped by refit period (pipelines/journey_wire.py: the conversions,
+    and only counts per path of the journeys that did not convert) and wait in state until
+    the watermark passes the period's end."""
 
-    def __init__(self, models: tuple[str, ...], params: ModelParams, period_ms: int) -> None:
+    def __init__(self, models: tuple[str, ...], params: ModelParams) -> None:
         self.models = models
         self.params = params
-        self.period_ms = period_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        collect_garbage_rarely()
         self.counts = runtime_context.get_state(
             ValueStateDescriptor("path-counts", Types.PICKLED_BYTE_ARRAY()))
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
 
-    def process_element(self, wire: list[tuple[Any, ...]],
+    def process_element(self, periods: list[PeriodWire],
                         ctx: KeyedProcessFunction.Context) -> None:
-        # kept in their compact form until their period closes
-        by_period: dict[int, list[tuple[Any, ...]]] = {}
-        for journey in wire:
-            by_period.setdefault(period_end(close_ts_of_wire(journey), self.period_ms), []) \
-                .append(journey)
-        for end, group in by_period.items():
-            self.pending.add((end, group))
-            ctx.timer_service().register_event_time_timer(end)
+        for period in periods:
+            self.pending.add(period)
+            ctx.timer_service().register_event_time_timer(period[0])
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         # Every period the watermark has passed is settled now, in period order: a replay
         # moves the watermark over many periods at once, and reading the pending list
         # once per jump (not once per period) keeps that linear.
         watermark = max(timestamp, ctx.timer_service().current_watermark())
-        by_period: dict[int, list[tuple[Any, ...]]] = {}
+        due: dict[int, tuple[list[tuple[Any, ...]], dict[tuple[str, ...], float]]] = {}
         rest = []
-        for end, group in self.pending.get() or []:
-            if end <= watermark:
-                by_period.setdefault(end, []).extend(group)
-            else:
-                rest.append((end, group))
-        if not by_period:
+        for period in self.pending.get() or []:
+            end, converted, unconverted = period
+            if end > watermark:
+                rest.append(period)
+                continue
+            group = due.setdefault(end, ([], {}))
+            group[0].extend(converted)
+            for path, count in unconverted.items():
+                group[1][path] = group[1].get(path, 0.0) + count
+        if not due:
             return
         if rest:
             self.pending.update(rest)
         else:
             self.pending.clear()
         counts = PathCounts(self.counts.value() or {})
-        for end in sorted(by_period):
-            yield from credit_messages.encode_chunks(
-                credit_period(counts, journeys_from_wire(by_period[end]), self.models,
-                              self.params))
+        for end in sorted(due):
+            converted, unconverted = due[end]
+            yield from credit_messages.encode_chunks(credit_conversions(
+                counts, converted_from_wire(converted), unconverted, self.models,
+                self.params))
         self.counts.update(counts.counts)
 
 
@@ -394,13 +406,15 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     attribution = config.attribution
     params = ModelParams(half_life_days=attribution.half_life_days,
                          markov_order=attribution.markov_order)
+    refit_ms = int(attribution.refit_every_s * 1000)
     per_conversion = tuple(m for m in attribution.models if m in PER_CONVERSION_MODELS)
     data_driven = tuple(m for m in attribution.models if m in DATA_DRIVEN_MODELS)
     attributed = (decoded
                   .assign_timestamps_and_watermarks(watermarks).name("event-time")
                   .uid("event-time")
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
-                  .process(AttributeJourneys(journey, per_conversion, params, bool(data_driven),
+                  .process(AttributeJourneys(journey, per_conversion, params,
+                                             refit_ms if data_driven else None,
                                              config.flink.python_execution_mode == "process"),
                            output_type=Types.STRING())
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
@@ -408,8 +422,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     if data_driven:
         fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(FitDataDrivenModels(data_driven, params,
-                                               int(attribution.refit_every_s * 1000)),
+                  .process(FitDataDrivenModels(data_driven, params),
                            output_type=Types.STRING())
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)

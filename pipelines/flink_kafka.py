@@ -83,6 +83,19 @@ def prefer_this_python() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
+def separate_python_workers(config: StreamingJobConfig) -> None:
+    """In process mode, give the in-process MiniCluster real Python worker processes.
+
+    Left alone, PyFlink runs a MiniCluster's "process mode" workers as threads of this
+    client process ("loopback"), so every operator shares one interpreter lock and the job
+    uses one core, as in thread mode. Separate workers (what a real cluster starts) let the
+    decoding and the journeys run on different cores (bench/streaming.py measures both).
+    The switch is the environment variable PyFlink reads when the job is submitted.
+    """
+    if config.flink.python_execution_mode == "process":
+        os.environ.setdefault("_python_worker_execution_mode", "process")
+
+
 def checkpoint_root(config: StreamingJobConfig, job_name: str) -> str:
     """Each job checkpoints under a folder of its own (path or URI)."""
     base = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
@@ -110,6 +123,8 @@ def flink_configuration(config: StreamingJobConfig, local: bool = True,
         conf.set_string("python.executable", sys.executable)
         conf.set_string("python.client.executable", sys.executable)
     conf.set_string("python.execution-mode", config.flink.python_execution_mode)
+    conf.set_string("pipeline.auto-watermark-interval",
+                    f"{int(config.event_time.watermark_interval_s * 1000)} ms")
     conf.set_string("execution.checkpointing.interval",
                     f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
     conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
@@ -134,6 +149,7 @@ def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig
     """
     if env is None:
         prefer_this_python()
+        separate_python_workers(config)
         conf = flink_configuration(config, job_name=job_name)
         resume_from = latest_checkpoint(checkpoint_root(config, job_name)) \
             if config.flink.resume else None

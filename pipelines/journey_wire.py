@@ -9,10 +9,16 @@ So what crosses or is stored is plain tuples, and the record types come back wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from schemas.records import Conversion, Touchpoint
-from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyState, NonConvertingJourney
+from udfs.journeys import (
+    ClosedJourney,
+    ConvertedJourney,
+    JourneyState,
+    close_ts,
+)
 
 Event = Touchpoint | Conversion
 _new = tuple.__new__
@@ -43,29 +49,37 @@ def state_from_wire(wire: tuple[int | None, list[tuple[Any, ...]]]) -> JourneySt
     return JourneyState([_new(Touchpoint, t) for t in touches], last_order)
 
 
-def journeys_to_wire(journeys: list[ClosedJourney]) -> list[tuple[Any, ...]]:
-    out: list[tuple[Any, ...]] = []
+PeriodWire = tuple[int, list[tuple[Any, ...]], dict[tuple[str, ...], float]]
+"""Closed journeys of one refit period, as the data-driven fit needs them: (period end,
+converted journeys without trace and span ids, non-converting paths with their counts)."""
+
+
+def periods_to_wire(journeys: list[ClosedJourney],
+                    period_end: Callable[[int], int]) -> list[PeriodWire]:
+    """Closed journeys grouped by refit period. A fit needs only the path of a journey that
+    did not convert (so those travel as counts) and no trace ids at all."""
+    periods: dict[int, PeriodWire] = {}
     for journey in journeys:
-        touches = [tuple(t) for t in journey.touches]
+        end = period_end(close_ts(journey))
+        group = periods.get(end)
+        if group is None:
+            group = periods[end] = (end, [], {})
         if isinstance(journey, ConvertedJourney):
-            out.append((tuple(journey.conversion), touches, journey.stage))
+            c = journey.conversion
+            group[1].append(((c.user_id, c.ts_ms, c.order_id, c.revenue, c.currency),
+                             [(t.ts_ms, t.channel, t.campaign) for t in journey.touches],
+                             journey.stage))
         else:
-            out.append((journey.user_id, touches, journey.close_ts_ms))
+            path = tuple(t.channel for t in journey.touches)
+            group[2][path] = group[2].get(path, 0.0) + 1.0
+    return list(periods.values())
+
+
+def converted_from_wire(wire: list[tuple[Any, ...]]) -> list[ConvertedJourney]:
+    out = []
+    for (user, ts, order, revenue, currency), touches, stage in wire:
+        out.append(ConvertedJourney(
+            _new(Conversion, (user, ts, order, revenue, currency, "", "")),
+            tuple(_new(Touchpoint, (user, t, channel, campaign, "", ""))
+                  for t, channel, campaign in touches), stage))
     return out
-
-
-def journeys_from_wire(wire: list[tuple[Any, ...]]) -> list[ClosedJourney]:
-    out: list[ClosedJourney] = []
-    for head, touches, last in wire:
-        restored = tuple(_new(Touchpoint, t) for t in touches)
-        if isinstance(head, tuple):
-            out.append(ConvertedJourney(_new(Conversion, head), restored, last))
-        else:
-            out.append(NonConvertingJourney(head, restored, last))
-    return out
-
-
-def close_ts_of_wire(journey: tuple[Any, ...]) -> int:
-    """`udfs.journeys.close_ts` of a journey in its compact form."""
-    head, _, last = journey
-    return head[1] if isinstance(head, tuple) else last  # the order's ts_ms, or close_ts_ms

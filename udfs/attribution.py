@@ -17,6 +17,8 @@ from udfs import models as batch_models
 from udfs.journey_table import JourneyTable
 from udfs.journeys import ConvertedJourney
 
+_new = tuple.__new__
+
 PER_CONVERSION_MODELS = ("last_click", "first_click", "linear", "position_based",
                          "time_decay", "shapley_simplified")
 """Models that need nothing but the conversion's own journey."""
@@ -56,9 +58,13 @@ def credits_from_weights(journey: ConvertedJourney, model: str,
         return [Credit(model, conversion.order_id, conversion.user_id, conversion.ts_ms, 0,
                        UNATTRIBUTED, "", conversion.ts_ms, 1.0, conversion.revenue,
                        conversion.currency, journey.stage)]
-    return [Credit(model, conversion.order_id, conversion.user_id, conversion.ts_ms, index,
-                   touch.channel, touch.campaign, touch.ts_ms, weight,
-                   conversion.revenue * weight, conversion.currency, journey.stage)
+    order_id, user_id, ts, revenue = (conversion.order_id, conversion.user_id,
+                                      conversion.ts_ms, conversion.revenue)
+    currency, stage = conversion.currency, journey.stage
+    # tuple.__new__ builds the NamedTuple in C (its own __new__ is a Python function):
+    # this runs for every credit row the stream writes
+    return [_new(Credit, (model, order_id, user_id, ts, index, touch.channel, touch.campaign,
+                          touch.ts_ms, weight, revenue * weight, currency, stage))
             for index, (touch, weight) in enumerate(zip(journey.touches, weights, strict=True))
             if weight != 0.0]
 

@@ -14,7 +14,7 @@ counts: the same function the batch CLI calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,9 +42,15 @@ class PathCounts:
     counts: dict[Path, list[float]] = field(default_factory=dict)
 
     def add(self, journey: ClosedJourney) -> None:
-        path = tuple(t.channel for t in journey.touches)
+        converted = isinstance(journey, ConvertedJourney)
+        self.add_path(tuple(t.channel for t in journey.touches), float(converted),
+                      float(not converted))
+
+    def add_path(self, path: Path, conversions: float = 0.0,
+                 non_conversions: float = 0.0) -> None:
         cell = self.counts.setdefault(path, [0.0, 0.0])
-        cell[0 if isinstance(journey, ConvertedJourney) else 1] += 1.0
+        cell[0] += conversions
+        cell[1] += non_conversions
 
     def fit(self, models: Sequence[str],
             params: batch_models.ModelParams | None = None) -> FittedModels:
@@ -77,10 +83,26 @@ def credit_period(counts: PathCounts, closed: Iterable[ClosedJourney],
                   models: Sequence[str],
                   params: batch_models.ModelParams | None = None) -> list[Credit]:
     """Count one period's closed journeys, refit, and credit that period's conversions."""
-    closed = list(closed)
+    converted: list[ConvertedJourney] = []
+    unconverted: dict[Path, float] = {}
     for journey in closed:
+        if isinstance(journey, ConvertedJourney):
+            converted.append(journey)
+        else:
+            path = tuple(t.channel for t in journey.touches)
+            unconverted[path] = unconverted.get(path, 0.0) + 1.0
+    return credit_conversions(counts, converted, unconverted, models, params)
+
+
+def credit_conversions(counts: PathCounts, converted: Sequence[ConvertedJourney],
+                       unconverted: Mapping[Path, float], models: Sequence[str],
+                       params: batch_models.ModelParams | None = None) -> list[Credit]:
+    """`credit_period` given the period's non-converting journeys as counts per path (all a
+    fit needs of them): count, refit, and credit the period's conversions."""
+    for path, count in unconverted.items():
+        counts.add_path(path, non_conversions=count)
+    for journey in converted:
         counts.add(journey)
-    converted = [j for j in closed if isinstance(j, ConvertedJourney)]
     if not converted:
         return []
     fitted = counts.fit(models, params)

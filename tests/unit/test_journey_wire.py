@@ -3,16 +3,16 @@
 import pickle
 
 from pipelines.journey_wire import (
-    close_ts_of_wire,
+    converted_from_wire,
     events_from_wire,
     events_to_wire,
-    journeys_from_wire,
-    journeys_to_wire,
+    periods_to_wire,
     state_from_wire,
     state_to_wire,
 )
 from schemas.records import Conversion, Touchpoint
-from udfs.journeys import ConvertedJourney, JourneyState, NonConvertingJourney, close_ts
+from udfs.data_driven import period_end
+from udfs.journeys import ConvertedJourney, JourneyState, NonConvertingJourney
 
 
 def roundtrip(value):
@@ -31,12 +31,24 @@ def test_events_keep_their_types_and_each_kind_its_order():
     assert back[2].revenue == 9.5 and back[0].channel == "display"
 
 
-def test_states_and_journeys_come_back_equal():
+def test_states_come_back_equal():
     state = JourneyState([T1, T2], 5)
     assert state_from_wire(roundtrip(state_to_wire(state))) == state
     assert state_from_wire(state_to_wire(JourneyState())) == JourneyState()
-    journeys = [ConvertedJourney(O1, (T1, T2), "repeat"), NonConvertingJourney("u", (T1,), 99),
-                ConvertedJourney(O1._replace(user_id=""), (), "unknown")]
-    wire = roundtrip(journeys_to_wire(journeys))
-    assert journeys_from_wire(wire) == journeys
-    assert [close_ts_of_wire(w) for w in wire] == [close_ts(j) for j in journeys]
+
+
+def test_closed_journeys_travel_to_the_fit_grouped_by_period_with_what_a_fit_needs():
+    day = 86_400_000
+    converted = ConvertedJourney(O1, (T1, T2), "repeat")
+    journeys = [converted, NonConvertingJourney("u", (T1,), 99),
+                NonConvertingJourney("v", (T1._replace(user_id="v"),), 98),
+                NonConvertingJourney("w", (T2,), day + 5),
+                ConvertedJourney(O1._replace(user_id="", ts_ms=day + 1), (), "unknown")]
+    wire = roundtrip(periods_to_wire(journeys, lambda ts: period_end(ts, day)))
+    assert [(end, len(c), paths) for end, c, paths in wire] == [
+        (day - 1, 1, {("email",): 2.0}), (2 * day - 1, 1, {("display",): 1.0})]
+    (back,) = converted_from_wire(wire[0][1])
+    # the same journey for the models, without its trace and span ids
+    assert back.stage == "repeat" and back.conversion == O1._replace(trace_id="", span_id="")
+    assert back.touches == tuple(t._replace(trace_id="", span_id="") for t in (T1, T2))
+    assert converted_from_wire(wire[1][1])[0].touches == ()
