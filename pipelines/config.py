@@ -93,7 +93,7 @@ class FlinkConfig:
     transaction_timeout_s: int = 900
     resume: bool = True
     accounting_every_s: float = 30.0
-    user_buckets: int = 32
+    user_buckets: int = 8
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,9 @@ class StreamingJobConfig:
              "must be positive"),
             (self.flink.accounting_every_s > 0, "flink.accounting_every_s", "must be positive"),
             (self.flink.user_buckets >= 1, "flink.user_buckets", "must be at least 1"),
+            (self.flink.user_buckets >= self.flink.parallelism, "flink.user_buckets",
+             f"({self.flink.user_buckets}) must be at least flink.parallelism "
+             f"({self.flink.parallelism}): a bucket is the smallest unit of work"),
             (self.flink.python_execution_mode in ("thread", "process"),
              "flink.python_execution_mode", "must be thread or process"),
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",

@@ -126,7 +126,7 @@ def _last_per_key(rows: list[tuple[object, ...]], keys: int) -> list[tuple[objec
 
 
 def credit_rows(message: bytes) -> list[tuple[object, ...]]:
-    """A credits-topic message (a JSON array of rows) -> rows of attribution_credits."""
+    """A credits-topic message (a JSON table of rows) -> rows of attribution_credits."""
     return [credit_row(data) for data in credit_messages.decode(message)]
 
 

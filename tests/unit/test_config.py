@@ -36,6 +36,11 @@ def test_invalid_values_are_rejected(tmp_path):
         load_config(write(tmp_path, "attribution:\n  models: [linear, magic]\n"))
     with pytest.raises(ConfigError, match="input.encoding must be"):
         load_config(write(tmp_path, "input:\n  encoding: avro\n"))
+    with pytest.raises(ConfigError, match=r"flink.user_buckets \(4\) must be at least "
+                                          r"flink.parallelism \(6\)"):
+        load_config(write(tmp_path, "flink:\n  parallelism: 6\n  user_buckets: 4\n"))
+    with pytest.raises(ConfigError, match="event_time.watermark_interval_s must be positive"):
+        load_config(write(tmp_path, "event_time:\n  watermark_interval_s: 0\n"))
 
 
 def test_values_and_environment_overrides(tmp_path, monkeypatch):
