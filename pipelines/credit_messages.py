@@ -17,11 +17,11 @@ from schemas.records import Credit
 FIELDS = Credit._fields
 
 
-def encode(credits: Sequence[Credit]) -> str:
+def encode(credits: Sequence[Sequence[Any]]) -> str:
     return table_messages.encode(FIELDS, credits)
 
 
-def encode_chunks(credits: Sequence[Credit]) -> Iterator[str]:
+def encode_chunks(credits: Sequence[Sequence[Any]]) -> Iterator[str]:
     return table_messages.encode_chunks(FIELDS, credits)
 
 

@@ -67,8 +67,13 @@ from pipelines.journey_wire import (
 )
 from pipelines.otlp_codec import dead_letter_json, decode_spans
 from schemas.records import Conversion, Touchpoint
-from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
-from udfs.data_driven import DATA_DRIVEN_MODELS, PathCounts, credit_conversions, period_end
+from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
+from udfs.data_driven import (
+    DATA_DRIVEN_MODELS,
+    PathCounts,
+    conversion_credit_rows,
+    period_end,
+)
 from udfs.journey_book import Changes, JourneyBook, Progress, bucket_of
 from udfs.journeys import ConvertedJourney, JourneyConfig
 from udfs.models import ModelParams
@@ -129,29 +134,34 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         decoded = decode_spans(value, self.encoding)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
-        by_bucket: dict[int, list[Event]] = {}
+        # per bucket: touches and conversions as plain tuples (journey_wire's EventsWire)
+        # and the newest event time, built as the records are read
+        by_bucket: dict[int, list[Any]] = {}
         used = late = 0
-        newest, buckets = self.newest_ms, self.buckets
+        newest, buckets, slack = self.newest_ms, self.buckets, self.slack_ms
         for record in decoded.records:
             # GPU calls feed the cost job; this job attributes touches and orders.
-            if isinstance(record, Touchpoint | Conversion):
-                used += 1
-                if record.ts_ms > newest:
-                    newest = record.ts_ms
-                bound = newest - self.slack_ms
-                if record.ts_ms <= bound:
-                    late += 1
-                    yield LATE_EVENTS, _event_json(record, bound)
-                    continue
-                bucket = bucket_of(record.user_id, buckets)
-                batch = by_bucket.get(bucket)
-                if batch is None:
-                    by_bucket[bucket] = [record]
-                else:
-                    batch.append(record)
+            kind = type(record)
+            if kind is not Touchpoint and kind is not Conversion:
+                continue
+            used += 1
+            ts = record.ts_ms
+            if ts > newest:
+                newest = ts
+            if ts <= newest - slack:
+                late += 1
+                yield LATE_EVENTS, _event_json(record, newest - slack)
+                continue
+            bucket = bucket_of(record.user_id, buckets)
+            batch = by_bucket.get(bucket)
+            if batch is None:
+                batch = by_bucket[bucket] = [[], [], ts]
+            elif ts > batch[2]:
+                batch[2] = ts
+            batch[kind is Conversion].append(tuple(record))
         self.newest_ms = newest
-        for bucket, events in by_bucket.items():
-            yield bucket, max(e.ts_ms for e in events), events_to_wire(events)
+        for bucket, (touches, conversions, batch_newest) in by_bucket.items():
+            yield bucket, batch_newest, (touches, conversions)
         records_in = decoded.spans or len(decoded.dead_letters)  # an unsplittable message: 1
         dead = len(decoded.dead_letters)
         yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late)
@@ -261,6 +271,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         late, changes = book.add(events_from_wire(wire), watermark)
         for event in late:
             yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
+        if not late:  # the batch is stored as it came (no need to encode it again)
+            self._put_all(self.batches, {key: wire for key in changes.batches})
+            changes.batches.clear()
         self._store(changes)
         self._schedule(bucket, book, ctx)
 
@@ -276,7 +289,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             yield CONVERSIONS, message
         if self.models and converted:
             yield from credit_messages.encode_chunks(
-                credit_journeys(converted, self.models, self.params))
+                per_conversion_credit_rows(converted, self.models, self.params))
         if self.refit_period_ms and advanced.closed:
             yield CLOSED_JOURNEYS, periods_to_wire(
                 advanced.closed, lambda ts: period_end(ts, self.refit_period_ms))
@@ -333,7 +346,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         counts = PathCounts(self.counts.value() or {})
         for end in sorted(due):
             converted, unconverted = due[end]
-            yield from credit_messages.encode_chunks(credit_conversions(
+            yield from credit_messages.encode_chunks(conversion_credit_rows(
                 counts, converted_from_wire(converted), unconverted, self.models,
                 self.params))
         self.counts.update(counts.counts)

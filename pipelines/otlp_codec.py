@@ -23,8 +23,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from pipelines.otlp_wire import LeanTraceRequest
 from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
 from schemas.telemetry import (
+    CAMPAIGN,
+    CHANNEL,
     CONTRACT_KEYS,
     KEYS_READ,
+    MAX_TEXT,
+    USER_ID,
     InvalidSpan,
     record_kind,
     span_to_record,
@@ -73,16 +77,52 @@ def _attr_value(value: AnyValue) -> Any:
     return text if text else _any_value(value)
 
 
+_TOUCH_KEYS = frozenset(KEYS_READ["touchpoint"])
+_new = tuple.__new__
+
+
+def _plain_touchpoint(span: Any, latest_ns: int) -> Touchpoint | None:
+    """The touchpoint of a span that is plainly one: channel and user id non-empty string
+    values (and a campaign, if any), a start time set and not in the future. What
+    `span_to_record` makes of such a span, without its general checks; None for anything
+    else (the general path decides, dead letter or not). Two thirds of the spans of a
+    typical stream are touches."""
+    raw = span.attributes
+    channel = raw.get(CHANNEL)
+    user = raw.get(USER_ID)
+    if channel is None or user is None:
+        return None
+    channel, user = channel.string_value, user.string_value
+    campaign = raw.get(CAMPAIGN)
+    campaign = "" if campaign is None else (campaign.string_value or None)
+    start = span.start_time_unix_nano
+    if not (0 < len(channel) <= MAX_TEXT and 0 < len(user) <= MAX_TEXT
+            and campaign is not None and len(campaign) <= MAX_TEXT
+            and 0 < start <= latest_ns):
+        return None
+    return _new(Touchpoint, (user, start // 1_000_000, channel, campaign,
+                             span.trace_id.hex(), span.span_id.hex()))
+
+
 def _decode_proto(payload: bytes, out: Decoded) -> None:
     request = LeanTraceRequest.FromString(payload)
+    latest_ns = out.latest_ns
     for resource_spans in request.resource_spans:
         resource_all = {key: _any_value(value)
                         for key, value in resource_spans.resource.attributes.items()}
         # resource attributes (k8s pod, namespace) fill in what a span does not say
         resource = {k: v for k, v in resource_all.items() if k in CONTRACT_KEYS}
+        # ... unless a resource says something about touches: then every span goes the
+        # general way
+        plain_touches = _TOUCH_KEYS.isdisjoint(resource)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 out.spans += 1
+                if plain_touches:
+                    touch = _plain_touchpoint(span, latest_ns)
+                    if touch is not None:
+                        out.records.append(touch)
+                        continue
                 raw = span.attributes
                 # Most spans are recognised by key alone (a lookup in the parsed map is one
                 # C call); only the values their record is made of are converted.

@@ -45,7 +45,7 @@ CONTRACT_KEYS = tuple(dict.fromkeys(k for keys in KEYS_READ.values() for k in ke
 
 DEFAULT_CURRENCY = "USD"
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
-_MAX_TEXT = 256
+MAX_TEXT = 256
 
 
 class InvalidSpan(ValueError):
@@ -60,7 +60,7 @@ class InvalidSpan(ValueError):
 
 def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
     value = attrs.get(key)
-    if type(value) is str and 0 < len(value) <= _MAX_TEXT:
+    if type(value) is str and 0 < len(value) <= MAX_TEXT:
         return value  # the common case, checked first: this runs for every span
     if value is None or value == "":
         if required:
@@ -69,8 +69,8 @@ def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
     if not isinstance(value, str | int) or isinstance(value, bool):
         raise InvalidSpan(kind, key, f"must be a string, got {type(value).__name__}")
     text = str(value)
-    if len(text) > _MAX_TEXT:
-        raise InvalidSpan(kind, key, f"is longer than {_MAX_TEXT} characters")
+    if len(text) > MAX_TEXT:
+        raise InvalidSpan(kind, key, f"is longer than {MAX_TEXT} characters")
     return text
 
 

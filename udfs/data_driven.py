@@ -21,7 +21,7 @@ import numpy as np
 
 from schemas.records import Credit
 from udfs import models as batch_models
-from udfs.attribution import credits_from_weights
+from udfs.attribution import CreditRow, as_credits, credit_rows
 from udfs.journey_table import from_paths
 from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
 
@@ -71,12 +71,19 @@ class FittedModels:
     weights: dict[str, np.ndarray]
 
     def credit(self, journey: ConvertedJourney) -> list[Credit]:
-        row = self.rows[tuple(t.channel for t in journey.touches)]
-        start, end = self.offsets[row], self.offsets[row + 1]
-        out: list[Credit] = []
-        for model, touch in self.weights.items():
-            out.extend(credits_from_weights(journey, model, touch[start:end].tolist()))
-        return out
+        return as_credits(self.credit_rows([journey]))
+
+    def credit_rows(self, journeys: Sequence[ConvertedJourney]) -> list[CreditRow]:
+        """Credit rows of conversions whose paths have been counted, model after model."""
+        rows = np.fromiter((self.rows[tuple(t.channel for t in j.touches)]
+                            for j in journeys if j.touches), np.int64)
+        starts = self.offsets[rows]
+        lengths = self.offsets[rows + 1] - starts
+        # each touch's place in the flat weights: its path's start plus its position
+        before = np.cumsum(lengths) - lengths
+        flat = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+        return credit_rows(journeys, ((model, weights[flat])
+                                      for model, weights in self.weights.items()))
 
 
 def credit_period(counts: PathCounts, closed: Iterable[ClosedJourney],
@@ -99,14 +106,20 @@ def credit_conversions(counts: PathCounts, converted: Sequence[ConvertedJourney]
                        params: batch_models.ModelParams | None = None) -> list[Credit]:
     """`credit_period` given the period's non-converting journeys as counts per path (all a
     fit needs of them): count, refit, and credit the period's conversions."""
+    return as_credits(conversion_credit_rows(counts, converted, unconverted, models, params))
+
+
+def conversion_credit_rows(counts: PathCounts, converted: Sequence[ConvertedJourney],
+                           unconverted: Mapping[Path, float], models: Sequence[str],
+                           params: batch_models.ModelParams | None = None) -> list[CreditRow]:
+    """`credit_conversions` as plain rows (what a stream writes)."""
     for path, count in unconverted.items():
         counts.add_path(path, non_conversions=count)
     for journey in converted:
         counts.add(journey)
     if not converted:
         return []
-    fitted = counts.fit(models, params)
-    return [credit for journey in converted for credit in fitted.credit(journey)]
+    return counts.fit(models, params).credit_rows(converted)
 
 
 def credit_by_period(journeys: Iterable[ClosedJourney], models: Sequence[str],

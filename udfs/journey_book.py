@@ -33,11 +33,9 @@ from udfs.journeys import (
     ClosedJourney,
     JourneyConfig,
     JourneyState,
-    close_stale,
+    advance_user,
     event_order,
-    expire,
     next_wake_up,
-    step,
 )
 
 Event = Touchpoint | Conversion
@@ -214,25 +212,22 @@ class JourneyBook:
             if self._wake.get(user) == at:
                 ready.setdefault(user, [])
         closed: list[ClosedJourney] = []
-        config = self.config
+        config, users, wakes, wake_due = self.config, self.users, self._wake, self._wake_due
+        self._changed_users.update(ready)
         for user, events in ready.items():
-            state = self.users.get(user) or JourneyState()
             if len(events) > 1:
                 events.sort(key=event_order)
-            for event in events:
-                state, journeys = step(state, event, config)
-                closed.extend(journeys)
-            state, stale = close_stale(state, watermark, config)
-            closed.extend(stale)
-            state = expire(state, watermark, config)
-            wake = next_wake_up(state, config)
-            self._changed_users.add(user)
-            if wake is None:  # nothing left to remember about this user
-                self.users.pop(user, None)
-                self._wake.pop(user, None)
+            state, journeys, wake = advance_user(users.get(user), events, watermark, config)
+            if journeys:
+                closed += journeys
+            if state is None:  # nothing left to remember about this user
+                users.pop(user, None)
+                wakes.pop(user, None)
             else:
-                self.users[user] = state
-                self._set_wake(user, wake)
+                users[user] = state
+                if wakes.get(user) != wake:  # _set_wake, inline
+                    wakes[user] = wake
+                    heapq.heappush(wake_due, (wake, user))
         return closed
 
     def _set_wake(self, user: str, at: int | None) -> None:

@@ -158,6 +158,54 @@ def next_wake_up(state: JourneyState, config: JourneyConfig) -> int | None:
     return order if touch is None or order < touch else touch
 
 
+def advance_user(state: JourneyState | None, events: list[Touchpoint | Conversion],
+                 now_ms: int, config: JourneyConfig
+                 ) -> tuple[JourneyState | None, list[ClosedJourney], int | None]:
+    """One user brought up to `now_ms` (a watermark): `step` over `events` (in
+    `event_order`, all at or before now_ms), then `close_stale` and `expire` at now_ms.
+    Returns the new state (None: nothing left to remember), the journeys closed and
+    `next_wake_up` of the state.
+
+    The same as calling those functions one after the other, in one call with the state
+    in local variables: a stream does this for every user that has events, hundreds of
+    thousands of times a minute, and the separate calls and the intermediate states were
+    most of the cost."""
+    lookback = config.lookback_ms
+    touches = list(state.touches) if state is not None else []
+    last_order = state.last_order_ts_ms if state is not None else None
+    closed: list[ClosedJourney] = []
+    for event in events:
+        ts = event.ts_ms
+        if touches and touches[-1].ts_ms + lookback < ts:  # the open journey went stale
+            closed += close_stale(JourneyState(touches, last_order), ts, config)[1]
+            touches = []
+        if type(event) is Touchpoint:
+            touches.append(event)
+            continue
+        window_start = ts - lookback
+        kept = touches if not touches or touches[0].ts_ms >= window_start \
+            else [t for t in touches if t.ts_ms >= window_start]
+        if config.max_touches is not None:
+            kept = kept[-config.max_touches:]
+        closed.append(ConvertedJourney(event, tuple(kept), stage_of(
+            event.user_id, last_order, ts, config.lifecycle)))
+        touches = []
+        last_order = ts
+    if touches and touches[-1].ts_ms + lookback < now_ms:
+        closed += close_stale(JourneyState(touches, last_order), now_ms, config)[1]
+        touches = []
+    if touches:  # expire: touches no future order or the open journey's close can reach
+        horizon = min(now_ms, touches[-1].ts_ms) - lookback
+        if touches[0].ts_ms < horizon:
+            touches = [t for t in touches if t.ts_ms >= horizon]
+    if last_order is not None and last_order + config.history_ms < now_ms:
+        last_order = None
+    if not touches and last_order is None:
+        return None, closed, None
+    after = JourneyState(touches, last_order)
+    return after, closed, next_wake_up(after, config)
+
+
 def closed_journeys_of(events: list[Touchpoint | Conversion],
                        config: JourneyConfig) -> list[ClosedJourney]:
     """Every journey of one user's events, in any arrival order, as a stream that ran to

@@ -89,3 +89,30 @@ def test_many_journeys_in_one_table_get_the_credits_each_gets_alone():
     alone = [c for j in journeys for c in credit_journeys([j], PER_CONVERSION_MODELS)]
     assert sorted(together) == sorted(alone)  # exactly: same numbers, not just close
     assert {c.channel for c in together} >= {"(unattributed)", "email"}
+
+
+def test_column_wise_rows_equal_rows_built_one_journey_at_a_time():
+    import random
+
+    import numpy as np
+
+    from udfs.attribution import as_credits, credit_rows, credits_from_weights
+
+    rng = random.Random(9)
+    journeys = [ConvertedJourney(
+        Conversion(f"u{k}", 1000 + k, f"o{k}", rng.uniform(1, 99), "EUR", "t", "s"),
+        tuple(Touchpoint(f"u{k}", i, rng.choice(["email", "search"]), f"c{i % 2}", "t", "s")
+              for i in range(rng.randint(0, 5))), rng.choice(["new", "repeat"]))
+        for k in range(40)]
+    # weights with zeros in them (left out) and arbitrary values (carried as they are)
+    weights = {model: [[rng.choice([0.0, 0.25, rng.random()]) for _ in j.touches]
+                       for j in journeys] for model in ("m1", "m2")}
+    flat = [(model, np.array([w for per in weights[model] for w in per]))
+            for model in weights]
+    expected = [credit for model in weights
+                for journey, per in zip(journeys, weights[model], strict=True)
+                for credit in credits_from_weights(journey, model, per)]
+    got = as_credits(credit_rows(journeys, flat))
+    assert got == expected
+    assert {c.channel for c in got} >= {UNATTRIBUTED, "email", "search"}
+    assert any(c.credit == 0.25 for c in got) and all(c.credit != 0.0 for c in got)

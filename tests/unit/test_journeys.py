@@ -122,3 +122,45 @@ def test_order_history_is_forgotten_after_history_days():
     assert expire(state, 366 * DAY_MS, config).last_order_ts_ms is None
     with pytest.raises(ValueError, match="history_days"):
         JourneyConfig(winback_days=90, history_days=30)
+
+
+def _advance_one_call_at_a_time(state, events, now, config):
+    from udfs.journeys import next_wake_up
+
+    closed = []
+    for event in events:
+        state, produced = step(state, event, config)
+        closed += produced
+    state, stale = close_stale(state, now, config)
+    state = expire(state, now, config)
+    wake = next_wake_up(state, config)
+    return (None if wake is None else state), closed + stale, wake
+
+
+@pytest.mark.parametrize("max_touches", [None, 2])
+def test_advance_user_equals_step_close_stale_and_expire_one_after_the_other(max_touches):
+    from udfs.journeys import advance_user, event_order
+
+    config = JourneyConfig(lookback_days=3, max_touches=max_touches, winback_days=5,
+                           history_days=8)
+    rng = random.Random(21)
+    quarter = DAY_MS // 4  # coarse times: events land exactly on the window edges too
+
+    def at(days):  # and a millisecond either side of them
+        return max(0, rng.randint(0, days * 4) * quarter + rng.choice([0, 0, 1, -1]))
+
+    kinds = set()
+    for case in range(3000):
+        state = None if rng.random() < 0.3 else JourneyState(
+            sorted((touch(at(6), rng.choice("abc"))
+                    for _ in range(rng.randint(0, 4))), key=lambda t: t.ts_ms),
+            rng.choice([None, at(6)]))
+        start = max([0, *(t.ts_ms for t in (state.touches if state else ()))])
+        events = sorted((rng.choice([touch, lambda ts, c, case=case: order(ts, f"o{case}")])(
+            start + at(12), rng.choice("abc"))
+            for _ in range(rng.randint(0, 5))), key=event_order)
+        now = max([start, *(e.ts_ms for e in events)]) + at(12)
+        expected = _advance_one_call_at_a_time(state or JourneyState(), events, now, config)
+        assert advance_user(state, events, now, config) == expected
+        kinds.add((expected[0] is None, bool(expected[1]), len({type(j) for j in expected[1]})))
+    assert len(kinds) >= 5  # states kept and dropped, journeys of both kinds, none
