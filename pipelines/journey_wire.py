@@ -78,8 +78,8 @@ def periods_to_wire(journeys: list[ClosedJourney],
 def converted_from_wire(wire: list[tuple[Any, ...]]) -> list[ConvertedJourney]:
     out = []
     for (user, ts, order, revenue, currency), touches, stage in wire:
-        out.append(ConvertedJourney(
+        out.append(_new(ConvertedJourney, (
             _new(Conversion, (user, ts, order, revenue, currency, "", "")),
-            tuple(_new(Touchpoint, (user, t, channel, campaign, "", ""))
-                  for t, channel, campaign in touches), stage))
+            tuple([_new(Touchpoint, (user, t, channel, campaign, "", ""))
+                   for t, channel, campaign in touches]), stage)))
     return out

@@ -85,46 +85,43 @@ def credit_rows(journeys: Sequence[ConvertedJourney],
     at a time was most of what crediting cost. Here the per-touch columns are gathered
     once, each model's are picked by numpy (zero weights left out) and `zip` makes the
     rows in C."""
-    slots = [journey.touches or (None,) for journey in journeys]
-    lengths = [len(touches) for touches in slots]
-    total = sum(lengths)
-    if not total:
+    count = len(journeys)
+    if not count:
         return []
-    touched = np.fromiter((touches[0] is not None for touches in slots), bool, len(slots))
-    slot_touched = np.repeat(touched, lengths)
-    columns: dict[str, list[Any]] = {name: [] for name in
-                                     ("order", "user", "ts", "index", "channel", "campaign",
-                                      "touch_ts", "revenue", "currency", "stage")}
-    for journey, touches, length in zip(journeys, slots, lengths, strict=True):
-        conversion = journey.conversion
-        columns["order"] += repeat(conversion.order_id, length)
-        columns["user"] += repeat(conversion.user_id, length)
-        columns["ts"] += repeat(conversion.ts_ms, length)
-        columns["revenue"] += repeat(conversion.revenue, length)
-        columns["currency"] += repeat(conversion.currency, length)
-        columns["stage"] += repeat(journey.stage, length)
-        columns["index"] += range(length)
-        if touches[0] is None:  # no touches: all of it to UNATTRIBUTED
-            columns["channel"].append(UNATTRIBUTED)
-            columns["campaign"].append("")
-            columns["touch_ts"].append(conversion.ts_ms)
-        else:
-            columns["channel"] += [touch.channel for touch in touches]
-            columns["campaign"] += [touch.campaign for touch in touches]
-            columns["touch_ts"] += [touch.ts_ms for touch in touches]
-    revenue = np.asarray(columns.pop("revenue"), np.float64)
-    objects = {name: np.asarray(values, dtype=object) for name, values in columns.items()}
-    order = ("order", "user", "ts", "index", "channel", "campaign", "touch_ts")
+    lengths = np.fromiter((len(journey.touches) for journey in journeys), np.int64, count)
+    slots = np.maximum(lengths, 1)  # a journey without touches: one UNATTRIBUTED row
+    total = int(slots.sum())
+    slot_touched = np.repeat(lengths > 0, slots)
+    # the conversion's fields, once per row of it (Conversion: user, ts, order, revenue,
+    # currency, ...); transposed by zip in C
+    users, times, orders, revenues, currencies = list(zip(
+        *(journey.conversion for journey in journeys), strict=True))[:5]
+
+    def per_slot(values: Sequence[Any]) -> np.ndarray:
+        return np.repeat(np.array(values, dtype=object), slots)
+
+    # the touches' fields (Touchpoint: user, ts, channel, campaign, ...), a stand-in touch
+    # for a journey without any
+    flat = [touch for journey in journeys
+            for touch in journey.touches or ((None, journey.conversion.ts_ms, UNATTRIBUTED,
+                                              ""),)]
+    touch_times, channels, campaigns = list(zip(*flat, strict=False))[1:4]  # 4 fields read
+    first_slot = np.cumsum(slots) - slots
+    columns = (per_slot(orders), per_slot(users), per_slot(times),
+               np.arange(total) - np.repeat(first_slot, slots),
+               np.array(channels, dtype=object), np.array(campaigns, dtype=object),
+               np.array(touch_times, dtype=object))
+    revenue = np.repeat(np.array(revenues, np.float64), slots)
+    currency, stage = per_slot(currencies), per_slot([journey.stage for journey in journeys])
     out: list[CreditRow] = []
     for model, touch_weights in weights:
         weight = np.ones(total)
         weight[slot_touched] = touch_weights
         keep = np.flatnonzero(weight != 0.0)
         kept = weight[keep]
-        picked = [objects[name][keep].tolist() for name in order]
-        out += zip(repeat(model, len(keep)), *picked, kept.tolist(),
-                   (revenue[keep] * kept).tolist(), objects["currency"][keep].tolist(),
-                   objects["stage"][keep].tolist(), strict=True)
+        out += zip(repeat(model, len(keep)), *(column[keep].tolist() for column in columns),
+                   kept.tolist(), (revenue[keep] * kept).tolist(), currency[keep].tolist(),
+                   stage[keep].tolist(), strict=True)
     return out
 
 

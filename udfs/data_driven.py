@@ -35,6 +35,11 @@ def period_end(ts_ms: int, period_ms: int) -> int:
     return (ts_ms // period_ms + 1) * period_ms - 1
 
 
+def path_of(journey: ClosedJourney) -> Path:
+    """A journey's channels in order: what the data-driven models count."""
+    return tuple([touch.channel for touch in journey.touches])
+
+
 @dataclass
 class PathCounts:
     """Conversions and non-conversions per distinct path, in first-seen order."""
@@ -43,8 +48,7 @@ class PathCounts:
 
     def add(self, journey: ClosedJourney) -> None:
         converted = isinstance(journey, ConvertedJourney)
-        self.add_path(tuple(t.channel for t in journey.touches), float(converted),
-                      float(not converted))
+        self.add_path(path_of(journey), float(converted), float(not converted))
 
     def add_path(self, path: Path, conversions: float = 0.0,
                  non_conversions: float = 0.0) -> None:
@@ -73,10 +77,13 @@ class FittedModels:
     def credit(self, journey: ConvertedJourney) -> list[Credit]:
         return as_credits(self.credit_rows([journey]))
 
-    def credit_rows(self, journeys: Sequence[ConvertedJourney]) -> list[CreditRow]:
-        """Credit rows of conversions whose paths have been counted, model after model."""
-        rows = np.fromiter((self.rows[tuple(t.channel for t in j.touches)]
-                            for j in journeys if j.touches), np.int64)
+    def credit_rows(self, journeys: Sequence[ConvertedJourney],
+                    paths: Sequence[Path] | None = None) -> list[CreditRow]:
+        """Credit rows of conversions whose paths have been counted, model after model
+        (`paths`: the journeys' paths, if the caller has them already)."""
+        if paths is None:
+            paths = [path_of(journey) for journey in journeys]
+        rows = np.fromiter((self.rows[path] for path in paths if path), np.int64)
         starts = self.offsets[rows]
         lengths = self.offsets[rows + 1] - starts
         # each touch's place in the flat weights: its path's start plus its position
@@ -115,11 +122,12 @@ def conversion_credit_rows(counts: PathCounts, converted: Sequence[ConvertedJour
     """`credit_conversions` as plain rows (what a stream writes)."""
     for path, count in unconverted.items():
         counts.add_path(path, non_conversions=count)
-    for journey in converted:
-        counts.add(journey)
+    paths = [path_of(journey) for journey in converted]
+    for path in paths:
+        counts.add_path(path, conversions=1.0)
     if not converted:
         return []
-    return counts.fit(models, params).credit_rows(converted)
+    return counts.fit(models, params).credit_rows(converted, paths)
 
 
 def credit_by_period(journeys: Iterable[ClosedJourney], models: Sequence[str],

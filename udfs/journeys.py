@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from schemas.records import Conversion, Touchpoint
 from udfs.lifecycle import LifecycleConfig, stage_of
 
 DAY_MS = 86_400_000
+_new = tuple.__new__  # builds a NamedTuple in C (its own __new__ is Python)
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,16 @@ class JourneyState:
     last_order_ts_ms: int | None = None
 
 
-@dataclass(frozen=True)
-class ConvertedJourney:
+# Closed journeys are NamedTuples, not frozen dataclasses: a stream makes one per order
+# and per lapsed journey, and a frozen dataclass's __init__ (object.__setattr__ per field)
+# costs several times a tuple's.
+class ConvertedJourney(NamedTuple):
     conversion: Conversion
     touches: tuple[Touchpoint, ...]
     stage: str = "unknown"  # lifecycle stage of the order (udfs.lifecycle)
 
 
-@dataclass(frozen=True)
-class NonConvertingJourney:
+class NonConvertingJourney(NamedTuple):
     """Touches whose lookback passed without an order (those within the lookback of the
     last one, the last N of them); closed at `close_ts_ms` = last touch + lookback + 1."""
 
@@ -187,8 +190,8 @@ def advance_user(state: JourneyState | None, events: list[Touchpoint | Conversio
             else [t for t in touches if t.ts_ms >= window_start]
         if config.max_touches is not None:
             kept = kept[-config.max_touches:]
-        closed.append(ConvertedJourney(event, tuple(kept), stage_of(
-            event.user_id, last_order, ts, config.lifecycle)))
+        closed.append(_new(ConvertedJourney, (event, tuple(kept), stage_of(
+            event.user_id, last_order, ts, config.lifecycle))))
         touches = []
         last_order = ts
     if touches and touches[-1].ts_ms + lookback < now_ms:
