@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import struct
@@ -298,6 +299,7 @@ def main() -> None:
                          args.lateness_s, args.checkpoint_s)
         finally:
             broker.down()
+            shutil.rmtree(home, ignore_errors=True)
         return
     try:
         base = load_config().replace("input", bounded=True, starting_offsets="earliest")
@@ -334,6 +336,8 @@ def main() -> None:
                          args.checkpoint_s)
     finally:
         broker.down()
+        # the broker's log and the checkpoints: several hundred MB a run
+        shutil.rmtree(home, ignore_errors=True)
     data_s = max(full_s - empty_s, 1e-9)
     print(f"{spans:,} spans in {len(values):,} messages; {credits:,} credit messages; "
           f"python execution mode: {args.mode}; parallelism {base.flink.parallelism}; "

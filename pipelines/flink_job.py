@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import pickle
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -93,9 +94,21 @@ COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
 
 
 Event = Touchpoint | Conversion
-Batch = tuple[int, int, EventsWire]
-"""One message's events of one user bucket: (bucket, newest event time, events in their
-compact form, see pipelines/journey_wire.py)."""
+Batch = tuple[int, int, bytes]
+"""One message's events of one user bucket: (bucket, newest event time, the events in their
+compact form (pipelines/journey_wire.py), pickled).
+
+The events are pickled once, by the decoder, and read once, by the journey book: between
+the two the record passes the timestamp assigner and the key selector, Python operators
+of their own that would otherwise each unpickle and pickle every event again."""
+
+
+PICKLE_PROTOCOL = 5
+
+
+def stored_events(value: bytes | EventsWire) -> EventsWire:
+    """A waiting batch as kept in state: pickled events (older states: the events)."""
+    return pickle.loads(value) if isinstance(value, bytes) else value
 
 
 def collect_garbage_rarely() -> None:
@@ -161,7 +174,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             batch[kind is Conversion].append(tuple(record))
         self.newest_ms = newest
         for bucket, (touches, conversions, batch_newest) in by_bucket.items():
-            yield bucket, batch_newest, (touches, conversions)
+            yield bucket, batch_newest, pickle.dumps((touches, conversions), PICKLE_PROTOCOL)
         records_in = decoded.spans or len(decoded.dead_letters)  # an unsplittable message: 1
         dead = len(decoded.dead_letters)
         yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late)
@@ -235,7 +248,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             book = JourneyBook.restore(
                 self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
                 ((user, state_from_wire(state)) for user, state in self.users.items()),
-                ((key, events_from_wire(events)) for key, events in self.batches.items()))
+                ((key, events_from_wire(stored_events(events)))
+                 for key, events in self.batches.items()))
             self.books[bucket] = book
         return book
 
@@ -246,8 +260,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         for user in changes.removed_users:
             self.users.remove(user)
         if changes.batches:
-            self._put_all(self.batches, {key: events_to_wire(events)
-                                         for key, events in changes.batches.items()})
+            self._put_all(self.batches, {
+                key: pickle.dumps(events_to_wire(events), PICKLE_PROTOCOL)
+                for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
         if changes.progress is not None:
@@ -265,14 +280,14 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.timers[bucket] = due
 
     def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[str]:
-        bucket, _, wire = value
+        bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(events_from_wire(wire), watermark)
+        late, changes = book.add(events_from_wire(pickle.loads(payload)), watermark)
         for event in late:
             yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
         if not late:  # the batch is stored as it came (no need to encode it again)
-            self._put_all(self.batches, {key: wire for key in changes.batches})
+            self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)
         self._schedule(bucket, book, ctx)
@@ -291,8 +306,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             yield from credit_messages.encode_chunks(
                 per_conversion_credit_rows(converted, self.models, self.params))
         if self.refit_period_ms and advanced.closed:
-            yield CLOSED_JOURNEYS, periods_to_wire(
-                advanced.closed, lambda ts: period_end(ts, self.refit_period_ms))
+            # pickled here and read once by the fit (the key selector between passes
+            # bytes on)
+            yield CLOSED_JOURNEYS, pickle.dumps(periods_to_wire(
+                advanced.closed, lambda ts: period_end(ts, self.refit_period_ms)),
+                PICKLE_PROTOCOL)
         self._schedule(bucket, book, ctx)
 
 
@@ -315,8 +333,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
 
-    def process_element(self, periods: list[PeriodWire],
-                        ctx: KeyedProcessFunction.Context) -> None:
+    def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
+        periods: list[PeriodWire] = pickle.loads(payload)
         for period in periods:
             self.pending.add(period)
             ctx.timer_service().register_event_time_timer(period[0])
