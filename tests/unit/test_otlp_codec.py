@@ -148,3 +148,27 @@ def test_the_lean_reading_sees_what_the_full_otlp_schema_sees():
     assert decode_spans(payload).records[0].channel == "display"
     resource = lean.resource_spans[0].resource.attributes
     assert resource["k8s.pod.name"].string_value == "pod-7"
+
+
+def test_touches_off_the_plain_path_are_read_as_the_contract_says():
+    long = "x" * 300
+    spans = make_spans([
+        ("a", {"user.id": 42, "marketing.channel": "email"}, T0),  # int id: its text
+        ("b", {"enduser.id": "legacy", "marketing.channel": "email"}, T0),
+        ("c", {"user.id": "u3", "marketing.channel": "email", "marketing.campaign": ""}, T0),
+        ("d", {"user.id": "u4", "marketing.channel": long}, T0),  # too long: dead letter
+        ("e", {"user.id": "u5", "marketing.channel": "email"}, 0),  # no start: dead letter
+        ("f", {"user.id": "u6", "marketing.channel": "email",
+               "marketing.campaign": "spring"}, T0),  # plain
+    ], resource={"service.name": "shop"})
+    out = decode_spans(encode_spans(spans).SerializePartialToString())
+    assert [(t.user_id, t.campaign) for t in out.records] == [
+        ("42", ""), ("legacy", ""), ("u3", ""), ("u6", "spring")]
+    assert [letter.detail for letter in out.dead_letters] == [
+        "invalid touchpoint span: marketing.channel is longer than 256 characters",
+        "invalid touchpoint span: start_time_unix_nano is not set"]
+    # a resource that names the user: spans without one of their own take it
+    spans = make_spans([("g", {"marketing.channel": "email"}, T0)],
+                       resource={"user.id": "from-resource"})
+    assert decode_spans(encode_spans(spans).SerializePartialToString()).records[0].user_id \
+        == "from-resource"
