@@ -212,7 +212,7 @@ class JourneyBook:
             if self._wake.get(user) == at:
                 ready.setdefault(user, [])
         closed: list[ClosedJourney] = []
-        config, users, wakes, wake_due = self.config, self.users, self._wake, self._wake_due
+        config, users = self.config, self.users
         self._changed_users.update(ready)
         for user, events in ready.items():
             if len(events) > 1:
@@ -222,12 +222,10 @@ class JourneyBook:
                 closed += journeys
             if state is None:  # nothing left to remember about this user
                 users.pop(user, None)
-                wakes.pop(user, None)
+                self._wake.pop(user, None)
             else:
                 users[user] = state
-                if wakes.get(user) != wake:  # _set_wake, inline
-                    wakes[user] = wake
-                    heapq.heappush(wake_due, (wake, user))
+                self._set_wake(user, wake)
         return closed
 
     def _set_wake(self, user: str, at: int | None) -> None:

@@ -124,30 +124,45 @@ def step(
         closed.extend(stale)
     if isinstance(event, Touchpoint):
         return JourneyState([*state.touches, event], state.last_order_ts_ms), closed
-    window_start = event.ts_ms - config.lookback_ms
-    touches = [t for t in state.touches if window_start <= t.ts_ms <= event.ts_ms]
-    if config.max_touches is not None:
-        touches = touches[-config.max_touches:]
-    stage = stage_of(event.user_id, state.last_order_ts_ms, event.ts_ms, config.lifecycle)
-    journey = ConvertedJourney(event, tuple(touches), stage)
-    closed.append(journey)
+    closed.append(_order_journey(state.touches, state.last_order_ts_ms, event, config))
     return JourneyState([], event.ts_ms), closed
+
+
+def _order_journey(touches: list[Touchpoint], last_order_ts_ms: int | None,
+                   order: Conversion, config: JourneyConfig) -> ConvertedJourney:
+    """An order's journey: the open touches (time-ordered) within its lookback, the last
+    N of them, and its lifecycle stage."""
+    window_start = order.ts_ms - config.lookback_ms
+    # usually every open touch is inside the window: then no copy
+    kept = touches if not touches or (touches[0].ts_ms >= window_start
+                                      and touches[-1].ts_ms <= order.ts_ms) \
+        else [t for t in touches if window_start <= t.ts_ms <= order.ts_ms]
+    if config.max_touches is not None:
+        kept = kept[-config.max_touches:]
+    return _new(ConvertedJourney, (order, tuple(kept), stage_of(
+        order.user_id, last_order_ts_ms, order.ts_ms, config.lifecycle)))
+
+
+def _unexpired(touches: list[Touchpoint], last_order_ts_ms: int | None, watermark_ms: int,
+               config: JourneyConfig) -> tuple[list[Touchpoint], int | None]:
+    """The touches (time-ordered) and order history `expire` keeps (the same list when
+    every touch is kept)."""
+    horizon = min(watermark_ms, touches[-1].ts_ms if touches else watermark_ms) \
+        - config.lookback_ms
+    # touches are in time order: usually the first one is still needed, and so all are
+    kept = touches if not touches or touches[0].ts_ms >= horizon \
+        else [t for t in touches if t.ts_ms >= horizon]
+    if last_order_ts_ms is not None and last_order_ts_ms + config.history_ms < watermark_ms:
+        last_order_ts_ms = None
+    return kept, last_order_ts_ms
 
 
 def expire(state: JourneyState, watermark_ms: int, config: JourneyConfig) -> JourneyState:
     """Drop touches that neither a future conversion (ts >= watermark) nor the open
     journey's own close can reach any more, and an order history older than
     `history_days`. Call `close_stale` first."""
-    touches = state.touches
-    horizon = min(watermark_ms, touches[-1].ts_ms if touches else watermark_ms) \
-        - config.lookback_ms
-    # touches are in time order: usually the first one is still needed, and so all are
-    kept = touches if not touches or touches[0].ts_ms >= horizon \
-        else [t for t in touches if t.ts_ms >= horizon]
-    last_order = state.last_order_ts_ms
-    if last_order is not None and last_order + config.history_ms < watermark_ms:
-        last_order = None
-    if kept is touches and last_order == state.last_order_ts_ms:
+    kept, last_order = _unexpired(state.touches, state.last_order_ts_ms, watermark_ms, config)
+    if kept is state.touches and last_order == state.last_order_ts_ms:
         return state
     return JourneyState(kept, last_order)
 
@@ -169,10 +184,10 @@ def advance_user(state: JourneyState | None, events: list[Touchpoint | Conversio
     Returns the new state (None: nothing left to remember), the journeys closed and
     `next_wake_up` of the state.
 
-    The same as calling those functions one after the other, in one call with the state
-    in local variables: a stream does this for every user that has events, hundreds of
-    thousands of times a minute, and the separate calls and the intermediate states were
-    most of the cost."""
+    The same as calling those functions one after the other (and built from the same
+    rules), in one call with the state in local variables: a stream does this for every
+    user that has events, hundreds of thousands of times a minute, and the separate calls
+    and the intermediate states were most of the cost."""
     lookback = config.lookback_ms
     touches = list(state.touches) if state is not None else []
     last_order = state.last_order_ts_ms if state is not None else None
@@ -185,24 +200,13 @@ def advance_user(state: JourneyState | None, events: list[Touchpoint | Conversio
         if type(event) is Touchpoint:
             touches.append(event)
             continue
-        window_start = ts - lookback
-        kept = touches if not touches or touches[0].ts_ms >= window_start \
-            else [t for t in touches if t.ts_ms >= window_start]
-        if config.max_touches is not None:
-            kept = kept[-config.max_touches:]
-        closed.append(_new(ConvertedJourney, (event, tuple(kept), stage_of(
-            event.user_id, last_order, ts, config.lifecycle))))
+        closed.append(_order_journey(touches, last_order, event, config))
         touches = []
         last_order = ts
     if touches and touches[-1].ts_ms + lookback < now_ms:
         closed += close_stale(JourneyState(touches, last_order), now_ms, config)[1]
         touches = []
-    if touches:  # expire: touches no future order or the open journey's close can reach
-        horizon = min(now_ms, touches[-1].ts_ms) - lookback
-        if touches[0].ts_ms < horizon:
-            touches = [t for t in touches if t.ts_ms >= horizon]
-    if last_order is not None and last_order + config.history_ms < now_ms:
-        last_order = None
+    touches, last_order = _unexpired(touches, last_order, now_ms, config)
     if not touches and last_order is None:
         return None, closed, None
     after = JourneyState(touches, last_order)
