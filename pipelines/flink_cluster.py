@@ -36,6 +36,7 @@ class LocalFlinkCluster:
     def environment(self, config: StreamingJobConfig,
                     job_name: str = "seedance-attribution") -> StreamExecutionEnvironment:
         from pipelines.flink_kafka import flink_configuration
+        from pipelines.py4j_routing import route_by_gateway
 
         jvm = self._gateway.jvm
         settings = flink_configuration(config, job_name=job_name)._j_configuration
@@ -43,6 +44,7 @@ class LocalFlinkCluster:
             .createRemoteEnvironment("127.0.0.1", self.rest_port, settings,
                                      self._gateway.new_array(jvm.String, 0))
         env = StreamExecutionEnvironment(j_env)
+        route_by_gateway()  # a Spark session in this process keeps its own exception handler
         env.set_parallelism(config.flink.parallelism)
         return env
 

@@ -22,6 +22,7 @@ from pyflink.datastream.connectors.kafka import (
 
 from pipelines.config import StreamingJobConfig
 from pipelines.paths import flink_connector_jars, state_home
+from pipelines.py4j_routing import route_by_gateway
 
 log = logging.getLogger(__name__)
 
@@ -160,5 +161,6 @@ def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig
             conf.set_string("execution.state-recovery.path", resume_from.as_uri())
         env = StreamExecutionEnvironment.get_execution_environment(conf)
         env.set_parallelism(config.flink.parallelism)
+    route_by_gateway()  # a Spark session in this process keeps its own exception handler
     build(env, config, bootstrap)
     return env.execute(job_name)

@@ -53,6 +53,7 @@ from pipelines.backfill_frames import (
 from pipelines.backfill_roi import CLAIM_COLUMNS, link_costs
 from pipelines.otlp_codec import MAX_FUTURE_S
 from pipelines.paths import jars_home
+from pipelines.py4j_routing import route_by_gateway
 
 ARROW_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
 
@@ -101,6 +102,7 @@ def spark_session(config: SparkConfig, jars: list[Path] | None = None,
         if key not in submitted:
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    route_by_gateway()  # a Flink job in this process keeps its own exception handler
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

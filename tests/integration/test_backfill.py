@@ -358,3 +358,31 @@ def test_journeys_that_start_before_the_first_day_keep_their_lookback(spark, tmp
         ("linear", "oC", "(unattributed)", 1.0, "winback"),
         ("linear", "oE", "(unattributed)", 1.0, "new"),
         ("linear", "oF", "(unattributed)", 1.0, "new")]
+
+
+
+def test_spark_and_flink_in_one_process_each_keep_their_java_errors(spark, flink, job_config):
+    """Each engine installs its Java-exception handler for the whole process, and each
+    handler asks its own JVM about the failed call; the one installed last must not see
+    the other engine's errors. Flink's errors stay Flink's (PyFlink's own translation, and
+    the NoSuchFieldException it catches itself), Spark's become AnalysisException, in
+    whichever order the handlers went in."""
+    from pyflink.table import StreamTableEnvironment
+    from pyflink.util.exceptions import DatabaseNotExistException, install_exception_handler
+    from pyflink.util.java_utils import get_field_value
+    from pyspark.sql import SparkSession
+    from pyspark.sql.utils import AnalysisException
+
+    SparkSession(spark.sparkContext)  # as any new session does: Spark's handler goes in last
+    env = flink.environment(job_config)
+    catalog = StreamTableEnvironment.create(env).get_catalog("default_catalog")
+    with pytest.raises(DatabaseNotExistException, match="no_such_database"):
+        catalog.get_database("no_such_database")
+    # PyFlink finds this field by catching NoSuchFieldException up the class hierarchy
+    assert get_field_value(env._j_stream_execution_environment, "transformations").size() == 0
+
+    install_exception_handler()  # as a fresh Flink gateway does: Flink's handler goes in last
+    again = spark_session(SparkConfig(master="local[2]"))
+    assert again is spark
+    with pytest.raises(AnalysisException, match="no_such_column"):
+        spark.sql("select no_such_column").collect()
