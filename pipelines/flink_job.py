@@ -332,6 +332,10 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             ValueStateDescriptor("path-counts", Types.PICKLED_BYTE_ARRAY()))
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
+        # The counts in memory between refits (one key: this operator alone writes them);
+        # read from state once after a (re)start, not once per refit, and the refit's
+        # index of their paths kept with them.
+        self.path_counts: PathCounts | None = None
 
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
         periods: list[PeriodWire] = pickle.loads(payload)
@@ -361,7 +365,9 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.pending.update(rest)
         else:
             self.pending.clear()
-        counts = PathCounts(self.counts.value() or {})
+        if self.path_counts is None:
+            self.path_counts = PathCounts(self.counts.value() or {})
+        counts = self.path_counts
         for end in sorted(due):
             converted, unconverted = due[end]
             yield from credit_messages.encode_chunks(conversion_credit_rows(

@@ -14,15 +14,17 @@ counts: the same function the batch CLI calls.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
 from schemas.records import Credit
 from udfs import models as batch_models
 from udfs.attribution import CreditRow, as_credits, credit_rows
-from udfs.journey_table import from_paths
+from udfs.journey_table import JourneyTable, from_coded_paths
 from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
 
 DATA_DRIVEN_MODELS = ("shapley", "markov")
@@ -40,11 +42,47 @@ def path_of(journey: ClosedJourney) -> Path:
     return tuple([touch.channel for touch in journey.touches])
 
 
+class _PathIndex:
+    """The distinct paths of a PathCounts as channel codes, grown as paths are added, so a
+    refit does not rebuild the table of every path seen so far from the path tuples."""
+
+    def __init__(self) -> None:
+        self.rows: dict[Path, int] = {}  # each indexed path's row
+        self.channel_ids: dict[str, int] = {}  # first-seen order
+        self.steps = array("q")  # every indexed path's channels, first-seen ids
+        self.lengths = array("q")
+
+    def table(self, counts: dict[Path, list[float]]) -> JourneyTable:
+        """The JourneyTable `from_paths` makes of `counts` (rows in the dict's order),
+        indexing only the paths added since the last call (a dict only appends)."""
+        ids, steps, rows = self.channel_ids, self.steps, self.rows
+        for path in islice(counts, len(rows), None):
+            rows[path] = len(rows)
+            for channel in path:
+                code = ids.get(channel)
+                if code is None:
+                    code = ids[channel] = len(ids)
+                steps.append(code)
+            self.lengths.append(len(path))
+        names = sorted(ids)
+        rank = np.empty(len(names), np.int64)
+        rank[[ids[name] for name in names]] = np.arange(len(names))
+        cells = np.array(list(counts.values()), dtype=np.float64).reshape(-1, 2)
+        return from_coded_paths(tuple(names), rank[np.frombuffer(steps, np.int64)],
+                                np.frombuffer(self.lengths, np.int64).copy(),
+                                cells[:, 0], cells[:, 1], np.zeros(len(cells)))
+
+
 @dataclass
 class PathCounts:
-    """Conversions and non-conversions per distinct path, in first-seen order."""
+    """Conversions and non-conversions per distinct path, in first-seen order.
+
+    Paths are only ever added (to `counts`, directly or by `add_path`): a fit indexes the
+    new ones and reuses the codes of the rest."""
 
     counts: dict[Path, list[float]] = field(default_factory=dict)
+    _index: _PathIndex = field(default_factory=_PathIndex, init=False, repr=False,
+                               compare=False)
 
     def add(self, journey: ClosedJourney) -> None:
         converted = isinstance(journey, ConvertedJourney)
@@ -58,17 +96,17 @@ class PathCounts:
 
     def fit(self, models: Sequence[str],
             params: batch_models.ModelParams | None = None) -> FittedModels:
-        paths = list(self.counts)
-        table = from_paths(paths, [c[0] for c in self.counts.values()],
-                           [c[1] for c in self.counts.values()], np.zeros(len(paths)))
+        table = self._index.table(self.counts)
         weights = {model: batch_models.touch_weights(table, model, params) for model in models}
-        return FittedModels({path: row for row, path in enumerate(paths)}, table.offsets,
-                            weights)
+        return FittedModels(self._index.rows, table.offsets, weights)
 
 
 @dataclass(frozen=True)
 class FittedModels:
-    """Per model: the per-touch weights of every path seen so far (flat, cut by offsets)."""
+    """Per model: the per-touch weights of every path seen so far (flat, cut by offsets).
+
+    `rows` is the counts' own index, shared to save a copy per fit: paths counted after
+    the fit appear in it too, but have no weights here."""
 
     rows: dict[Path, int]
     offsets: np.ndarray

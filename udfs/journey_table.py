@@ -78,11 +78,19 @@ def from_flat_paths(steps: np.ndarray, lengths: np.ndarray, conversions: Sequenc
                     non_conversions: Sequence[float], revenue: Sequence[float]) -> JourneyTable:
     """Path summaries given as all steps in one array, cut by `lengths`."""
     channels, codes = _codes(steps) if len(steps) else ((), np.zeros(0, np.int64))
+    return from_coded_paths(channels, codes, lengths, conversions, non_conversions, revenue)
+
+
+def from_coded_paths(channels: tuple[str, ...], codes: np.ndarray, lengths: np.ndarray,
+                     conversions: Sequence[float], non_conversions: Sequence[float],
+                     revenue: Sequence[float]) -> JourneyTable:
+    """Path summaries whose steps are codes into `channels` (sorted names, as `_codes`
+    gives them)."""
     return JourneyTable(
         channels=channels, campaigns=("",),
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        touch_channel=codes, touch_campaign=np.zeros(len(steps), np.int64),
-        touch_ts=np.zeros(len(steps), np.int64),
+        touch_channel=codes, touch_campaign=np.zeros(len(codes), np.int64),
+        touch_ts=np.zeros(len(codes), np.int64),
         conversions=np.asarray(conversions, dtype=np.float64),
         non_conversions=np.asarray(non_conversions, dtype=np.float64),
         revenue=np.asarray(revenue, dtype=np.float64),

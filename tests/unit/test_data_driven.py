@@ -101,3 +101,40 @@ def test_one_period_over_everything_equals_the_batch_models():
                 got[c.channel] = got.get(c.channel, 0.0) + c.credit
         expected = batch[batch.model == model].set_index("channel").conversions.to_dict()
         assert got == pytest.approx(expected, rel=1e-9), model
+
+
+def test_a_fit_indexes_new_paths_only_and_gives_the_tables_and_weights_of_a_fresh_build():
+    """Refits reuse the codes of the paths already indexed; the table and every weight must
+    equal a build from all the path tuples, as channels appear that sort before the old
+    ones (their codes shift), counts grow on old paths, and paths arrive through the dict
+    itself (as the backfill adds them) or a counts dict restored from state."""
+    from udfs.data_driven import PathCounts
+    from udfs.journey_table import from_paths
+
+    rng = np.random.default_rng(7)
+    alphabet = ["m", "k", "z", "b", "a"]  # later rounds bring names that sort first
+    counts = PathCounts()
+    for round_ in range(1, 6):
+        names = alphabet[:round_]
+        for _ in range(40):
+            path = tuple(rng.choice(names, size=rng.integers(0, 5)))
+            if rng.random() < 0.5:
+                counts.add_path(path, conversions=float(rng.integers(0, 3)),
+                                non_conversions=float(rng.integers(0, 3)))
+            else:
+                cell = counts.counts.setdefault(path, [0.0, 0.0])
+                cell[0] += 1.0
+        restored = PathCounts({path: list(cell) for path, cell in counts.counts.items()})
+        paths = list(counts.counts)
+        fresh = from_paths(paths, [c[0] for c in counts.counts.values()],
+                           [c[1] for c in counts.counts.values()], np.zeros(len(paths)))
+        for candidate in (counts, restored):
+            fitted = candidate.fit(("shapley", "markov"))
+            table = candidate._index.table(candidate.counts)
+            assert table.channels == fresh.channels
+            for name in ("offsets", "touch_channel", "conversions", "non_conversions"):
+                np.testing.assert_array_equal(getattr(table, name), getattr(fresh, name))
+            assert [fitted.rows[p] for p in paths] == list(range(len(paths)))
+            for model in ("shapley", "markov"):
+                np.testing.assert_array_equal(fitted.weights[model],
+                                              models.touch_weights(fresh, model))
