@@ -121,6 +121,12 @@ def collect_garbage_rarely() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
+def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
+    # PyFlink 2.2's process-mode map state reads put_all's argument as (key, value) pairs;
+    # the thread-mode one wants a dict
+    state.put_all(values.items() if process_mode else values)
+
+
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """One Kafka message (a whole OTLP batch) -> touchpoints and conversions, in batches
     per user bucket: (bucket, newest event time, events).
@@ -269,9 +275,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.progress.update((changes.progress.compacted, changes.progress.advances))
 
     def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
-        # PyFlink 2.2's process-mode map state reads put_all's argument as (key, value)
-        # pairs; the thread-mode one wants a dict
-        state.put_all(values.items() if self.process_mode else values)
+        put_all(state, values, self.process_mode)
 
     def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
         due = book.next_due()
@@ -322,13 +326,20 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     and only counts per path of the journeys that did not convert) and wait in state until
     the watermark passes the period's end."""
 
-    def __init__(self, models: tuple[str, ...], params: ModelParams) -> None:
+    def __init__(self, models: tuple[str, ...], params: ModelParams,
+                 process_mode: bool = False) -> None:
         self.models = models
         self.params = params
+        self.process_mode = process_mode
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
-        self.counts = runtime_context.get_state(
+        # One entry per distinct path, (row, path, conversions, non-conversions), so a
+        # refit stores only the paths it counted (not all of them, tens of thousands, as
+        # one value); the row keeps first-seen order across a restore.
+        self.cells = runtime_context.get_map_state(
+            MapStateDescriptor("path-cells", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        self.legacy_counts = runtime_context.get_state(  # before: the whole dict, one value
             ValueStateDescriptor("path-counts", Types.PICKLED_BYTE_ARRAY()))
         self.pending = runtime_context.get_list_state(
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
@@ -336,6 +347,26 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         # read from state once after a (re)start, not once per refit, and the refit's
         # index of their paths kept with them.
         self.path_counts: PathCounts | None = None
+
+    def _counts(self) -> PathCounts:
+        if self.path_counts is None:
+            legacy = self.legacy_counts.value()
+            if legacy:  # state written by an earlier version: moved into the map
+                self.path_counts = PathCounts(legacy)
+                self.path_counts.changed.update(legacy)
+                self.legacy_counts.clear()
+            else:
+                self.path_counts = PathCounts({path: [conversions, non_conversions]
+                                               for _, path, conversions, non_conversions
+                                               in sorted(self.cells.values())})
+        return self.path_counts
+
+    def _store_counts(self, counts: PathCounts) -> None:
+        if counts.changed:
+            rows, cells = counts.rows(), counts.counts
+            put_all(self.cells, {orjson.dumps(path).decode(): (rows[path], path, *cells[path])
+                                 for path in counts.changed}, self.process_mode)
+            counts.changed.clear()
 
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
         periods: list[PeriodWire] = pickle.loads(payload)
@@ -365,15 +396,13 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.pending.update(rest)
         else:
             self.pending.clear()
-        if self.path_counts is None:
-            self.path_counts = PathCounts(self.counts.value() or {})
-        counts = self.path_counts
+        counts = self._counts()
         for end in sorted(due):
             converted, unconverted = due[end]
             yield from credit_messages.encode_chunks(conversion_credit_rows(
                 counts, converted_from_wire(converted), unconverted, self.models,
                 self.params))
-        self.counts.update(counts.counts)
+        self._store_counts(counts)
 
 
 class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
@@ -446,20 +475,20 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     refit_ms = int(attribution.refit_every_s * 1000)
     per_conversion = tuple(m for m in attribution.models if m in PER_CONVERSION_MODELS)
     data_driven = tuple(m for m in attribution.models if m in DATA_DRIVEN_MODELS)
+    process_mode = config.flink.python_execution_mode == "process"
     attributed = (decoded
                   .assign_timestamps_and_watermarks(watermarks).name("event-time")
                   .uid("event-time")
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(journey, per_conversion, params,
-                                             refit_ms if data_driven else None,
-                                             config.flink.python_execution_mode == "process"),
+                                             refit_ms if data_driven else None, process_mode),
                            output_type=Types.STRING())
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
     if data_driven:
         fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(FitDataDrivenModels(data_driven, params),
+                  .process(FitDataDrivenModels(data_driven, params, process_mode),
                            output_type=Types.STRING())
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)

@@ -52,9 +52,9 @@ class _PathIndex:
         self.steps = array("q")  # every indexed path's channels, first-seen ids
         self.lengths = array("q")
 
-    def table(self, counts: dict[Path, list[float]]) -> JourneyTable:
-        """The JourneyTable `from_paths` makes of `counts` (rows in the dict's order),
-        indexing only the paths added since the last call (a dict only appends)."""
+    def update(self, counts: dict[Path, list[float]]) -> dict[Path, int]:
+        """Index the paths added to `counts` since the last call (a dict only appends);
+        returns every path's row."""
         ids, steps, rows = self.channel_ids, self.steps, self.rows
         for path in islice(counts, len(rows), None):
             rows[path] = len(rows)
@@ -64,6 +64,12 @@ class _PathIndex:
                     code = ids[channel] = len(ids)
                 steps.append(code)
             self.lengths.append(len(path))
+        return rows
+
+    def table(self, counts: dict[Path, list[float]]) -> JourneyTable:
+        """The JourneyTable `from_paths` makes of `counts` (rows in the dict's order)."""
+        ids, steps = self.channel_ids, self.steps
+        self.update(counts)
         names = sorted(ids)
         rank = np.empty(len(names), np.int64)
         rank[[ids[name] for name in names]] = np.arange(len(names))
@@ -78,9 +84,11 @@ class PathCounts:
     """Conversions and non-conversions per distinct path, in first-seen order.
 
     Paths are only ever added (to `counts`, directly or by `add_path`): a fit indexes the
-    new ones and reuses the codes of the rest."""
+    new ones and reuses the codes of the rest. `changed` collects the paths `add_path`
+    touched, for a caller that stores only what changed."""
 
     counts: dict[Path, list[float]] = field(default_factory=dict)
+    changed: set[Path] = field(default_factory=set, init=False, repr=False, compare=False)
     _index: _PathIndex = field(default_factory=_PathIndex, init=False, repr=False,
                                compare=False)
 
@@ -93,6 +101,11 @@ class PathCounts:
         cell = self.counts.setdefault(path, [0.0, 0.0])
         cell[0] += conversions
         cell[1] += non_conversions
+        self.changed.add(path)
+
+    def rows(self) -> dict[Path, int]:
+        """Each path's row: its place in first-seen order."""
+        return self._index.update(self.counts)
 
     def fit(self, models: Sequence[str],
             params: batch_models.ModelParams | None = None) -> FittedModels:
