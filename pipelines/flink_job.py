@@ -341,8 +341,15 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             MapStateDescriptor("path-cells", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         self.legacy_counts = runtime_context.get_state(  # before: the whole dict, one value
             ValueStateDescriptor("path-counts", Types.PICKLED_BYTE_ARRAY()))
-        self.pending = runtime_context.get_list_state(
+        # Closed journeys waiting for their period to end: one entry per arrival, keyed
+        # "period end:arrival number", so a timer reads only the periods it settles
+        # (reading one list of everything pending at every timer grew with the backlog).
+        self.pending = runtime_context.get_map_state(
+            MapStateDescriptor("pending-periods", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        self.legacy_pending = runtime_context.get_list_state(  # before: one list of all
             ListStateDescriptor("closed-journeys", Types.PICKLED_BYTE_ARRAY()))
+        self.waiting: dict[int, list[str]] | None = None  # period end -> its entries' keys
+        self.arrivals = 0
         # The counts in memory between refits (one key: this operator alone writes them);
         # read from state once after a (re)start, not once per refit, and the refit's
         # index of their paths kept with them.
@@ -368,37 +375,56 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                                  for path in counts.changed}, self.process_mode)
             counts.changed.clear()
 
+    def _waiting(self) -> dict[int, list[str]]:
+        """The pending entries' keys by period end, in arrival order (from the stored keys
+        once after a (re)start)."""
+        if self.waiting is None:
+            keys = self.pending.keys()  # noqa: SIM118 (Flink's map state, not a dict)
+            arrivals = sorted((int(number), int(end), key) for key in keys
+                              for end, number in [key.split(":")])
+            self.waiting = {}
+            for _, end, key in arrivals:
+                self.waiting.setdefault(end, []).append(key)
+            self.arrivals = arrivals[-1][0] + 1 if arrivals else 0
+            legacy = self.legacy_pending.get()
+            if legacy:  # state written by an earlier version: moved into the map
+                self._add(list(legacy))
+                self.legacy_pending.clear()
+        return self.waiting
+
+    def _add(self, periods: list[PeriodWire]) -> None:
+        waiting, entries = self._waiting(), {}
+        for period in periods:
+            key = f"{period[0]}:{self.arrivals}"
+            self.arrivals += 1
+            entries[key] = period
+            waiting.setdefault(period[0], []).append(key)
+        put_all(self.pending, entries, self.process_mode)
+
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
         periods: list[PeriodWire] = pickle.loads(payload)
-        for period in periods:
-            self.pending.add(period)
-            ctx.timer_service().register_event_time_timer(period[0])
+        self._add(periods)
+        for end in {period[0] for period in periods}:
+            ctx.timer_service().register_event_time_timer(end)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
-        # Every period the watermark has passed is settled now, in period order: a replay
-        # moves the watermark over many periods at once, and reading the pending list
-        # once per jump (not once per period) keeps that linear.
+        # Every period the watermark has passed is settled now, in period order (a replay
+        # moves the watermark over many periods at once).
         watermark = max(timestamp, ctx.timer_service().current_watermark())
-        due: dict[int, tuple[list[tuple[Any, ...]], dict[tuple[str, ...], float]]] = {}
-        rest = []
-        for period in self.pending.get() or []:
-            end, converted, unconverted = period
-            if end > watermark:
-                rest.append(period)
-                continue
-            group = due.setdefault(end, ([], {}))
-            group[0].extend(converted)
-            for path, count in unconverted.items():
-                group[1][path] = group[1].get(path, 0.0) + count
+        waiting = self._waiting()
+        due = sorted(end for end in waiting if end <= watermark)
         if not due:
             return
-        if rest:
-            self.pending.update(rest)
-        else:
-            self.pending.clear()
         counts = self._counts()
-        for end in sorted(due):
-            converted, unconverted = due[end]
+        for end in due:
+            converted: list[tuple[Any, ...]] = []
+            unconverted: dict[tuple[str, ...], float] = {}
+            for key in waiting.pop(end):
+                _, journeys, paths = self.pending.get(key)
+                self.pending.remove(key)
+                converted += journeys
+                for path, count in paths.items():
+                    unconverted[path] = unconverted.get(path, 0.0) + count
             yield from credit_messages.encode_chunks(conversion_credit_rows(
                 counts, converted_from_wire(converted), unconverted, self.models,
                 self.params))

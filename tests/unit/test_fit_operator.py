@@ -31,6 +31,15 @@ class StoredMap:
     def values(self) -> list[Any]:
         return [pickle.loads(value) for value in self.stored.values()]
 
+    def keys(self) -> list[Any]:
+        return list(self.stored)
+
+    def get(self, key: Any) -> Any:
+        return pickle.loads(self.stored[key])
+
+    def remove(self, key: Any) -> None:
+        del self.stored[key]
+
 
 class StoredValue:
     def __init__(self) -> None:
@@ -82,6 +91,13 @@ class Backend:
         return self._get(descriptor, StoredList)
 
 
+class Named:
+    """A state descriptor: only its name matters here."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class Timers:
     def __init__(self) -> None:
         self.watermark = -2**63
@@ -123,18 +139,33 @@ def closed_journeys(seed: int, periods: int) -> list[list[ClosedJourney]]:
     return out
 
 
+def wire_of(journeys: list[ClosedJourney]) -> list[Any]:
+    return periods_to_wire(journeys, lambda ts: period_end(ts, PERIOD_MS))
+
+
 def run(operator: FitDataDrivenModels, backend: Backend, periods: list[list[ClosedJourney]],
-        timers: Timers) -> list[str]:
+        timers: Timers, settle: bool = True) -> list[str]:
+    """Each period's journeys in two arrivals, then (with `settle`) the watermark moved
+    to the period's end."""
     operator.open(backend)  # type: ignore[arg-type]
     ctx = Context(timers)
     out: list[str] = []
     for journeys in periods:
-        wire = periods_to_wire(journeys, lambda ts: period_end(ts, PERIOD_MS))
-        operator.process_element(pickle.dumps(wire), ctx)  # type: ignore[arg-type]
-        end = wire[0][0]
-        timers.watermark = end
-        out += operator.on_timer(end, ctx)  # type: ignore[arg-type]
+        half = len(journeys) // 2
+        for part in (journeys[:half], journeys[half:]):
+            operator.process_element(pickle.dumps(wire_of(part)), ctx)  # type: ignore[arg-type]
+        if settle:
+            end = wire_of(journeys)[0][0]
+            timers.watermark = end
+            out += operator.on_timer(end, ctx)  # type: ignore[arg-type]
     return out
+
+
+def settle_all(operator: FitDataDrivenModels, backend: Backend, timers: Timers) -> list[str]:
+    """A restored operator, the watermark moved past every pending period."""
+    operator.open(backend)  # type: ignore[arg-type]
+    timers.watermark = max(timers.registered)
+    return list(operator.on_timer(timers.watermark, Context(timers)))  # type: ignore[arg-type]
 
 
 def operator() -> FitDataDrivenModels:
@@ -164,10 +195,40 @@ def test_counts_stored_as_one_value_by_an_earlier_version_move_into_the_map():
     first = run(before, Backend(), periods[:3], timers)
     legacy = Backend()
     assert before.path_counts is not None
-    legacy.get_state(type("D", (), {"name": "path-counts"})).update(before.path_counts.counts)
+    legacy.get_state(Named("path-counts")).update(before.path_counts.counts)
     rest = run(operator(), legacy, periods[3:], timers)
     assert first + rest == whole
     assert legacy.states["path-counts"].value() is None
     stored = sorted(legacy.states["path-cells"].values())
     moved = {path: [conversions, non] for _, path, conversions, non in stored}
     assert set(before.path_counts.counts) <= set(moved)
+
+
+def test_periods_pending_at_a_restore_are_settled_as_if_uninterrupted():
+    periods = closed_journeys(11, 7)
+    whole = run(operator(), Backend(), periods, Timers())
+
+    backend, timers = Backend(), Timers()
+    first = run(operator(), backend, periods[:4], timers)
+    run(operator(), backend, periods[4:], timers, settle=False)  # three periods pending
+    assert len(backend.states["pending-periods"].stored) == 6
+    rest = settle_all(operator(), copy.deepcopy(backend), timers)
+    assert first + rest == whole
+
+
+def test_periods_pending_in_the_list_an_earlier_version_kept_move_into_the_map():
+    periods = closed_journeys(13, 5)
+    whole = run(operator(), Backend(), periods, Timers())
+
+    backend, timers = Backend(), Timers()
+    first = run(operator(), backend, periods[:2], timers)
+    legacy = copy.deepcopy(backend)
+    for journeys in periods[2:]:  # as the earlier version stored them: one list entry each
+        for part in (journeys[:len(journeys) // 2], journeys[len(journeys) // 2:]):
+            for period in wire_of(part):
+                legacy.get_list_state(Named("closed-journeys")).add(period)
+                timers.registered.add(period[0])
+    rest = settle_all(operator(), legacy, timers)
+    assert first + rest == whole
+    assert legacy.states["closed-journeys"].get() == []
+    assert legacy.states["pending-periods"].stored == {}
