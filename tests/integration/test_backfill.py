@@ -133,23 +133,15 @@ def streamed(kafka, flink, tmp_path_factory) -> Streamed:
 
 
 def final_reports(rows: list[dict]) -> dict[tuple, dict]:
-    """The rows of each day's last report on the roi topic, by key.
+    """The roi topic read as its consumers read it, a changelog: the latest row per key.
 
-    The ROI job reports a day again when late input arrives (data-driven credits come when
-    their refit period closes), and a key the new report lacks is not retracted: an
-    `unallocated` row of the first report can outlive its cause under "latest row per key".
-    A report is a run of consecutive rows of one day in which no key repeats."""
-    reports: dict[str, dict[tuple, dict]] = {}
-    previous_day = None
-    for row in rows:
-        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
-               row.get("cost_kind"), row["key"])
-        day = row["day"]
-        if day != previous_day or key in reports[day]:
-            reports[day] = {}
-        reports[day][key] = row
-        previous_day = day
-    return {key: row for report in reports.values() for key, row in report.items()}
+    A day is reported again when late input arrives (data-driven credits come when their
+    refit period closes; a source that idles lets the watermark pass a day before all its
+    credits are in), and a later report may start with keys the earlier one lacked, so
+    reports cannot be told apart by repeated keys. Keys of `roi` rows only grow; an
+    `unallocated` key a later report drops comes again with amount 0."""
+    return {(row["kind"], row["model"], row["day"], row.get("dimension"),
+             row.get("cost_kind"), row["key"]): row for row in rows}
 
 
 def warehouse_for(streamed: Streamed, kafka: str, url: str) -> StreamingJobConfig:
