@@ -5,8 +5,8 @@ Starts its own Kafka broker in a temporary folder, publishes the sample populati
 with the OpenTelemetry SDK and the project's span exporter, 500 spans per message; cached
 under .cache/bench/ so that reruns skip the SDK) into a topic, then times side by side on
 the same topic:
-  ceiling   a plain consumer (confluent-kafka, librdkafka) + decode_spans, one process,
-            nothing else
+  ceiling   a plain consumer (confluent-kafka, librdkafka) + decode_spans as the job
+            calls it (GPU calls checked, not built), one process, nothing else
   job       the Flink attribution job, bounded (read to the end, then finish), and the
             same job on an empty topic (start-up and shutdown alone), so the difference
             is the time spent on the data
@@ -158,12 +158,12 @@ def decode_only(bootstrap: str, topic: str) -> tuple[float, float, int]:
             read += 1
             value = message.value() or b""
             payloads.append(value)
-            spans += decode_spans(value).spans
+            spans += decode_spans(value, gpu_calls=False).spans
     seconds = time.perf_counter() - started
     consumer.close()
     started = time.perf_counter()
     for payload in payloads:
-        decode_spans(payload)
+        decode_spans(payload, gpu_calls=False)
     return seconds, time.perf_counter() - started, spans
 
 

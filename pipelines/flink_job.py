@@ -150,7 +150,9 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         collect_garbage_rarely()
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        decoded = decode_spans(value, self.encoding)
+        # GPU calls feed the cost job; this job attributes touches and orders: it checks
+        # them (dead-letters the invalid ones) but does not build them
+        decoded = decode_spans(value, self.encoding, gpu_calls=False)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
         # per bucket: touches and conversions as plain tuples (journey_wire's EventsWire)
@@ -159,10 +161,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         used = late = 0
         newest, buckets, slack = self.newest_ms, self.buckets, self.slack_ms
         for record in decoded.records:
-            # GPU calls feed the cost job; this job attributes touches and orders.
             kind = type(record)
-            if kind is not Touchpoint and kind is not Conversion:
-                continue
             used += 1
             ts = record.ts_ms
             if ts > newest:

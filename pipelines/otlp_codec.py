@@ -26,8 +26,12 @@ from schemas.telemetry import (
     CAMPAIGN,
     CHANNEL,
     CONTRACT_KEYS,
+    GPU_UUID,
+    GPU_WORKLOAD,
+    K8S_POD,
     KEYS_READ,
     MAX_TEXT,
+    ORDER_ID,
     USER_ID,
     InvalidSpan,
     record_kind,
@@ -50,6 +54,7 @@ class Decoded:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     spans: int = 0
     ignored: int = 0  # ordinary tracing spans with no pipeline meaning
+    unbuilt_gpu_calls: int = 0  # valid GPU calls counted, not built (gpu_calls=False)
     latest_ns: int = 0  # spans starting after this are dead-lettered (clock skew)
 
 
@@ -104,7 +109,40 @@ def _plain_touchpoint(span: Any, latest_ns: int) -> Touchpoint | None:
                              span.trace_id.hex(), span.span_id.hex()))
 
 
-def _decode_proto(payload: bytes, out: Decoded) -> None:
+_GPU_KEYS = KEYS_READ["gpu_call"]
+
+
+def _gpu_calls_checked_by_span(resource: dict[str, Any]) -> bool:
+    """Whether a resource leaves a GPU call's kind and validity to its span: it names no
+    touch or order, and the GPU call fields it fills in are valid text."""
+    return CHANNEL not in resource and ORDER_ID not in resource and all(
+        type(resource[key]) is str and len(resource[key]) <= MAX_TEXT
+        for key in _GPU_KEYS if key in resource)
+
+
+def _plainly_valid_gpu_call(span: Any, resource: dict[str, Any], latest_ns: int) -> bool:
+    """Whether `span_to_record` makes a GPU call of this span (and `_classify` keeps it):
+    a span that is one by its keys, its times in order and not in the future, and the
+    GPU call fields it has non-empty text. False for anything else (the general path
+    decides). The resource must pass `_gpu_calls_checked_by_span`."""
+    raw = span.attributes
+    if CHANNEL in raw or ORDER_ID in raw:
+        return False
+    if not (GPU_UUID in raw or GPU_UUID in resource
+            or ((K8S_POD in raw or K8S_POD in resource)
+                and (GPU_WORKLOAD in raw or GPU_WORKLOAD in resource))):
+        return False
+    start = span.start_time_unix_nano
+    if not 0 < start <= min(span.end_time_unix_nano, latest_ns):
+        return False
+    for key in _GPU_KEYS:
+        value = raw.get(key)
+        if value is not None and not 0 < len(value.string_value) <= MAX_TEXT:
+            return False
+    return True
+
+
+def _decode_proto(payload: bytes, out: Decoded, gpu_calls: bool) -> None:
     request = LeanTraceRequest.FromString(payload)
     latest_ns = out.latest_ns
     for resource_spans in request.resource_spans:
@@ -115,6 +153,9 @@ def _decode_proto(payload: bytes, out: Decoded) -> None:
         # ... unless a resource says something about touches: then every span goes the
         # general way
         plain_touches = _TOUCH_KEYS.isdisjoint(resource)
+        # GPU calls the caller does not want are only checked (a fifth of a typical
+        # stream's spans: the attribution job drops them, the GPU cost job reads them)
+        check_gpu_calls = not gpu_calls and _gpu_calls_checked_by_span(resource)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 out.spans += 1
@@ -123,6 +164,9 @@ def _decode_proto(payload: bytes, out: Decoded) -> None:
                     if touch is not None:
                         out.records.append(touch)
                         continue
+                if check_gpu_calls and _plainly_valid_gpu_call(span, resource, latest_ns):
+                    out.unbuilt_gpu_calls += 1
+                    continue
                 raw = span.attributes
                 # Most spans are recognised by key alone (a lookup in the parsed map is one
                 # C call); only the values their record is made of are converted.
@@ -137,7 +181,8 @@ def _decode_proto(payload: bytes, out: Decoded) -> None:
                         attrs[key] = _attr_value(raw[key])
                 _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
                           span.start_time_unix_nano, span.end_time_unix_nano,
-                          lambda raw=raw: {k: _any_value(v) for k, v in raw.items()})
+                          lambda raw=raw: {k: _any_value(v) for k, v in raw.items()},
+                          gpu_calls)
 
 
 # --- OTLP/JSON -----------------------------------------------------------------------
@@ -164,7 +209,7 @@ def _json_attrs(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _json_value(item.get("value") or {}) for item in items or ()}
 
 
-def _decode_json(payload: bytes, out: Decoded) -> None:
+def _decode_json(payload: bytes, out: Decoded, gpu_calls: bool) -> None:
     request = json.loads(payload)
     if not isinstance(request, dict):
         raise ValueError("top level is not a JSON object")
@@ -181,16 +226,17 @@ def _decode_json(payload: bytes, out: Decoded) -> None:
                           str(span.get("name", "")),
                           int(_get(span, "startTimeUnixNano", "start_time_unix_nano", 0)),
                           int(_get(span, "endTimeUnixNano", "end_time_unix_nano", 0)),
-                          lambda attrs=attrs: attrs)
+                          lambda attrs=attrs: attrs, gpu_calls)
 
 
 # --- shared --------------------------------------------------------------------------
 
 def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, name: str,
-              start_ns: int, end_ns: int, span_attrs: Callable[[], dict[str, Any]]) -> None:
+              start_ns: int, end_ns: int, span_attrs: Callable[[], dict[str, Any]],
+              gpu_calls: bool) -> None:
     """`attrs`: at least the attributes a record is made of, the span's over its
     resource's; `span_attrs` gives all of the span's own (for the dead letter of a span
-    that breaks the contract)."""
+    that breaks the contract); `gpu_calls`: keep GPU calls (else only count them)."""
     try:
         record = span_to_record(attrs, trace_id, span_id, start_ns, end_ns)
         if record is not None and start_ns > out.latest_ns:
@@ -204,6 +250,8 @@ def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, 
         return
     if record is None:
         out.ignored += 1
+    elif not gpu_calls and type(record) is GpuCall:
+        out.unbuilt_gpu_calls += 1
     else:
         out.records.append(record)
 
@@ -214,8 +262,13 @@ def sniff_encoding(payload: bytes) -> str:
     return "otlp_json" if head[:1] in (b"{", b"[") else "otlp_proto"
 
 
-def decode_spans(payload: bytes | None, encoding: str = "auto") -> Decoded:
-    """Decode one message. Never raises: malformed input becomes a dead letter."""
+def decode_spans(payload: bytes | None, encoding: str = "auto",
+                 gpu_calls: bool = True) -> Decoded:
+    """Decode one message. Never raises: malformed input becomes a dead letter.
+
+    `gpu_calls=False`: GPU calls are checked as usual (an invalid one is a dead letter)
+    but only counted (`unbuilt_gpu_calls`), not built, for a reader that needs touches and
+    orders alone."""
     out = Decoded(latest_ns=time.time_ns() + int(MAX_FUTURE_S * 1e9))
     if not payload:
         out.dead_letters.append(DeadLetter("empty_message", "message value is empty", b""))
@@ -223,9 +276,9 @@ def decode_spans(payload: bytes | None, encoding: str = "auto") -> Decoded:
     kind = sniff_encoding(payload) if encoding == "auto" else encoding
     try:
         if kind == "otlp_proto":
-            _decode_proto(payload, out)
+            _decode_proto(payload, out, gpu_calls)
         elif kind == "otlp_json":
-            _decode_json(payload, out)
+            _decode_json(payload, out, gpu_calls)
         else:
             raise ValueError(f"unknown encoding {kind!r}; expected one of {ENCODINGS}")
     except (DecodeError, ValueError, TypeError, KeyError, AttributeError) as error:

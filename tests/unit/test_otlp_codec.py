@@ -172,3 +172,69 @@ def test_touches_off_the_plain_path_are_read_as_the_contract_says():
                        resource={"user.id": "from-resource"})
     assert decode_spans(encode_spans(spans).SerializePartialToString()).records[0].user_id \
         == "from-resource"
+
+
+def test_gpu_calls_left_unbuilt_are_counted_and_invalid_ones_still_dead_lettered(monkeypatch):
+    """`gpu_calls=False` (the attribution job) gives what the full decode gives, less the
+    GPU call records, which it counts: same touches and orders, same dead letters."""
+    import random
+
+    from pipelines import otlp_codec
+
+    rng = random.Random(7)
+    values = [None, None, None, "GPU-1", "GPU-1", "GPU-1", "GPU-1", "", "x" * 300, 7, True, 2.5]
+    future = time.time_ns() + 2 * 3600 * 10**9
+    keys = ("gpu.uuid", "gpu.workload", "k8s.pod.name", "k8s.namespace.name", "user.id",
+            "enduser.id", "marketing.channel", "order.id")
+    payloads = []
+    for _ in range(60):
+        specs = []
+        for n in range(12):
+            attrs = {key: value for key in keys
+                     if (value := rng.choice(values if key.startswith(("gpu", "k8s", "user",
+                                                                         "enduser"))
+                                             else [None] * 6 + ["email"])) is not None}
+            start = rng.choice([T0] * 6 + [0, future])
+            end = rng.choice([start + 1_000_000] * 3 + [start, start - 1])
+            specs.append((f"s{n}", attrs, start, max(end, 0)))
+        resource = rng.choice([{"service.name": "shop"}, {"k8s.pod.name": "pod-7"},
+                               {"k8s.pod.name": "y" * 300}, {"gpu.uuid": "GPU-9"},
+                               {"marketing.channel": "email", "user.id": "r"}])
+        payloads.append(encode_spans(make_spans(specs, resource=resource))
+                        .SerializePartialToString())
+    # and each rule of a GPU call broken once, on a span that is otherwise plainly one
+    plain = {"gpu.uuid": "GPU-1", "gpu.workload": "ranker", "user.id": "u1"}
+    edges = [({}, T0, T0 + 1), ({}, T0, T0 - 1), ({}, 0, 1), ({}, future, future + 1),
+             ({"marketing.channel": "email", "enduser.id": "legacy"}, T0, T0 + 1),
+             ({"order.id": "o1", "order.revenue": 1.0}, T0, T0 + 1)]
+    edges += [({key: bad}, T0, T0 + 1) for key in keys[:6] for bad in ("", 7, True, "x" * 300)]
+    specs = [(f"e{n}", {**{k: v for k, v in plain.items() if not (k == "user.id" and
+                                                                  "enduser.id" in extra)},
+                        **extra}, start, end)
+             for n, (extra, start, end) in enumerate(edges)]
+    for resource in ({"k8s.pod.name": "pod-7"}, {"k8s.pod.name": "y" * 300},
+                     {"marketing.channel": "email"}, {"k8s.namespace.name": 5},
+                     {"k8s.namespace.name": True}):
+        payloads.append(encode_spans(make_spans(specs, resource=resource))
+                        .SerializePartialToString())
+    gpu_calls = 0
+    for payload in payloads:
+        full, lean = decode_spans(payload), decode_spans(payload, gpu_calls=False)
+        built = [r for r in full.records if isinstance(r, GpuCall)]
+        gpu_calls += len(built)
+        assert lean.records == [r for r in full.records if not isinstance(r, GpuCall)]
+        assert lean.dead_letters == full.dead_letters
+        assert (lean.spans, lean.ignored, lean.unbuilt_gpu_calls) == \
+            (full.spans, full.ignored, len(built))
+        assert full.unbuilt_gpu_calls == 0
+    assert gpu_calls > 40  # the draw makes valid GPU calls, and invalid ones:
+    assert sum(len(decode_spans(p).dead_letters) for p in payloads) > 40
+
+    # a plainly valid GPU call is only checked: no record is made of it
+    made = []
+    monkeypatch.setattr(otlp_codec, "span_to_record",
+                        lambda *args: made.append(args) or None)
+    plain = make_spans([("call", {"gpu.uuid": "GPU-1", "gpu.workload": "ranker",
+                                  "user.id": "u1"}, T0)], resource={"k8s.pod.name": "pod-7"})
+    out = decode_spans(encode_spans(plain).SerializePartialToString(), gpu_calls=False)
+    assert (out.unbuilt_gpu_calls, made) == (1, [])
