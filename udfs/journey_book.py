@@ -88,8 +88,14 @@ class JourneyBook:
         self.progress = Progress(-(2**63))
         self._next_batch = 0
         self._batch_due: list[tuple[int, int]] = []  # heap: (earliest event, batch id)
-        self._wake: dict[str, int] = {}  # user -> when they next need attention
-        self._wake_due: list[tuple[int, str]] = []  # heap, entries may be stale
+        # When each user next needs attention, and a heap that holds, for every user in
+        # `_wake`, one entry at or before that time (`_queued`: the time of that entry).
+        # A touch moves a user's wake-up later; the entry is left where it is and moved
+        # on only when it comes due, so a busy user costs one heap entry per lookback, not
+        # one per event.
+        self._wake: dict[str, int] = {}
+        self._queued: dict[str, int] = {}
+        self._wake_due: list[tuple[int, str]] = []  # heap; entries not in _queued are stale
         # since the last compaction: what the stored snapshot does not have yet
         self._changed_users: set[str] = set()
         self._finished_batches: set[int] = set()  # stored, but nothing left waiting
@@ -207,10 +213,20 @@ class JourneyBook:
                 self._cut_batches.add(batch_id)
             else:
                 self._finished_batches.add(batch_id)
-        while self._wake_due and self._wake_due[0][0] <= watermark:
-            at, user = heapq.heappop(self._wake_due)
-            if self._wake.get(user) == at:
+        wakes, queued, wake_due = self._wake, self._queued, self._wake_due
+        while wake_due and wake_due[0][0] <= watermark:
+            at, user = heapq.heappop(wake_due)
+            if queued.get(user) != at:
+                continue  # stale
+            due = wakes.get(user)
+            if due is None:
+                del queued[user]
+            elif due <= watermark:
+                del queued[user]
                 ready.setdefault(user, [])
+            else:  # moved on since it was queued
+                queued[user] = due
+                heapq.heappush(wake_due, (due, user))
         closed: list[ClosedJourney] = []
         config, users = self.config, self.users
         self._changed_users.update(ready)
@@ -222,19 +238,41 @@ class JourneyBook:
                 closed += journeys
             if state is None:  # nothing left to remember about this user
                 users.pop(user, None)
-                self._wake.pop(user, None)
-            else:
-                users[user] = state
-                self._set_wake(user, wake)
+                wakes.pop(user, None)
+                continue
+            users[user] = state
+            if wake is not None:  # _set_wake, inline: this runs for every user stepped
+                wakes[user] = wake
+                at = queued.get(user)
+                if at is None or wake < at:
+                    queued[user] = wake
+                    heapq.heappush(wake_due, (wake, user))
         return closed
 
     def _set_wake(self, user: str, at: int | None) -> None:
-        if at is None or self._wake.get(user) == at:
+        if at is None:
             return
         self._wake[user] = at
-        heapq.heappush(self._wake_due, (at, user))
+        queued = self._queued.get(user)
+        if queued is None or at < queued:
+            self._queued[user] = at
+            heapq.heappush(self._wake_due, (at, user))
 
     def _drop_stale_wakes(self) -> None:
-        heap = self._wake_due
-        while heap and self._wake.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
+        """Bring the heap's first entry to the earliest wake-up: stale entries dropped,
+        one that was moved on queued again at its time."""
+        heap, wakes, queued = self._wake_due, self._wake, self._queued
+        while heap:
+            at, user = heap[0]
+            if queued.get(user) != at:
+                heapq.heappop(heap)
+                continue
+            due = wakes.get(user)
+            if due == at:
+                return
+            if due is None:
+                del queued[user]
+                heapq.heappop(heap)
+            else:
+                queued[user] = due
+                heapq.heapreplace(heap, (due, user))

@@ -159,6 +159,40 @@ def test_next_due_is_the_earliest_waiting_event_or_wake_up():
     assert book.next_due() == 5 * DAY_MS + CFG.lookback_ms + 1
 
 
+def test_a_busy_users_wake_up_moves_with_their_touches_and_fires_on_time():
+    book = JourneyBook(CFG)
+    # a touch a day for 40 days: the open journey can close only 30 days after the last
+    last = 0
+    for day in range(40):
+        last = day * DAY_MS + 1
+        book.add([touch("u", last)], watermark=-1)
+        assert book.advance(last).closed == []
+    # one queued wake-up for the user, moved on when it comes due, not one per touch
+    assert len(book._wake_due) == 1
+    assert book.next_due() == last + CFG.lookback_ms + 1
+    assert book.advance(last + CFG.lookback_ms).closed == []
+    closed = book.advance(last + CFG.lookback_ms + 1).closed
+    assert [(type(j).__name__, len(j.touches), j.close_ts_ms) for j in closed] == [
+        ("NonConvertingJourney", 31, last + CFG.lookback_ms + 1)]
+    assert book.next_due() is None
+
+
+def test_a_wake_up_moved_earlier_fires_at_the_earlier_time():
+    short = JourneyConfig(lookback_days=30, history_days=100, winback_days=90)
+    book = JourneyBook(short)
+    book.add([order("u", DAY_MS, "o")], watermark=-1)
+    book.advance(DAY_MS)
+    assert book.next_due() == DAY_MS + short.history_ms + 1  # the order history
+    book.add([touch("u", 2 * DAY_MS)], watermark=-1)
+    book.advance(2 * DAY_MS)
+    assert book.next_due() == 2 * DAY_MS + short.lookback_ms + 1  # now the open touch
+    closed = book.advance(2 * DAY_MS + short.lookback_ms + 1).closed
+    assert [j.close_ts_ms for j in closed] == [2 * DAY_MS + short.lookback_ms + 1]
+    assert book.next_due() == DAY_MS + short.history_ms + 1
+    book.advance(DAY_MS + short.history_ms + 1)
+    assert book.users == {} and book.next_due() is None
+
+
 def test_buckets_are_stable_and_spread():
     assert bucket_of("user-000001", 32) == bucket_of("user-000001", 32)
     counts = [0] * 8
