@@ -213,20 +213,13 @@ class JourneyBook:
                 self._cut_batches.add(batch_id)
             else:
                 self._finished_batches.add(batch_id)
-        wakes, queued, wake_due = self._wake, self._queued, self._wake_due
+        wake_due, queued = self._wake_due, self._queued
+        self._drop_stale_wakes()
         while wake_due and wake_due[0][0] <= watermark:
-            at, user = heapq.heappop(wake_due)
-            if queued.get(user) != at:
-                continue  # stale
-            due = wakes.get(user)
-            if due is None:
-                del queued[user]
-            elif due <= watermark:
-                del queued[user]
-                ready.setdefault(user, [])
-            else:  # moved on since it was queued
-                queued[user] = due
-                heapq.heappush(wake_due, (due, user))
+            user = heapq.heappop(wake_due)[1]  # due: its queued time is its wake-up
+            del queued[user]
+            ready.setdefault(user, [])
+            self._drop_stale_wakes()
         closed: list[ClosedJourney] = []
         config, users = self.config, self.users
         self._changed_users.update(ready)
@@ -238,15 +231,10 @@ class JourneyBook:
                 closed += journeys
             if state is None:  # nothing left to remember about this user
                 users.pop(user, None)
-                wakes.pop(user, None)
-                continue
-            users[user] = state
-            if wake is not None:  # _set_wake, inline: this runs for every user stepped
-                wakes[user] = wake
-                at = queued.get(user)
-                if at is None or wake < at:
-                    queued[user] = wake
-                    heapq.heappush(wake_due, (wake, user))
+                self._wake.pop(user, None)
+            else:
+                users[user] = state
+                self._set_wake(user, wake)
         return closed
 
     def _set_wake(self, user: str, at: int | None) -> None:
@@ -259,8 +247,8 @@ class JourneyBook:
             heapq.heappush(self._wake_due, (at, user))
 
     def _drop_stale_wakes(self) -> None:
-        """Bring the heap's first entry to the earliest wake-up: stale entries dropped,
-        one that was moved on queued again at its time."""
+        """Make the heap's first entry the earliest wake-up: stale entries dropped, one
+        whose user's wake-up moved on since is queued again at the new time."""
         heap, wakes, queued = self._wake_due, self._wake, self._queued
         while heap:
             at, user = heap[0]
