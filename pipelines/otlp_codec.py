@@ -142,47 +142,85 @@ def _plainly_valid_gpu_call(span: Any, resource: dict[str, Any], latest_ns: int)
     return True
 
 
+@dataclass(frozen=True)
+class _ResourceRules:
+    """What a resource's attributes decide for each of its spans."""
+
+    resource: dict[str, Any]  # its contract attributes: they fill in what a span lacks
+    plain_touches: bool  # it says nothing about touches: a span may take the plain path
+    check_gpu_calls: bool  # GPU calls are only checked (not built) and the span may say
+
+
+def _resource_rules(resource_spans: Any, gpu_calls: bool) -> _ResourceRules:
+    resource_all = {key: _any_value(value)
+                    for key, value in resource_spans.resource.attributes.items()}
+    # resource attributes (k8s pod, namespace) fill in what a span does not say
+    resource = {k: v for k, v in resource_all.items() if k in CONTRACT_KEYS}
+    # ... unless a resource says something about touches: then every span goes the
+    # general way.
+    # GPU calls the caller does not want are only checked (a fifth of a typical
+    # stream's spans: the attribution job drops them, the GPU cost job reads them)
+    return _ResourceRules(resource, _TOUCH_KEYS.isdisjoint(resource),
+                          not gpu_calls and _gpu_calls_checked_by_span(resource))
+
+
+def _decode_span(out: Decoded, span: Any, rules: _ResourceRules, gpu_calls: bool) -> None:
+    latest_ns = out.latest_ns
+    if rules.plain_touches:
+        touch = _plain_touchpoint(span, latest_ns)
+        if touch is not None:
+            out.records.append(touch)
+            return
+    resource = rules.resource
+    if rules.check_gpu_calls and _plainly_valid_gpu_call(span, resource, latest_ns):
+        out.unbuilt_gpu_calls += 1
+        return
+    raw = span.attributes
+    # Most spans are recognised by key alone (a lookup in the parsed map is one
+    # C call); only the values their record is made of are converted.
+    kind = record_kind(raw.__contains__ if not resource else
+                       lambda key, raw=raw, res=resource: key in raw or key in res)
+    if kind is None:
+        out.ignored += 1
+        return
+    attrs = dict(resource)
+    for key in KEYS_READ[kind]:
+        if key in raw:
+            attrs[key] = _attr_value(raw[key])
+    _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
+              span.start_time_unix_nano, span.end_time_unix_nano,
+              lambda raw=raw: {k: _any_value(v) for k, v in raw.items()},
+              gpu_calls)
+
+
 def _decode_proto(payload: bytes, out: Decoded, gpu_calls: bool) -> None:
     request = LeanTraceRequest.FromString(payload)
-    latest_ns = out.latest_ns
     for resource_spans in request.resource_spans:
-        resource_all = {key: _any_value(value)
-                        for key, value in resource_spans.resource.attributes.items()}
-        # resource attributes (k8s pod, namespace) fill in what a span does not say
-        resource = {k: v for k, v in resource_all.items() if k in CONTRACT_KEYS}
-        # ... unless a resource says something about touches: then every span goes the
-        # general way
-        plain_touches = _TOUCH_KEYS.isdisjoint(resource)
-        # GPU calls the caller does not want are only checked (a fifth of a typical
-        # stream's spans: the attribution job drops them, the GPU cost job reads them)
-        check_gpu_calls = not gpu_calls and _gpu_calls_checked_by_span(resource)
+        rules = _resource_rules(resource_spans, gpu_calls)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 out.spans += 1
-                if plain_touches:
-                    touch = _plain_touchpoint(span, latest_ns)
-                    if touch is not None:
-                        out.records.append(touch)
-                        continue
-                if check_gpu_calls and _plainly_valid_gpu_call(span, resource, latest_ns):
-                    out.unbuilt_gpu_calls += 1
-                    continue
-                raw = span.attributes
-                # Most spans are recognised by key alone (a lookup in the parsed map is one
-                # C call); only the values their record is made of are converted.
-                kind = record_kind(raw.__contains__ if not resource else
-                                   lambda key, raw=raw, res=resource: key in raw or key in res)
-                if kind is None:
-                    out.ignored += 1
-                    continue
-                attrs = dict(resource)
-                for key in KEYS_READ[kind]:
-                    if key in raw:
-                        attrs[key] = _attr_value(raw[key])
-                _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
-                          span.start_time_unix_nano, span.end_time_unix_nano,
-                          lambda raw=raw: {k: _any_value(v) for k, v in raw.items()},
-                          gpu_calls)
+                _decode_span(out, span, rules, gpu_calls)
+
+
+def decode_proto_spans(payload: bytes, spans: Iterable[tuple[int, int, int]],
+                       latest_ns: int, gpu_calls: bool = True) -> tuple[Decoded, list[int]]:
+    """Only some spans of a well-formed protobuf message, named by (resource, scope, span)
+    index, each exactly as `decode_spans` decodes it (`spans` counts them). Also returns,
+    for each record, the place in `spans` of the span it came from."""
+    request = LeanTraceRequest.FromString(payload)
+    out = Decoded(latest_ns=latest_ns)
+    rules: dict[int, _ResourceRules] = {}
+    origin: list[int] = []
+    for place, (resource_index, scope_index, span_index) in enumerate(spans):
+        resource_spans = request.resource_spans[resource_index]
+        if resource_index not in rules:
+            rules[resource_index] = _resource_rules(resource_spans, gpu_calls)
+        out.spans += 1
+        _decode_span(out, resource_spans.scope_spans[scope_index].spans[span_index],
+                     rules[resource_index], gpu_calls)
+        origin += [place] * (len(out.records) - len(origin))
+    return out, origin
 
 
 # --- OTLP/JSON -----------------------------------------------------------------------

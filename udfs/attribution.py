@@ -13,9 +13,11 @@ from itertools import repeat
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from schemas.records import UNATTRIBUTED, Credit
 from udfs import models as batch_models
+from udfs.journey_columns import ConvertedJourneys, converted_columns
 from udfs.journey_table import JourneyTable
 from udfs.journeys import ConvertedJourney
 
@@ -30,25 +32,17 @@ def validate_models(models: Sequence[str]) -> tuple[str, ...]:
     return batch_models.validate_models(tuple(models))
 
 
-def journeys_table(journeys: Sequence[ConvertedJourney]) -> JourneyTable:
-    """Converted journeys as one table (each journey's weights come out as they would from
-    a table of its own: every model computes journey by journey)."""
-    touches = [t for journey in journeys for t in journey.touches]
-    channels = tuple(sorted({t.channel for t in touches}))
-    code = {c: i for i, c in enumerate(channels)}
-    count = len(touches)
-    lengths = np.fromiter((len(j.touches) for j in journeys), np.int64, len(journeys))
+def journeys_table(journeys: ConvertedJourneys) -> JourneyTable:
+    """Converted journeys (all with touches) as one table (each journey's weights come out
+    as they would from a table of its own: every model computes journey by journey)."""
+    touches = journeys.touches
+    codes, channels = pd.factorize(touches.channel, sort=True)
     return JourneyTable(
-        channels=channels, campaigns=("",),
-        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        touch_channel=np.fromiter((code[t.channel] for t in touches), np.int64, count),
-        touch_campaign=np.zeros(count, np.int64),
-        touch_ts=np.fromiter((t.ts_ms for t in touches), np.int64, count),
+        channels=tuple(channels.tolist()), campaigns=("",), offsets=touches.offsets,
+        touch_channel=codes.astype(np.int64),
+        touch_campaign=np.zeros(len(codes), np.int64), touch_ts=touches.ts_ms,
         conversions=np.ones(len(journeys)), non_conversions=np.zeros(len(journeys)),
-        revenue=np.fromiter((j.conversion.revenue for j in journeys), np.float64,
-                            len(journeys)),
-        conversion_ts=np.fromiter((j.conversion.ts_ms for j in journeys), np.int64,
-                                  len(journeys)))
+        revenue=journeys.revenue, conversion_ts=journeys.ts_ms)
 
 
 def credits_from_weights(journey: ConvertedJourney, model: str,
@@ -75,7 +69,7 @@ CreditRow = tuple[Any, ...]
 """A credit as a plain tuple, in `schemas.records.Credit`'s field order."""
 
 
-def credit_rows(journeys: Sequence[ConvertedJourney],
+def credit_rows(journeys: Sequence[ConvertedJourney] | ConvertedJourneys,
                 weights: Iterable[tuple[str, np.ndarray]]) -> list[CreditRow]:
     """Credit rows of conversions, model after model, from each model's per-touch weights
     (flat over the touches of the journeys that have any, in journey order): what
@@ -85,34 +79,38 @@ def credit_rows(journeys: Sequence[ConvertedJourney],
     at a time was most of what crediting cost. Here the per-touch columns are gathered
     once, each model's are picked by numpy (zero weights left out) and `zip` makes the
     rows in C."""
+    if not isinstance(journeys, ConvertedJourneys):
+        journeys = converted_columns(journeys)
     count = len(journeys)
     if not count:
         return []
-    lengths = np.fromiter((len(journey.touches) for journey in journeys), np.int64, count)
+    touches = journeys.touches
+    lengths = touches.lengths
     slots = np.maximum(lengths, 1)  # a journey without touches: one UNATTRIBUTED row
     total = int(slots.sum())
     slot_touched = np.repeat(lengths > 0, slots)
-    # the conversion's fields, once per row of it (Conversion: user, ts, order, revenue,
-    # currency, ...); transposed by zip in C
-    users, times, orders, revenues, currencies = list(zip(
-        *(journey.conversion for journey in journeys), strict=True))[:5]
-
-    def per_slot(values: Sequence[Any]) -> np.ndarray:
-        return np.repeat(np.array(values, dtype=object), slots)
-
-    # the touches' fields (Touchpoint: user, ts, channel, campaign, ...), a stand-in touch
-    # for a journey without any
-    flat = [touch for journey in journeys
-            for touch in journey.touches or ((None, journey.conversion.ts_ms, UNATTRIBUTED,
-                                              ""),)]
-    touch_times, channels, campaigns = list(zip(*flat, strict=False))[1:4]  # 4 fields read
     first_slot = np.cumsum(slots) - slots
-    columns = (per_slot(orders), per_slot(users), per_slot(times),
-               np.arange(total) - np.repeat(first_slot, slots),
-               np.array(channels, dtype=object), np.array(campaigns, dtype=object),
-               np.array(touch_times, dtype=object))
-    revenue = np.repeat(np.array(revenues, np.float64), slots)
-    currency, stage = per_slot(currencies), per_slot([journey.stage for journey in journeys])
+
+    def per_slot(values: np.ndarray) -> np.ndarray:
+        return np.repeat(values, slots)
+
+    def per_touch(values: np.ndarray, stand_in: np.ndarray) -> np.ndarray:
+        if total == len(values):
+            return values
+        out = np.empty(total, values.dtype)
+        out[slot_touched] = values
+        out[~slot_touched] = stand_in
+        return out
+
+    untouched = lengths == 0
+    columns = (per_slot(journeys.order_id), per_slot(journeys.user_id),
+               per_slot(journeys.ts_ms), np.arange(total) - np.repeat(first_slot, slots),
+               per_touch(touches.channel, np.full(int(untouched.sum()), UNATTRIBUTED,
+                                                  object)),
+               per_touch(touches.campaign, np.full(int(untouched.sum()), "", object)),
+               per_touch(touches.ts_ms, journeys.ts_ms[untouched]))
+    revenue = per_slot(journeys.revenue)
+    currency, stage = per_slot(journeys.currency), per_slot(journeys.stage)
     out: list[CreditRow] = []
     for model, touch_weights in weights:
         weight = np.ones(total)
@@ -125,7 +123,8 @@ def credit_rows(journeys: Sequence[ConvertedJourney],
     return out
 
 
-def per_conversion_credit_rows(journeys: Sequence[ConvertedJourney], models: Sequence[str],
+def per_conversion_credit_rows(journeys: Sequence[ConvertedJourney] | ConvertedJourneys,
+                               models: Sequence[str],
                                params: batch_models.ModelParams | None = None
                                ) -> list[CreditRow]:
     """Per-touch credit rows of conversions under each per-conversion model, all journeys
@@ -134,8 +133,11 @@ def per_conversion_credit_rows(journeys: Sequence[ConvertedJourney], models: Seq
     if unknown:
         raise ValueError(f"{', '.join(unknown)} needs counts over many journeys: see "
                          "udfs.data_driven")
-    touched = [j for j in journeys if j.touches]
-    table = journeys_table(touched) if touched else None
+    if not isinstance(journeys, ConvertedJourneys):
+        journeys = converted_columns(journeys)
+    touched = journeys.touches.lengths > 0
+    table = journeys_table(journeys if touched.all() else journeys.select(touched)) \
+        if touched.any() else None
     return credit_rows(journeys, ((model, batch_models.touch_weights(table, model, params)
                                    if table else np.zeros(0)) for model in models))
 

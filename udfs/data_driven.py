@@ -24,6 +24,7 @@ import numpy as np
 from schemas.records import Credit
 from udfs import models as batch_models
 from udfs.attribution import CreditRow, as_credits, credit_rows
+from udfs.journey_columns import ClosedJourneys, ConvertedJourneys, paths_of
 from udfs.journey_table import JourneyTable, from_coded_paths
 from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
 
@@ -128,12 +129,13 @@ class FittedModels:
     def credit(self, journey: ConvertedJourney) -> list[Credit]:
         return as_credits(self.credit_rows([journey]))
 
-    def credit_rows(self, journeys: Sequence[ConvertedJourney],
+    def credit_rows(self, journeys: Sequence[ConvertedJourney] | ConvertedJourneys,
                     paths: Sequence[Path] | None = None) -> list[CreditRow]:
         """Credit rows of conversions whose paths have been counted, model after model
         (`paths`: the journeys' paths, if the caller has them already)."""
         if paths is None:
-            paths = [path_of(journey) for journey in journeys]
+            paths = paths_of(journeys.touches) if isinstance(journeys, ConvertedJourneys) \
+                else [path_of(journey) for journey in journeys]
         rows = np.fromiter((self.rows[path] for path in paths if path), np.int64)
         starts = self.offsets[rows]
         lengths = self.offsets[rows + 1] - starts
@@ -167,13 +169,15 @@ def credit_conversions(counts: PathCounts, converted: Sequence[ConvertedJourney]
     return as_credits(conversion_credit_rows(counts, converted, unconverted, models, params))
 
 
-def conversion_credit_rows(counts: PathCounts, converted: Sequence[ConvertedJourney],
+def conversion_credit_rows(counts: PathCounts,
+                           converted: Sequence[ConvertedJourney] | ConvertedJourneys,
                            unconverted: Mapping[Path, float], models: Sequence[str],
                            params: batch_models.ModelParams | None = None) -> list[CreditRow]:
     """`credit_conversions` as plain rows (what a stream writes)."""
     for path, count in unconverted.items():
         counts.add_path(path, non_conversions=count)
-    paths = [path_of(journey) for journey in converted]
+    paths = paths_of(converted.touches) if isinstance(converted, ConvertedJourneys) \
+        else [path_of(journey) for journey in converted]
     for path in paths:
         counts.add_path(path, conversions=1.0)
     if not converted:
@@ -192,4 +196,25 @@ def credit_by_period(journeys: Iterable[ClosedJourney], models: Sequence[str],
     out: list[Credit] = []
     for end in sorted(by_period):
         out.extend(credit_period(counts, by_period[end], models, params))
+    return out
+
+
+Period = tuple[int, ConvertedJourneys, dict[Path, float]]
+"""Closed journeys of one refit period, as the fit needs them: (period end, the converted
+journeys, the non-converting ones as counts per path)."""
+
+
+def closed_by_period(closed: ClosedJourneys, period_ms: int) -> list[Period]:
+    """What one step closed, grouped by the refit period each journey closed in."""
+    converted, lapsed = closed.converted, closed.lapsed
+    converted_end = (converted.ts_ms // period_ms + 1) * period_ms - 1
+    lapsed_end = (lapsed.close_ts_ms // period_ms + 1) * period_ms - 1
+    out = []
+    for end in np.union1d(converted_end, lapsed_end).tolist():
+        unconverted: dict[Path, float] = {}
+        here = lapsed_end == end
+        for path in paths_of(lapsed.touches if here.all() else lapsed.touches.select(here)):
+            unconverted[path] = unconverted.get(path, 0.0) + 1.0
+        mine = converted_end == end
+        out.append((end, converted if mine.all() else converted.select(mine), unconverted))
     return out

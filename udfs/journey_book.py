@@ -1,45 +1,54 @@
 """Many users' journeys advanced together by event time: what one key of the stream holds.
 
 The stream is keyed by a bucket of users (`bucket_of`), not by the user: events travel in
-batches (one per message and bucket) and a whole bucket moves forward in one call when
-the watermark passes, so the engine's per-record costs are paid per batch, not per event.
+batches (one per message and bucket, as columns: `schemas.events`) and a whole bucket
+moves forward in one call when the watermark passes, so the engine's per-record costs are
+paid per batch, not per event.
 
-Inside, each user is exactly the `udfs.journeys` state machine: events wait until the
-watermark passes them, then each user's are stepped in event order; a user whose open
-journey could close unconverted, or whose order history runs out, is woken when the
-watermark reaches that time. The journeys that close are the same as when every user is
-stepped on their own (the batch `closed_journeys_of`), whatever the batching.
+Inside, events wait until the watermark passes them; then every waiting event at or before
+it, and every user whose open journey could close unconverted or whose order history runs
+out by then, are stepped together by `udfs.journey_columns.step_users` (the rules of
+`udfs/journeys.py`, over arrays). The journeys that close are the same as when every user
+is stepped on their own (the batch `closed_journeys_of`), whatever the batching.
 
-An engine keeps a `JourneyBook` in memory and writes what each call reports (`Changes`)
-to its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same
-book from that state. What is stored is a snapshot plus a log: the users' states as of the
-last compaction, every batch that arrived since (as it arrived), and the watermarks the
-book advanced to since. Restoring replays those advances, which is exact because an
-advance depends on nothing but the events and the watermark. Every `compact_every`
-advances the book reports the users that changed (once each, however often they changed)
-and the batches it has finished with, and the log starts again: far fewer writes than
-storing every user each time they change.
+The book keeps its users as columns too: per user their last order, next wake-up and a
+block of open touches in a shared pool (the strings of channels and campaigns as codes).
+
+An engine keeps a `JourneyBook` in memory and stores what each call reports (`Changes`) in
+its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same book.
+What is stored is a snapshot plus a log: the whole book as of the last compaction, every
+batch that arrived since (as it arrived) and the watermarks the book advanced to since.
+Restoring replays those advances, which is exact because an advance depends on nothing but
+the events and the watermark. The book compacts (reports a new snapshot and starts the log
+again) once the log has grown as large as the snapshot, and at least `compact_every`
+advances apart, so storing costs in proportion to what arrives.
 """
 
 from __future__ import annotations
 
 import heapq
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from schemas.records import Conversion, Touchpoint
-from udfs.journeys import (
-    ClosedJourney,
-    JourneyConfig,
-    JourneyState,
-    advance_user,
-    event_order,
-    next_wake_up,
+import numpy as np
+
+from schemas.events import EMPTY, EventColumns, OrderColumns, TouchColumns, concat, take
+from udfs.journey_columns import (
+    NONE,
+    ClosedJourneys,
+    ConvertedJourneys,
+    JourneyTouches,
+    LapsedJourneys,
+    ranges_to_rows,
+    step_users,
 )
+from udfs.journeys import JourneyConfig
+from udfs.lifecycle import stages_of
 
-Event = Touchpoint | Conversion
 COMPACT_EVERY = 32
+MAX_LOGGED_ADVANCES = 1024  # bounds the replay after a restart in a quiet period
+NEVER = np.iinfo(np.int64).max
 
 
 def bucket_of(user_id: str, buckets: int) -> int:
@@ -60,44 +69,112 @@ class Progress:
         return self.advances[-1] if self.advances else self.compacted
 
 
+class Snapshot(NamedTuple):
+    """The whole book at a compaction (waiting batches are stored on their own)."""
+
+    users: list[str]
+    rows: np.ndarray  # int64 per user: their row in the book (kept, so that a restored
+    # book steps users in the same order and emits the same journeys in the same order)
+    last_order: np.ndarray  # int64 per user, NONE: none
+    touch_counts: np.ndarray  # int64 per user: their open touches, flat below
+    touch_ts: np.ndarray
+    touch_channel: np.ndarray  # codes into channels
+    touch_campaign: np.ndarray  # codes into campaigns
+    touch_trace: np.ndarray  # object
+    channels: list[str]
+    campaigns: list[str]
+
+
 @dataclass
 class Changes:
     """What one call asks the engine to store or delete."""
 
-    users: dict[str, JourneyState] = field(default_factory=dict)  # store these
-    removed_users: list[str] = field(default_factory=list)  # delete these
-    batches: dict[int, list[Event]] = field(default_factory=dict)  # store (new or left over)
+    snapshot: Snapshot | None = None  # replaces the stored snapshot
+    batches: dict[int, EventColumns] = field(default_factory=dict)  # store (new or left over)
     removed_batches: list[int] = field(default_factory=list)  # delete these
     progress: Progress | None = None  # store this (replaces the one stored)
 
 
 @dataclass
 class Advanced:
-    closed: list[ClosedJourney]
+    closed: ClosedJourneys
     changes: Changes
 
 
-class JourneyBook:
-    """The users of one bucket: their journey states and the events not yet stepped."""
+class _Codes:
+    """Strings as small ints, in first-seen order (codes never change)."""
 
-    def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY) -> None:
+    def __init__(self, names: list[str] | None = None) -> None:
+        self.names: list[str] = list(names or ())
+        self.index = {name: code for code, name in enumerate(self.names)}
+
+    def of(self, values: np.ndarray) -> np.ndarray:
+        index = self.index
+        codes = np.fromiter((index.get(v, -1) for v in values.tolist()), np.int64,
+                            len(values))
+        if len(codes) and codes.min() < 0:
+            for at in np.flatnonzero(codes < 0).tolist():
+                value = values[at]
+                code = index.get(value)
+                if code is None:
+                    code = index[value] = len(self.names)
+                    self.names.append(value)
+                codes[at] = code
+        return codes
+
+
+class _Pool:
+    """Every user's open touches, a block per user, in growable columns; a user's new
+    block is appended and the old one left behind until the pool is compacted."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.ts = np.zeros(0, np.int64)
+        self.channel = np.zeros(0, np.int64)
+        self.campaign = np.zeros(0, np.int64)
+        self.trace = np.zeros(0, object)
+
+    def append(self, ts: np.ndarray, channel: np.ndarray, campaign: np.ndarray,
+               trace: np.ndarray) -> int:
+        start, end = self.size, self.size + len(ts)
+        if end > len(self.ts):
+            capacity = max(1024, 2 * end)
+            for name in ("ts", "channel", "campaign", "trace"):
+                old = getattr(self, name)
+                grown = np.zeros(capacity, old.dtype)
+                grown[:start] = old[:start]
+                setattr(self, name, grown)
+        self.ts[start:end] = ts
+        self.channel[start:end] = channel
+        self.campaign[start:end] = campaign
+        self.trace[start:end] = trace
+        self.size = end
+        return start
+
+
+class JourneyBook:
+    """The users of one bucket: their journeys in progress and the events not yet stepped."""
+
+    def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY,
+                 log_ratio: float = 1.0) -> None:
         self.config = config
         self.compact_every = compact_every
-        self.users: dict[str, JourneyState] = {}
-        self.batches: dict[int, list[Event]] = {}  # waiting events, by batch id
+        self.log_ratio = log_ratio  # compact once the log holds this many events per row
+        self.users: dict[str, int] = {}  # user id -> row of the per-user columns
+        self.names: list[str | None] = []  # row -> user id (None: a free row)
+        self.last_order = np.zeros(0, np.int64)
+        self.wake = np.zeros(0, np.int64)  # when the user next needs attention
+        self.touch_start = np.zeros(0, np.int64)
+        self.touch_count = np.zeros(0, np.int64)
+        self.pool = _Pool()
+        self.channels = _Codes()
+        self.campaigns = _Codes()
+        self.batches: dict[int, EventColumns] = {}  # waiting events, by batch id
         self.progress = Progress(-(2**63))
         self._next_batch = 0
         self._batch_due: list[tuple[int, int]] = []  # heap: (earliest event, batch id)
-        # When each user next needs attention, and a heap that holds, for every user in
-        # `_wake`, one entry at or before that time (`_queued`: the time of that entry).
-        # A touch moves a user's wake-up later; the entry is left where it is and moved
-        # on only when it comes due, so a busy user costs one heap entry per lookback, not
-        # one per event.
-        self._wake: dict[str, int] = {}
-        self._queued: dict[str, int] = {}
-        self._wake_due: list[tuple[int, str]] = []  # heap; entries not in _queued are stale
-        # since the last compaction: what the stored snapshot does not have yet
-        self._changed_users: set[str] = set()
+        self._next_wake = NEVER
+        self._logged = 0  # events added since the last compaction
         self._finished_batches: set[int] = set()  # stored, but nothing left waiting
         self._cut_batches: set[int] = set()  # stored whole, partly stepped since
 
@@ -106,25 +183,25 @@ class JourneyBook:
         """Everything at or before it has been stepped."""
         return self.progress.watermark
 
+    # --- engine calls ----------------------------------------------------------------
+
     @classmethod
     def restore(cls, config: JourneyConfig, progress: Progress | None,
-                users: Iterable[tuple[str, JourneyState]],
-                batches: Iterable[tuple[int, list[Event]]],
-                compact_every: int = COMPACT_EVERY) -> JourneyBook:
-        """The book whose state was stored: the snapshot's users, the stored batches and
-        the progress; the advances since the snapshot are replayed (their journeys were
+                snapshot: Snapshot | None, batches: list[tuple[int, EventColumns]],
+                compact_every: int = COMPACT_EVERY, log_ratio: float = 1.0) -> JourneyBook:
+        """The book whose state was stored: the snapshot, the stored batches and the
+        progress; the advances since the snapshot are replayed (their journeys were
         emitted before the state was stored, so they are not returned again).
 
         The watermark is kept because the engine's own starts again from nothing after a
         restart: an event replayed from before it can no longer be stepped in order and
         is late, as it was before the restart."""
-        book = cls(config, compact_every)
-        for user, state in users:
-            book.users[user] = state
-            book._set_wake(user, next_wake_up(state, config))
-        for batch_id, events in batches:
-            book.batches[batch_id] = events
-            heapq.heappush(book._batch_due, (min(e.ts_ms for e in events), batch_id))
+        book = cls(config, compact_every, log_ratio)
+        if snapshot is not None:
+            book._load(snapshot)
+        for batch_id, events in sorted(batches, key=lambda item: item[0]):
+            book._wait(batch_id, events)
+            book._logged += _size(events)
             book._next_batch = max(book._next_batch, batch_id + 1)
         if progress is not None:
             book.progress = Progress(progress.compacted)
@@ -133,41 +210,48 @@ class JourneyBook:
             book.progress = progress
         return book
 
-    def add(self, events: Iterable[Event], watermark: int) -> tuple[list[Event], Changes]:
+    def add(self, events: EventColumns, watermark: int) -> tuple[EventColumns, Changes]:
         """Take a batch of events; those at or before `watermark` (or the book's own) are
         late and returned, the others wait for the watermark to pass them."""
         bound = max(watermark, self.watermark)
-        waiting: list[Event] = []
-        late: list[Event] = []
-        for event in events:
-            (waiting if event.ts_ms > bound else late).append(event)
+        late_touches = events.touches.ts_ms <= bound
+        late_orders = events.orders.ts_ms <= bound
         changes = Changes()
-        if waiting:
+        if late_touches.any() or late_orders.any():
+            late = EventColumns(take(events.touches, late_touches),
+                                take(events.orders, late_orders))
+            events = EventColumns(take(events.touches, ~late_touches),
+                                  take(events.orders, ~late_orders))
+        else:
+            late = EMPTY
+        if _size(events):
             batch_id = self._next_batch
             self._next_batch += 1
-            self.batches[batch_id] = waiting
-            heapq.heappush(self._batch_due, (min(e.ts_ms for e in waiting), batch_id))
-            changes.batches[batch_id] = waiting
+            self._wait(batch_id, events)
+            self._logged += _size(events)
+            changes.batches[batch_id] = events
         return late, changes
 
     def next_due(self) -> int | None:
         """The earliest event time at which `advance` has something to do."""
-        self._drop_stale_wakes()
-        times = [heap[0][0] for heap in (self._batch_due, self._wake_due) if heap]
-        return min(times) if times else None
+        due = min(self._batch_due[0][0] if self._batch_due else NEVER, self._next_wake)
+        return None if due == NEVER else due
 
     def advance(self, watermark: int) -> Advanced:
         """Step every waiting event at or before `watermark`, close and expire what that
         time closes or expires; returns the journeys closed and what to store."""
         changes = Changes()
         if watermark <= self.watermark:
-            return Advanced([], changes)
+            return Advanced(NOTHING_CLOSED, changes)
         closed = self._step_to(watermark)
         advances = (*self.progress.advances, watermark)
-        if len(advances) < self.compact_every:
-            self.progress = changes.progress = Progress(self.progress.compacted, advances)
-        else:
+        state_rows = len(self.users) + int(self.touch_count.sum())
+        if len(advances) >= MAX_LOGGED_ADVANCES or (
+                len(advances) >= self.compact_every
+                and self._logged >= self.log_ratio * state_rows):
             self._compact(watermark, changes)
+        else:
+            self.progress = changes.progress = Progress(self.progress.compacted, advances)
         return Advanced(closed, changes)
 
     def compact(self) -> Changes:
@@ -177,90 +261,232 @@ class JourneyBook:
         self._compact(self.watermark, changes)
         return changes
 
+    # --- state -----------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        rows = np.fromiter((row for row in self.users.values()), np.int64, len(self.users))
+        counts = self.touch_count[rows]
+        flat, _ = ranges_to_rows(self.touch_start[rows], self.touch_start[rows] + counts)
+        pool = self.pool
+        return Snapshot(list(self.users), rows, self.last_order[rows].copy(), counts.copy(),
+                        pool.ts[flat], pool.channel[flat], pool.campaign[flat],
+                        pool.trace[flat], list(self.channels.names),
+                        list(self.campaigns.names))
+
+    def _load(self, snapshot: Snapshot) -> None:
+        rows = np.asarray(snapshot.rows, np.int64)
+        n = int(rows.max()) + 1 if len(rows) else 0
+        self.names = [None] * n
+        for user, row in zip(snapshot.users, rows.tolist(), strict=True):
+            self.names[row] = user
+        self.users = dict(zip(snapshot.users, rows.tolist(), strict=True))
+        self.channels = _Codes(snapshot.channels)
+        self.campaigns = _Codes(snapshot.campaigns)
+        self.last_order = np.full(n, NONE, np.int64)
+        self.last_order[rows] = snapshot.last_order
+        self.touch_count = np.zeros(n, np.int64)
+        self.touch_count[rows] = snapshot.touch_counts
+        self.touch_start = np.zeros(n, np.int64)
+        starts = np.zeros(len(rows), np.int64)
+        np.cumsum(np.asarray(snapshot.touch_counts, np.int64)[:-1], out=starts[1:])
+        self.touch_start[rows] = starts
+        self.pool = _Pool()
+        self.pool.append(snapshot.touch_ts, snapshot.touch_channel, snapshot.touch_campaign,
+                         snapshot.touch_trace)
+        self.wake = self._wake_of(np.arange(n))
+        self._next_wake = int(self.wake.min()) if n else NEVER
+
     def _compact(self, watermark: int, changes: Changes) -> None:
-        for user in self._changed_users:
-            state = self.users.get(user)
-            if state is None:
-                changes.removed_users.append(user)
-            else:
-                changes.users[user] = state
+        self._compact_rows()
+        changes.snapshot = self.snapshot()
         changes.removed_batches.extend(self._finished_batches)
         for batch_id in self._cut_batches - self._finished_batches:
             changes.batches[batch_id] = self.batches[batch_id]
-        self._changed_users.clear()
         self._finished_batches.clear()
         self._cut_batches.clear()
+        self._logged = sum(_size(events) for events in self.batches.values())
         self.progress = changes.progress = Progress(watermark)
 
-    def _step_to(self, watermark: int) -> list[ClosedJourney]:
+    def _compact_rows(self) -> None:
+        """Drop free user rows and touches no user holds any more."""
+        live = np.fromiter(self.users.values(), np.int64, len(self.users))
+        if len(self.names) > 2 * len(live) + 1024:
+            live.sort()
+            self.names = [self.names[row] for row in live.tolist()]
+            self.users = {user: row for row, user in enumerate(self.names)}  # type: ignore
+            for name in ("last_order", "wake", "touch_start", "touch_count"):
+                setattr(self, name, getattr(self, name)[live])
+        held = int(self.touch_count.sum())
+        if self.pool.size > 2 * held + 4096:
+            flat, offsets = ranges_to_rows(self.touch_start, self.touch_start + self.touch_count)
+            old, self.pool = self.pool, _Pool()
+            self.pool.append(old.ts[flat], old.channel[flat], old.campaign[flat],
+                             old.trace[flat])
+            self.touch_start = offsets[:-1].copy()
+
+    # --- stepping --------------------------------------------------------------------
+
+    def _wait(self, batch_id: int, events: EventColumns) -> None:
+        self.batches[batch_id] = events
+        heapq.heappush(self._batch_due, (_earliest(events), batch_id))
+
+    def _rows_of(self, users: np.ndarray) -> np.ndarray:
+        """Each user's row, new users given one."""
+        index = self.users
+        rows = np.fromiter((index.get(u, -1) for u in users.tolist()), np.int64, len(users))
+        missing = np.flatnonzero(rows < 0)
+        if len(missing):
+            for at in missing.tolist():
+                user = users[at]
+                row = index.get(user)
+                if row is None:
+                    row = index[user] = len(self.names)
+                    self.names.append(user)
+                rows[at] = row
+            grow = len(self.names) - len(self.last_order)
+            if grow > 0:
+                self.last_order = np.concatenate([self.last_order, np.full(grow, NONE)])
+                self.wake = np.concatenate([self.wake, np.full(grow, NEVER)])
+                self.touch_start = np.concatenate([self.touch_start, np.zeros(grow, np.int64)])
+                self.touch_count = np.concatenate([self.touch_count, np.zeros(grow, np.int64)])
+        return rows
+
+    def _due_events(self, watermark: int) -> EventColumns:
+        """The waiting events at or before `watermark`, taken out of their batches."""
         due_batches = []
         while self._batch_due and self._batch_due[0][0] <= watermark:
             due_batches.append(heapq.heappop(self._batch_due)[1])
         # batch ids grow with arrival: in id order, a user's events keep their arrival
-        # order, which decides between events of the same time (as a stable sort does)
+        # order, which decides between events of the same time and kind
         due_batches.sort()
-        ready: dict[str, list[Event]] = {}
+        touches: list[TouchColumns] = []
+        orders: list[OrderColumns] = []
         for batch_id in due_batches:
-            left: list[Event] = []
-            for event in self.batches.pop(batch_id):
-                if event.ts_ms <= watermark:
-                    ready.setdefault(event.user_id, []).append(event)
-                else:
-                    left.append(event)
-            if left:
-                self.batches[batch_id] = left
-                heapq.heappush(self._batch_due, (min(e.ts_ms for e in left), batch_id))
-                self._cut_batches.add(batch_id)
-            else:
+            events = self.batches.pop(batch_id)
+            touch_due = events.touches.ts_ms <= watermark
+            order_due = events.orders.ts_ms <= watermark
+            if touch_due.all() and order_due.all():
+                touches.append(events.touches)
+                orders.append(events.orders)
                 self._finished_batches.add(batch_id)
-        wake_due, queued = self._wake_due, self._queued
-        self._drop_stale_wakes()
-        while wake_due and wake_due[0][0] <= watermark:
-            user = heapq.heappop(wake_due)[1]  # due: its queued time is its wake-up
-            del queued[user]
-            ready.setdefault(user, [])
-            self._drop_stale_wakes()
-        closed: list[ClosedJourney] = []
-        config, users = self.config, self.users
-        self._changed_users.update(ready)
-        for user, events in ready.items():
-            if len(events) > 1:
-                events.sort(key=event_order)
-            state, journeys, wake = advance_user(users.get(user), events, watermark, config)
-            if journeys:
-                closed += journeys
-            if state is None:  # nothing left to remember about this user
-                users.pop(user, None)
-                self._wake.pop(user, None)
-            else:
-                users[user] = state
-                self._set_wake(user, wake)
-        return closed
-
-    def _set_wake(self, user: str, at: int | None) -> None:
-        if at is None:
-            return
-        self._wake[user] = at
-        queued = self._queued.get(user)
-        if queued is None or at < queued:
-            self._queued[user] = at
-            heapq.heappush(self._wake_due, (at, user))
-
-    def _drop_stale_wakes(self) -> None:
-        """Make the heap's first entry the earliest wake-up: stale entries dropped, one
-        whose user's wake-up moved on since is queued again at the new time."""
-        heap, wakes, queued = self._wake_due, self._wake, self._queued
-        while heap:
-            at, user = heap[0]
-            if queued.get(user) != at:
-                heapq.heappop(heap)
                 continue
-            due = wakes.get(user)
-            if due == at:
-                return
-            if due is None:
-                del queued[user]
-                heapq.heappop(heap)
-            else:
-                queued[user] = due
-                heapq.heapreplace(heap, (due, user))
+            touches.append(take(events.touches, touch_due))
+            orders.append(take(events.orders, order_due))
+            self._wait(batch_id, EventColumns(take(events.touches, ~touch_due),
+                                              take(events.orders, ~order_due)))
+            self._cut_batches.add(batch_id)
+        if not due_batches:
+            return EMPTY
+        return EventColumns(concat(touches), concat(orders))
+
+    def _step_to(self, watermark: int) -> ClosedJourneys:
+        events = self._due_events(watermark)
+        touches, orders = events
+        touch_rows = self._rows_of(touches.user_id)
+        order_rows = self._rows_of(orders.user_id)
+        woken = np.flatnonzero(self.wake <= watermark)
+        involved = np.unique(np.concatenate([touch_rows, order_rows, woken]))
+        if not len(involved):
+            return NOTHING_CLOSED
+        # the involved users' open touches, then the new touches, then the orders
+        held_from = self.touch_start[involved]
+        held, _ = ranges_to_rows(held_from, held_from + self.touch_count[involved])
+        held_users = np.repeat(involved, self.touch_count[involved])
+        pool = self.pool
+        n_held, n_new = len(held), len(touch_rows)
+        ts = np.concatenate([pool.ts[held], touches.ts_ms, orders.ts_ms])
+        user = np.concatenate([held_users, touch_rows, order_rows])
+        is_order = np.zeros(len(ts), bool)
+        is_order[n_held + n_new:] = True
+        seq = np.arange(len(ts), dtype=np.int64)  # held first, then arrival order
+        stepped = step_users(user, ts, is_order, seq, self.last_order, watermark, self.config)
+        # touch columns in the order step_users sorted the rows (ranges index it)
+        sorted_rows = stepped.sorted_rows
+        channel = np.concatenate([pool.channel[held], self.channels.of(touches.channel),
+                                  np.zeros(len(order_rows), np.int64)])[sorted_rows]
+        campaign = np.concatenate([pool.campaign[held], self.campaigns.of(touches.campaign),
+                                   np.zeros(len(order_rows), np.int64)])[sorted_rows]
+        trace = np.concatenate([pool.trace[held], touches.trace_id,
+                                np.empty(len(order_rows), object)])[sorted_rows]
+        ts_sorted = ts[sorted_rows]
+
+        channel_names = np.asarray(self.channels.names, dtype=object)
+        campaign_names = np.asarray(self.campaigns.names, dtype=object)
+
+        def journey_touches(ranges: tuple[np.ndarray, np.ndarray]) -> JourneyTouches:
+            flat, offsets = ranges_to_rows(*ranges)
+            if not len(flat):
+                return JourneyTouches(offsets, _NO_TOUCHES.ts_ms, _NO_TOUCHES.channel,
+                                      _NO_TOUCHES.campaign, _NO_TOUCHES.trace_id)
+            return JourneyTouches(offsets, ts_sorted[flat], channel_names[channel[flat]],
+                                  campaign_names[campaign[flat]], trace[flat])
+
+        order_at = stepped.order_rows - n_held - n_new
+        names = np.asarray(orders.user_id, dtype=object)[order_at]
+        converted = ConvertedJourneys(
+            names, orders.ts_ms[order_at], orders.order_id[order_at],
+            orders.revenue[order_at], orders.currency[order_at], orders.trace_id[order_at],
+            stages_of(stepped.previous_order, orders.ts_ms[order_at], names == "",
+                      self.config.lifecycle),
+            journey_touches(stepped.order_touches))
+        lapsed = LapsedJourneys(self._names_of(stepped.lapsed_users), stepped.lapsed_close,
+                                journey_touches(stepped.lapsed_touches))
+
+        # what the involved users keep
+        config = self.config
+        with_rows = stepped.users
+        newer = stepped.last_order != NONE
+        self.last_order[with_rows[newer]] = stepped.last_order[newer]
+        self.touch_count[involved] = 0
+        if len(stepped.open_users):
+            flat, offsets = ranges_to_rows(*stepped.open_touches)
+            start = pool.append(ts_sorted[flat], channel[flat], campaign[flat], trace[flat])
+            self.touch_start[stepped.open_users] = start + offsets[:-1]
+            self.touch_count[stepped.open_users] = np.diff(offsets)
+        last_order = self.last_order[involved]
+        expired = (last_order != NONE) & (last_order + config.history_ms < watermark)
+        self.last_order[involved[expired]] = NONE
+        self.wake[involved] = self._wake_of(involved)
+        gone = involved[self.wake[involved] == NEVER]
+        for row in gone.tolist():
+            del self.users[self.names[row]]  # type: ignore[arg-type]
+            self.names[row] = None
+        self._next_wake = int(self.wake.min()) if len(self.wake) else NEVER
+        return ClosedJourneys(converted, lapsed)
+
+    def _wake_of(self, rows: np.ndarray) -> np.ndarray:
+        """When each user next needs attention: their open touches' lookback passing, or
+        their last order leaving the history (NEVER: nothing left to keep)."""
+        config = self.config
+        count = self.touch_count[rows]
+        last_touch = self.pool.ts[np.maximum(self.touch_start[rows] + count - 1, 0)] \
+            if self.pool.size else np.zeros(len(rows), np.int64)
+        touch_wake = np.where(count > 0, last_touch + config.lookback_ms + 1, NEVER)
+        last_order = self.last_order[rows]
+        order_wake = np.where(last_order != NONE, last_order + config.history_ms + 1, NEVER)
+        return np.minimum(touch_wake, order_wake)
+
+    def _names_of(self, rows: np.ndarray) -> np.ndarray:
+        names = self.names
+        out = np.empty(len(rows), object)
+        out[:] = [names[row] for row in rows.tolist()]
+        return out
+
+
+_NO_TOUCHES = JourneyTouches(np.zeros(1, np.int64), np.zeros(0, np.int64),
+                             np.zeros(0, object), np.zeros(0, object), np.zeros(0, object))
+_EMPTY = np.zeros(0, object)
+NOTHING_CLOSED = ClosedJourneys(
+    ConvertedJourneys(_EMPTY, np.zeros(0, np.int64), _EMPTY, np.zeros(0), _EMPTY, _EMPTY,
+                      _EMPTY, _NO_TOUCHES),
+    LapsedJourneys(_EMPTY, np.zeros(0, np.int64), _NO_TOUCHES))
+
+
+def _size(events: EventColumns) -> int:
+    return len(events.touches.ts_ms) + len(events.orders.ts_ms)
+
+
+def _earliest(events: EventColumns) -> int:
+    times = [int(column.min()) for column in (events.touches.ts_ms, events.orders.ts_ms)
+             if len(column)]
+    return min(times)

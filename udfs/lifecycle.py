@@ -49,6 +49,20 @@ def stage_of(user_id: str, previous_order_ms: int | None, order_ms: int,
         else "winback"
 
 
+def stages_of(previous_order_ms: np.ndarray, order_ms: np.ndarray, anonymous: np.ndarray,
+              config: LifecycleConfig = LifecycleConfig()) -> np.ndarray:
+    """`stage_of` for many orders at once: the previous order's time per order
+    (np.iinfo(np.int64).min: none) and whether the order has no user."""
+    none = previous_order_ms == np.iinfo(np.int64).min
+    gap = order_ms - np.where(none, order_ms, previous_order_ms)
+    code = np.where(none, 0, np.where(gap <= config.winback_days * DAY_MS, 1, 2))
+    code[anonymous] = 3
+    return _STAGE_NAMES[code]
+
+
+_STAGE_NAMES = np.array(STAGES, dtype=object)
+
+
 def stages_of_orders(orders: pd.DataFrame,
                      config: LifecycleConfig = LifecycleConfig()) -> pd.Series:
     """Stage of every order (columns user_id, ts_ms), vectorised; same rule as stage_of."""

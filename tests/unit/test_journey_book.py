@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.events import EventColumns, events_of, records_of
 from schemas.records import Conversion, Touchpoint
 from udfs.journey_book import Changes, JourneyBook, bucket_of
 from udfs.journeys import (
@@ -14,11 +16,15 @@ from udfs.journeys import (
     ConvertedJourney,
     JourneyConfig,
     JourneyState,
+    advance_user,
     closed_journeys_of,
+    event_order,
+    next_wake_up,
 )
 
 # history long enough never to run out inside the data (the batch reference never forgets)
 CFG = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90)
+CAPPED = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90, max_touches=2)
 
 
 def touch(user: str, ts: int, channel: str = "email") -> Touchpoint:
@@ -30,41 +36,57 @@ def order(user: str, ts: int, order_id: str) -> Conversion:
 
 
 class Store:
-    """What an engine keeps: the book's changes applied to plain dicts."""
+    """What an engine keeps: the book's changes applied to plain values (pickled, as a
+    state backend would)."""
 
     def __init__(self) -> None:
-        self.users: dict[str, JourneyState] = {}
-        self.batches: dict[int, list] = {}
+        self.snapshot: bytes | None = None
+        self.batches: dict[int, bytes] = {}
         self.progress = None
 
     def apply(self, changes: Changes) -> None:
-        self.users.update(changes.users)
-        for user in changes.removed_users:
-            self.users.pop(user, None)  # as a state store does, deleting nothing is fine
-        self.batches.update(changes.batches)
+        if changes.snapshot is not None:
+            self.snapshot = pickle.dumps(changes.snapshot)
+        self.batches.update({k: pickle.dumps(v) for k, v in changes.batches.items()})
         for batch in changes.removed_batches:
             del self.batches[batch]
         if changes.progress is not None:
             self.progress = changes.progress
 
-    def restore(self, compact_every: int = 2) -> JourneyBook:
-        return JourneyBook.restore(CFG, self.progress, self.users.items(),
-                                   self.batches.items(), compact_every)
+    def restore(self, compact_every: int = 2, log_ratio: float = 0.0,
+                config: JourneyConfig = CFG) -> JourneyBook:
+        return JourneyBook.restore(
+            config, self.progress, pickle.loads(self.snapshot) if self.snapshot else None,
+            [(k, pickle.loads(v)) for k, v in self.batches.items()], compact_every, log_ratio)
+
+
+def add(book: JourneyBook, events: list, watermark: int) -> tuple[list, Changes]:
+    late, changes = book.add(events_of(events), watermark)
+    return records_of(late), changes
+
+
+def closed_of(advanced) -> list:
+    return [*advanced.closed.converted_objects(), *advanced.closed.lapsed_objects()]
+
+
+def plain(record) -> tuple:
+    """What the book keeps of an event (no span ids)."""
+    return tuple(record)[:5] if isinstance(record, Conversion) else tuple(record)[:5]
 
 
 def key(journey) -> tuple:
-    return (type(journey).__name__, journey.touches,
-            journey.conversion if isinstance(journey, ConvertedJourney) else journey.close_ts_ms,
-            getattr(journey, "stage", ""))
+    return (type(journey).__name__, tuple(map(plain, journey.touches)),
+            plain(journey.conversion) if isinstance(journey, ConvertedJourney)
+            else journey.close_ts_ms, getattr(journey, "stage", ""))
 
 
 def run(events, batch_size: int, watermark_steps: list[int], restart_at: int | None,
-        slack: int, compact_every: int = 2):
+        slack: int, compact_every: int = 2, config: JourneyConfig = CFG):
     """Feed `events` in arrival order, in batches, advancing the watermark to `slack`
     behind the newest event seen after each batch; optionally rebuild the book from the
     store mid-way (a restart). Returns (closed journeys, late events, store)."""
     store = Store()
-    book = JourneyBook(CFG, compact_every)
+    book = JourneyBook(config, compact_every, log_ratio=0.0)
     closed, late = [], []
     newest = -(2**62)
     for index, start in enumerate(range(0, len(events), batch_size)):
@@ -73,19 +95,19 @@ def run(events, batch_size: int, watermark_steps: list[int], restart_at: int | N
         bound = newest - slack
         on_time = [e for e in batch if e.ts_ms > bound]
         late += [e for e in batch if e.ts_ms <= bound]
-        refused, changes = book.add(on_time, watermark=-(2**63))
+        refused, changes = add(book, on_time, watermark=-(2**63))
         late += refused
         store.apply(changes)
         if watermark_steps[index % len(watermark_steps)]:
             due = book.next_due()
             if due is not None and due <= bound:
                 advanced = book.advance(bound)
-                closed += advanced.closed
+                closed += closed_of(advanced)
                 store.apply(advanced.changes)
         if restart_at == index:
-            book = store.restore(compact_every)
+            book = store.restore(compact_every, config=config)
     advanced = book.advance(2**62)  # the end of the input: everything closes
-    closed += advanced.closed
+    closed += closed_of(advanced)
     store.apply(advanced.changes)
     store.apply(book.compact())
     return closed, late, store
@@ -99,7 +121,8 @@ def populations(draw):
     for u in range(draw(st.integers(1, 12))):
         at = rng.randrange(0, 100 * DAY_MS)
         for i in range(rng.randint(1, 8)):
-            at += rng.choice([0, 1, DAY_MS, 10 * DAY_MS, 31 * DAY_MS, 120 * DAY_MS])
+            at += rng.choice([0, 1, DAY_MS, 10 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1, 31 * DAY_MS,
+                              120 * DAY_MS])
             if rng.random() < 0.3:
                 events.append(order(f"u{u}", at, f"o{u}-{i}"))
             else:
@@ -112,45 +135,46 @@ def populations(draw):
 @settings(max_examples=200, deadline=None)
 @given(events=populations(), batch_size=st.integers(1, 7),
        watermark_steps=st.lists(st.booleans(), min_size=1, max_size=4),
-       restart=st.one_of(st.none(), st.integers(0, 8)), compact_every=st.integers(1, 4))
+       restart=st.one_of(st.none(), st.integers(0, 8)), compact_every=st.integers(1, 4),
+       config=st.sampled_from([CFG, CAPPED]))
 def test_closes_what_each_user_closes_alone_whatever_the_batching(events, batch_size,
                                                                    watermark_steps, restart,
-                                                                   compact_every):
+                                                                   compact_every, config):
     closed, late, store = run(events, batch_size, watermark_steps, restart, slack=5 * DAY_MS,
-                              compact_every=compact_every)
+                              compact_every=compact_every, config=config)
     on_time = [e for e in events if e not in late]
     expected = []
     for user in {e.user_id for e in on_time}:
-        expected += closed_journeys_of([e for e in on_time if e.user_id == user], CFG)
+        expected += closed_journeys_of([e for e in on_time if e.user_id == user], config)
     assert sorted(map(key, closed)) == sorted(map(key, expected))
     # at the end of time nothing waits and nobody is remembered
-    assert store.users == {} and store.batches == {}
+    assert pickle.loads(store.snapshot).users == [] and store.batches == {}
 
 
 def test_late_events_are_refused_and_nothing_is_lost():
     book = JourneyBook(CFG)
-    book.add([touch("u", 100), touch("u", 300)], watermark=0)
+    add(book, [touch("u", 100), touch("u", 300)], watermark=0)
     book.advance(200)
-    late, _ = book.add([touch("u", 150), touch("u", 250)], watermark=120)
+    late, _ = add(book, [touch("u", 150), touch("u", 250)], watermark=120)
     assert late == [touch("u", 150)]  # behind the book's own watermark (200)
-    (journey,) = book.advance(10**15).closed
+    (journey,) = closed_of(book.advance(10**15))
     assert [t.ts_ms for t in journey.touches] == [100, 250, 300]
 
 
 def test_a_restored_book_remembers_its_watermark():
     store = Store()
     book = JourneyBook(CFG, compact_every=10)
-    store.apply(book.add([touch("u", 100)], watermark=0)[1])
+    store.apply(add(book, [touch("u", 100)], watermark=0)[1])
     store.apply(book.advance(500).changes)
     restored = store.restore(compact_every=10)
-    late, _ = restored.add([touch("u", 400), touch("u", 600)], watermark=-(2**63))
+    late, _ = add(restored, [touch("u", 400), touch("u", 600)], watermark=-(2**63))
     assert late == [touch("u", 400)]
 
 
 def test_next_due_is_the_earliest_waiting_event_or_wake_up():
     book = JourneyBook(CFG)
     assert book.next_due() is None
-    book.add([touch("u", 5 * DAY_MS), order("v", 2 * DAY_MS, "o")], watermark=0)
+    add(book, [touch("u", 5 * DAY_MS), order("v", 2 * DAY_MS, "o")], watermark=0)
     assert book.next_due() == 2 * DAY_MS
     book.advance(3 * DAY_MS)
     assert book.next_due() == 5 * DAY_MS  # the touch still waits
@@ -165,13 +189,11 @@ def test_a_busy_users_wake_up_moves_with_their_touches_and_fires_on_time():
     last = 0
     for day in range(40):
         last = day * DAY_MS + 1
-        book.add([touch("u", last)], watermark=-1)
-        assert book.advance(last).closed == []
-    # one queued wake-up for the user, moved on when it comes due, not one per touch
-    assert len(book._wake_due) == 1
+        add(book, [touch("u", last)], watermark=-1)
+        assert closed_of(book.advance(last)) == []
     assert book.next_due() == last + CFG.lookback_ms + 1
-    assert book.advance(last + CFG.lookback_ms).closed == []
-    closed = book.advance(last + CFG.lookback_ms + 1).closed
+    assert closed_of(book.advance(last + CFG.lookback_ms)) == []
+    closed = closed_of(book.advance(last + CFG.lookback_ms + 1))
     assert [(type(j).__name__, len(j.touches), j.close_ts_ms) for j in closed] == [
         ("NonConvertingJourney", 31, last + CFG.lookback_ms + 1)]
     assert book.next_due() is None
@@ -180,13 +202,13 @@ def test_a_busy_users_wake_up_moves_with_their_touches_and_fires_on_time():
 def test_a_wake_up_moved_earlier_fires_at_the_earlier_time():
     short = JourneyConfig(lookback_days=30, history_days=100, winback_days=90)
     book = JourneyBook(short)
-    book.add([order("u", DAY_MS, "o")], watermark=-1)
+    add(book, [order("u", DAY_MS, "o")], watermark=-1)
     book.advance(DAY_MS)
     assert book.next_due() == DAY_MS + short.history_ms + 1  # the order history
-    book.add([touch("u", 2 * DAY_MS)], watermark=-1)
+    add(book, [touch("u", 2 * DAY_MS)], watermark=-1)
     book.advance(2 * DAY_MS)
     assert book.next_due() == 2 * DAY_MS + short.lookback_ms + 1  # now the open touch
-    closed = book.advance(2 * DAY_MS + short.lookback_ms + 1).closed
+    closed = closed_of(book.advance(2 * DAY_MS + short.lookback_ms + 1))
     assert [j.close_ts_ms for j in closed] == [2 * DAY_MS + short.lookback_ms + 1]
     assert book.next_due() == DAY_MS + short.history_ms + 1
     book.advance(DAY_MS + short.history_ms + 1)
@@ -201,28 +223,99 @@ def test_buckets_are_stable_and_spread():
     assert min(counts) > 800
 
 
-def test_changed_users_are_written_once_per_compaction():
+def test_the_book_compacts_once_its_log_outgrows_its_snapshot():
     book = JourneyBook(CFG, compact_every=4)
-    written = []
-    for i in range(8):
-        book.add([touch("u", 10 * i + 5), touch("v", 10 * i + 6)], watermark=-1)
-        changes = book.advance(10 * i + 9).changes
-        written.append(sorted(changes.users))
-    # between compactions only the progress is stored; at one, each changed user once
-    assert written == [[], [], [], ["u", "v"], [], [], [], ["u", "v"]]
+    snapshots = []
+    for i in range(12):
+        # u buys what it touched (nothing stays open); v's touches pile up in the book
+        add(book, [touch("u", 10 * i + 5), order("u", 10 * i + 6, f"o{i}"),
+                   touch("v", 10 * i + 7)], watermark=-1)
+        snapshots.append(book.advance(10 * i + 9).changes.snapshot is not None)
+    # at least `compact_every` advances apart, and only once the log holds as many events
+    # as the book holds users and open touches: 12 >= 2 + 4 and 12 >= 2 + 8, not 12 < 2 + 12
+    assert [i for i, taken in enumerate(snapshots) if taken] == [3, 7]
 
 
 def test_a_restore_replays_the_advances_since_the_snapshot_without_repeating_journeys():
     store = Store()
     book = JourneyBook(CFG, compact_every=100)
-    store.apply(book.add([touch("u", 1), order("u", 5, "o1"), touch("u", 20)], watermark=0)[1])
+    store.apply(add(book, [touch("u", 1), order("u", 5, "o1"), touch("u", 20)], watermark=0)[1])
     advanced = book.advance(10)
-    (journey,) = advanced.closed
+    (journey,) = closed_of(advanced)
     store.apply(advanced.changes)
-    assert store.users == {}  # nothing compacted yet: the log carries it
+    assert store.snapshot is None  # nothing compacted yet: the log carries it
     restored = store.restore(compact_every=100)
     assert restored.users == book.users and restored.watermark == 10
-    store.apply(restored.add([order("u", 30, "o2")], watermark=0)[1])
-    (second,) = restored.advance(40).closed
+    store.apply(add(restored, [order("u", 30, "o2")], watermark=0)[1])
+    (second,) = closed_of(restored.advance(40))
     assert [t.ts_ms for t in second.touches] == [20] and second.stage == "repeat"
     assert journey.conversion.order_id == "o1"
+
+
+class PerUser:
+    """The rules stepped user by user (udfs.journeys.advance_user), at the same watermarks
+    as a book: the reference for what a book forgets (order history, stale touches)."""
+
+    def __init__(self, config: JourneyConfig) -> None:
+        self.config = config
+        self.states: dict[str, JourneyState] = {}
+        self.waiting: list = []
+
+    def advance(self, watermark: int) -> list:
+        due = [e for e in self.waiting if e.ts_ms <= watermark]
+        self.waiting = [e for e in self.waiting if e.ts_ms > watermark]
+        by_user: dict[str, list] = {}
+        for event in due:
+            by_user.setdefault(event.user_id, []).append(event)
+        for user, state in self.states.items():
+            wake = next_wake_up(state, self.config)
+            if wake is not None and wake <= watermark:
+                by_user.setdefault(user, [])
+        closed = []
+        for user, events in by_user.items():
+            events.sort(key=event_order)
+            state, journeys, _ = advance_user(self.states.get(user), events, watermark,
+                                              self.config)
+            closed += journeys
+            if state is None:
+                self.states.pop(user, None)
+            else:
+                self.states[user] = state
+        return closed
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=populations(), batch_size=st.integers(1, 7),
+       restart=st.one_of(st.none(), st.integers(0, 8)))
+def test_forgets_order_history_and_stale_touches_as_each_user_does(events, batch_size, restart):
+    config = JourneyConfig(lookback_days=30, history_days=40, winback_days=35, max_touches=3)
+    events = events + [order("", events[0].ts_ms + 1, "anonymous")]  # an order without user
+    store, book, reference = Store(), JourneyBook(config, 2, log_ratio=0.0), PerUser(config)
+    closed, expected, late = [], [], []
+    for index, start in enumerate(range(0, len(events), batch_size)):
+        refused, changes = add(book, events[start:start + batch_size], watermark=-(2**63))
+        store.apply(changes)
+        late += refused
+        reference.waiting += [e for e in events[start:start + batch_size] if e not in refused]
+        bound = max(e.ts_ms for e in events[:start + batch_size]) - 5 * DAY_MS
+        # step to each time something is due (exactly when a history or lookback runs
+        # out), then to the bound
+        while (due := book.next_due()) is not None and book.watermark < due <= bound:
+            for watermark in (due - 1, due):
+                if watermark > book.watermark:
+                    advanced = book.advance(watermark)
+                    store.apply(advanced.changes)
+                    closed += closed_of(advanced)
+                    expected += reference.advance(watermark)
+        if bound > book.watermark:
+            advanced = book.advance(bound)
+            store.apply(advanced.changes)
+            closed += closed_of(advanced)
+            expected += reference.advance(bound)
+        if restart == index:
+            book = store.restore(2, config=config)
+    for watermark in (10**13, 2**62):  # long after: histories run out, everything closes
+        closed += closed_of(book.advance(watermark))
+        expected += reference.advance(watermark)
+    assert sorted(map(key, closed)) == sorted(map(key, expected))
+    assert book.users == {} and book.next_due() is None

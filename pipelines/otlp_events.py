@@ -1,0 +1,165 @@
+"""OTLP messages -> touchpoints and orders as columns, by user bucket: the attribution
+job's decoding.
+
+Protobuf messages go through the C scanner (pipelines/otlp_scan.c, built with the package)
+when it is there: it reads the wire bytes once and fills the columns of every span that is
+plainly a touch or an order, counts the plainly valid GPU calls and plain tracing spans,
+and names the rest, which `pipelines.otlp_codec` decodes span by span exactly as it
+decodes any message (dead letters included). A message the scanner does not accept whole
+(anything unusual about its bytes), JSON, and every message when the scanner is not built
+go through `otlp_codec.decode_spans` alone. Either way the result is the same
+(tests/unit/test_otlp_events.py holds them to it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipelines.otlp_codec import (
+    MAX_FUTURE_S,
+    Decoded,
+    decode_proto_spans,
+    decode_spans,
+    sniff_encoding,
+)
+from schemas.events import (
+    EventColumns,
+    OrderColumns,
+    TouchColumns,
+    concat,
+    order_columns,
+    take,
+    touch_columns,
+)
+from schemas.records import Conversion, DeadLetter, Touchpoint
+from udfs.journey_book import bucket_of
+
+try:  # built by `pip install` (setup.py) where a C compiler is found
+    from pipelines import _otlp_scan
+except ImportError:  # pragma: no cover - exercised where no compiler is present
+    _otlp_scan = None
+
+SCANNER_BUILT = _otlp_scan is not None
+
+
+@dataclass
+class DecodedEvents:
+    """What one Kafka message turned into: each kind of event in message order, with the
+    place in the message (`*_seq`, the span's number) and the user bucket of each."""
+
+    touches: TouchColumns
+    orders: OrderColumns
+    touch_seq: np.ndarray
+    order_seq: np.ndarray
+    touch_bucket: np.ndarray
+    order_bucket: np.ndarray
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    spans: int = 0
+    ignored: int = 0
+    unbuilt_gpu_calls: int = 0
+    scanned: bool = False  # the C scanner read it (tests and benchmarks ask)
+
+    @property
+    def records_in(self) -> int:
+        """Spans, or 1 for a message that could not be split into spans."""
+        return self.spans or len(self.dead_letters)
+
+
+def decode_events(payload: bytes | None, buckets: int, encoding: str = "auto",
+                  scanner: bool = True) -> DecodedEvents:
+    """Decode one message for the attribution job (GPU calls checked, not built). Never
+    raises: malformed input becomes dead letters. `scanner=False` skips the C path."""
+    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    if payload and scanner and _otlp_scan is not None and (
+            encoding == "otlp_proto" or (encoding == "auto"
+                                         and sniff_encoding(payload) == "otlp_proto")):
+        scanned = _otlp_scan.scan(payload, latest_ns, buckets)
+        if scanned is not None:
+            return _from_scan(payload, scanned, latest_ns, buckets)
+    decoded = decode_spans(payload, encoding, gpu_calls=False)
+    return _from_records(decoded, np.arange(len(decoded.records)), buckets)
+
+
+def _from_scan(payload: bytes, scanned: tuple, latest_ns: int, buckets: int) -> DecodedEvents:
+    spans, unbuilt, ignored, touches, orders, general = scanned
+    t_seq, t_bucket, t_ts, t_user, t_channel, t_campaign, t_trace, t_span = touches
+    o_seq, o_bucket, o_ts, o_user, o_order, o_revenue, o_currency, o_trace, o_span = orders
+    out = DecodedEvents(
+        TouchColumns(_objects(t_user), np.frombuffer(t_ts, np.int64), _objects(t_channel),
+                     _objects(t_campaign), _objects(t_trace), _objects(t_span)),
+        OrderColumns(_objects(o_user), np.frombuffer(o_ts, np.int64), _objects(o_order),
+                     np.frombuffer(o_revenue, np.float64), _objects(o_currency),
+                     _objects(o_trace), _objects(o_span)),
+        np.frombuffer(t_seq, np.int32), np.frombuffer(o_seq, np.int32),
+        np.frombuffer(t_bucket, np.int32), np.frombuffer(o_bucket, np.int32),
+        spans=spans, ignored=ignored, unbuilt_gpu_calls=unbuilt, scanned=True)
+    if general:
+        # the spans the scanner left to the general rules, decoded one by one
+        quads = np.frombuffer(general, np.int32).reshape(-1, 4)
+        decoded, origin = decode_proto_spans(payload, quads[:, :3].tolist(), latest_ns,
+                                             gpu_calls=False)
+        rest = _from_records(decoded, quads[origin, 3] if origin else np.zeros(0, np.int32),
+                             buckets)
+        out = _merged(out, rest)
+        out.spans, out.ignored = spans, ignored + decoded.ignored
+        out.unbuilt_gpu_calls = unbuilt + decoded.unbuilt_gpu_calls
+        out.dead_letters = decoded.dead_letters
+    return out
+
+
+def _from_records(decoded: Decoded, seq: np.ndarray, buckets: int) -> DecodedEvents:
+    touches = [r for r in decoded.records if type(r) is Touchpoint]
+    orders = [r for r in decoded.records if type(r) is Conversion]
+    is_touch = np.fromiter((type(r) is Touchpoint for r in decoded.records), bool,
+                           len(decoded.records))
+    return DecodedEvents(
+        touch_columns(touches), order_columns(orders),
+        np.asarray(seq, np.int32)[is_touch], np.asarray(seq, np.int32)[~is_touch],
+        _buckets(touches, buckets), _buckets(orders, buckets),
+        dead_letters=decoded.dead_letters, spans=decoded.spans, ignored=decoded.ignored,
+        unbuilt_gpu_calls=decoded.unbuilt_gpu_calls)
+
+
+def _buckets(records: list, buckets: int) -> np.ndarray:
+    return np.fromiter((bucket_of(r.user_id, buckets) for r in records), np.int32,
+                       len(records))
+
+
+def _merged(a: DecodedEvents, b: DecodedEvents) -> DecodedEvents:
+    """Both messages' events of each kind, in message order."""
+    touch_seq = np.concatenate([a.touch_seq, b.touch_seq])
+    order_seq = np.concatenate([a.order_seq, b.order_seq])
+    by_touch, by_order = np.argsort(touch_seq, kind="stable"), np.argsort(order_seq,
+                                                                          kind="stable")
+    return DecodedEvents(
+        take(concat([a.touches, b.touches]), by_touch),
+        take(concat([a.orders, b.orders]), by_order),
+        touch_seq[by_touch], order_seq[by_order],
+        np.concatenate([a.touch_bucket, b.touch_bucket])[by_touch],
+        np.concatenate([a.order_bucket, b.order_bucket])[by_order],
+        scanned=a.scanned)
+
+
+def _objects(values: list) -> np.ndarray:
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
+              keep_orders: np.ndarray | None = None) -> dict[int, EventColumns]:
+    """The (kept) events of each bucket, each kind in message order."""
+    touches, orders = decoded.touches, decoded.orders
+    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
+    if keep_touches is not None:
+        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
+    if keep_orders is not None:
+        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    out = {}
+    for bucket in np.union1d(touch_bucket, order_bucket).tolist():
+        out[bucket] = EventColumns(take(touches, touch_bucket == bucket),
+                                   take(orders, order_bucket == bucket))
+    return out

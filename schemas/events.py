@@ -1,0 +1,109 @@
+"""Touchpoints and orders as columns: the form the attribution job moves them in.
+
+A batch of events is two small tables (numpy arrays, strings as object arrays) rather than
+a list of records: the decoder fills them without a Python object per event, they pickle
+as a few arrays between Flink operators, and the journey book steps them with array
+operations. `records_of` and `events_of` convert to and from `schemas.records`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from schemas.records import Conversion, Touchpoint
+
+_new = tuple.__new__
+
+
+class TouchColumns(NamedTuple):
+    """Touchpoints: Touchpoint's fields, one array each."""
+
+    user_id: np.ndarray  # object (str)
+    ts_ms: np.ndarray  # int64
+    channel: np.ndarray  # object
+    campaign: np.ndarray  # object
+    trace_id: np.ndarray  # object
+    span_id: np.ndarray  # object
+
+
+class OrderColumns(NamedTuple):
+    """Orders: Conversion's fields, one array each."""
+
+    user_id: np.ndarray  # object
+    ts_ms: np.ndarray  # int64
+    order_id: np.ndarray  # object
+    revenue: np.ndarray  # float64
+    currency: np.ndarray  # object
+    trace_id: np.ndarray  # object
+    span_id: np.ndarray  # object
+
+
+class EventColumns(NamedTuple):
+    """A batch of events: each kind in arrival order."""
+
+    touches: TouchColumns
+    orders: OrderColumns
+
+
+def size(events: EventColumns) -> int:
+    return len(events.touches.ts_ms) + len(events.orders.ts_ms)
+
+
+_DTYPES = {"ts_ms": np.int64, "revenue": np.float64}
+
+
+def _columns(kind: type, rows: Sequence[Sequence[object]]) -> tuple[np.ndarray, ...]:
+    fields = kind._fields  # type: ignore[attr-defined]
+    if not rows:
+        return tuple(np.zeros(0, _DTYPES.get(name, object)) for name in fields)
+    out = []
+    for name, values in zip(fields, zip(*rows, strict=True), strict=True):
+        array = np.empty(len(values), _DTYPES.get(name, object))
+        array[:] = values
+        out.append(array)
+    return tuple(out)
+
+
+def touch_columns(touches: Sequence[Sequence[object]]) -> TouchColumns:
+    """Columns of touchpoints (Touchpoints or tuples in its field order)."""
+    return TouchColumns(*_columns(Touchpoint, touches))
+
+
+def order_columns(orders: Sequence[Sequence[object]]) -> OrderColumns:
+    return OrderColumns(*_columns(Conversion, orders))
+
+
+def events_of(records: Iterable[Touchpoint | Conversion]) -> EventColumns:
+    """Records as columns (each kind keeps its order)."""
+    touches: list[Touchpoint] = []
+    orders: list[Conversion] = []
+    for record in records:
+        (orders if type(record) is Conversion else touches).append(record)
+    return EventColumns(touch_columns(touches), order_columns(orders))
+
+
+def records_of(events: EventColumns) -> list[Touchpoint | Conversion]:
+    """The touches, then the orders, as records."""
+    touches = [_new(Touchpoint, row) for row in zip(*(c.tolist() for c in events.touches),
+                                                    strict=True)]
+    orders = [_new(Conversion, row) for row in zip(*(c.tolist() for c in events.orders),
+                                                   strict=True)]
+    return [*touches, *orders]
+
+
+def take(columns: TouchColumns | OrderColumns, index: np.ndarray | slice):
+    """The rows `index` selects (a mask, positions or a slice), as the same type."""
+    return type(columns)(*(column[index] for column in columns))
+
+
+def concat(parts: Sequence[TouchColumns | OrderColumns]):
+    """Rows of several tables of one kind, one after the other."""
+    if len(parts) == 1:
+        return parts[0]
+    return type(parts[0])(*(np.concatenate(columns) for columns in zip(*parts, strict=True)))
+
+
+EMPTY = EventColumns(touch_columns([]), order_columns([]))
