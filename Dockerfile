@@ -12,14 +12,14 @@ RUN mvn --batch-mode --quiet -f jars.pom.xml -Dout=/jars package
 
 # --- runtime ------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm
-# Java for Flink; curl and procps for the health checks
+# Java for Flink; curl and procps for the health checks; gcc builds the OTLP scanner
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      openjdk-17-jre-headless curl procps \
+      openjdk-17-jre-headless curl procps gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY schemas schemas
 COPY udfs udfs
 COPY pipelines pipelines

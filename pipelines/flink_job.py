@@ -26,6 +26,7 @@ import pickle
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+import numpy as np
 import orjson
 from pyflink.common import (
     Duration,
@@ -59,24 +60,25 @@ from pipelines.flink_kafka import (
 from pipelines.journey_wire import (
     EventsWire,
     PeriodWire,
-    converted_from_wire,
-    events_from_wire,
-    events_to_wire,
-    periods_to_wire,
-    state_from_wire,
-    state_to_wire,
+    events_columns_from_wire,
+    period_from_wire,
+    snapshot_from_wire,
 )
-from pipelines.otlp_codec import dead_letter_json, decode_spans
+from pipelines.otlp_codec import dead_letter_json
+from pipelines.otlp_events import DecodedEvents, by_bucket, decode_events
+from schemas.events import EventColumns, records_of, size, take
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
 from udfs.data_driven import (
     DATA_DRIVEN_MODELS,
     PathCounts,
+    Period,
+    closed_by_period,
     conversion_credit_rows,
-    period_end,
 )
-from udfs.journey_book import Changes, JourneyBook, Progress, bucket_of
-from udfs.journeys import ConvertedJourney, JourneyConfig
+from udfs.journey_book import Changes, JourneyBook, Progress
+from udfs.journey_columns import ClosedJourneys, ConvertedJourneys, concat_converted
+from udfs.journeys import JourneyConfig
 from udfs.models import ModelParams
 
 log = logging.getLogger(__name__)
@@ -95,8 +97,8 @@ COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
 
 Event = Touchpoint | Conversion
 Batch = tuple[int, int, bytes]
-"""One message's events of one user bucket: (bucket, newest event time, the events in their
-compact form (pipelines/journey_wire.py), pickled).
+"""One message's events of one user bucket: (bucket, newest event time, the events as
+columns (schemas.events.EventColumns), pickled).
 
 The events are pickled once, by the decoder, and read once, by the journey book: between
 the two the record passes the timestamp assigner and the key selector, Python operators
@@ -107,7 +109,7 @@ PICKLE_PROTOCOL = 5
 
 
 def stored_events(value: bytes | EventsWire) -> EventsWire:
-    """A waiting batch as kept in state: pickled events (older states: the events)."""
+    """A waiting batch as earlier versions kept it: pickled events (older: the events)."""
     return pickle.loads(value) if isinstance(value, bytes) else value
 
 
@@ -128,14 +130,14 @@ def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
 
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
-    """One Kafka message (a whole OTLP batch) -> touchpoints and conversions, in batches
-    per user bucket: (bucket, newest event time, events).
+    """One Kafka message (a whole OTLP batch) -> touchpoints and orders as columns, in
+    batches per user bucket: (bucket, newest event time, pickled EventColumns).
 
     An event older than this subtask's bound "newest event time seen minus the allowed
     out-of-orderness" is late and leaves here. Flink's own watermark is emitted
     periodically, so in a burst it lags and lateness would depend on timing; the bound
-    applies the same rule per record, so the same input in the same partitions is
-    classified the same way.
+    applies the same rule per record (in message order), so the same input in the same
+    partitions is classified the same way.
     """
 
     def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
@@ -152,37 +154,58 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
-        decoded = decode_spans(value, self.encoding, gpu_calls=False)
+        decoded = decode_events(value, self.buckets, self.encoding)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
-        # per bucket: touches and conversions as plain tuples (journey_wire's EventsWire)
-        # and the newest event time, built as the records are read
-        by_bucket: dict[int, list[Any]] = {}
-        used = late = 0
-        newest, buckets, slack = self.newest_ms, self.buckets, self.slack_ms
-        for record in decoded.records:
-            kind = type(record)
-            used += 1
-            ts = record.ts_ms
-            if ts > newest:
-                newest = ts
-            if ts <= newest - slack:
-                late += 1
-                yield LATE_EVENTS, _event_json(record, newest - slack)
-                continue
-            bucket = bucket_of(record.user_id, buckets)
-            batch = by_bucket.get(bucket)
-            if batch is None:
-                batch = by_bucket[bucket] = [[], [], ts]
-            elif ts > batch[2]:
-                batch[2] = ts
-            batch[kind is Conversion].append(tuple(record))
-        self.newest_ms = newest
-        for bucket, (touches, conversions, batch_newest) in by_bucket.items():
-            yield bucket, batch_newest, pickle.dumps((touches, conversions), PICKLE_PROTOCOL)
-        records_in = decoded.spans or len(decoded.dead_letters)  # an unsplittable message: 1
+        touches, orders = decoded.touches, decoded.orders
+        used = len(touches.ts_ms) + len(orders.ts_ms)
+        late_count = 0
+        if used:
+            late_touches, late_orders, bounds = self._late(decoded)
+            late_count = int(late_touches.sum() + late_orders.sum())
+            if late_count:
+                yield from self._late_json(decoded, late_touches, late_orders, bounds)
+                batches = by_bucket(decoded, ~late_touches, ~late_orders)
+            else:
+                batches = by_bucket(decoded)
+            for bucket, events in batches.items():
+                yield bucket, _newest(events), pickle.dumps(events, PICKLE_PROTOCOL)
+        records_in = decoded.records_in
         dead = len(decoded.dead_letters)
-        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late)
+        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late_count)
+
+    def _late(self, decoded: DecodedEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which touches and orders are late, and the bound each event met (both kinds
+        together, in message order)."""
+        n_touches = len(decoded.touch_seq)
+        seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
+        ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
+        order = np.argsort(seq, kind="stable")
+        newest = np.maximum.accumulate(ts[order])
+        np.maximum(newest, self.newest_ms, out=newest)
+        self.newest_ms = int(newest[-1])
+        bounds = np.empty(len(ts), np.int64)
+        bounds[order] = newest - self.slack_ms
+        late = ts <= bounds
+        return late[:n_touches], late[n_touches:], bounds
+
+    def _late_json(self, decoded: DecodedEvents, late_touches: np.ndarray,
+                   late_orders: np.ndarray, bounds: np.ndarray) -> Iterator[Any]:
+        n_touches = len(late_touches)
+        late = EventColumns(take(decoded.touches, late_touches), take(decoded.orders,
+                                                                     late_orders))
+        seq = np.concatenate([decoded.touch_seq[late_touches],
+                              decoded.order_seq[late_orders]])
+        bound = np.concatenate([bounds[:n_touches][late_touches],
+                                bounds[n_touches:][late_orders]])
+        records = records_of(late)
+        for at in np.argsort(seq, kind="stable").tolist():  # message order
+            yield LATE_EVENTS, _event_json(records[at], int(bound[at]))
+
+
+def _newest(events: EventColumns) -> int:
+    return max(int(column.max()) for column in (events.touches.ts_ms, events.orders.ts_ms)
+               if len(column))
 
 
 class EventTime(TimestampAssigner):  # type: ignore[misc]
@@ -203,15 +226,19 @@ CONVERSION_FIELDS = ("order_id", "user_id", "conversion_ts_ms", "revenue", "curr
                      "touches", "trace_ids")
 
 
-def conversion_row(journey: ConvertedJourney) -> tuple[Any, ...]:
+def conversion_rows(converted: ConvertedJourneys) -> list[tuple[Any, ...]]:
     """One row per order (CONVERSION_FIELDS): what the ROI job needs to bring compute cost
-    to it (the traces of its journey) and to count it (stage, revenue)."""
-    conversion = journey.conversion
-    traces = list(dict.fromkeys(t for t in (conversion.trace_id,
-                                            *(touch.trace_id for touch in journey.touches))
-                                if t))
-    return (conversion.order_id, conversion.user_id, conversion.ts_ms, conversion.revenue,
-            conversion.currency, journey.stage, len(journey.touches), traces)
+    to it (the traces of its journey, the order's first) and to count it (stage,
+    revenue)."""
+    bounds = converted.touches.offsets.tolist()
+    touch_traces = converted.touches.trace_id.tolist()
+    return [(order, user, ts, revenue, currency, stage, end - start,
+             list(dict.fromkeys(t for t in (trace, *touch_traces[start:end]) if t)))
+            for order, user, ts, revenue, currency, stage, trace, start, end in zip(
+                converted.order_id.tolist(), converted.user_id.tolist(),
+                converted.ts_ms.tolist(), converted.revenue.tolist(),
+                converted.currency.tolist(), converted.stage.tolist(),
+                converted.trace_id.tolist(), bounds[:-1], bounds[1:], strict=True)]
 
 
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
@@ -221,9 +248,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     in the book. One timer per bucket, at the earliest time the book has something to do
     (a waiting event, a journey that could close unconverted, an order history running
     out), brings the whole bucket up to the watermark in one call. State per bucket: the
-    users' journey states at the book's last compaction (map), the batches since (map, by
-    batch id) and the book's progress (its watermarks since); the in-memory book is
-    rebuilt from them after a restart (udfs/journey_book.py).
+    book at its last compaction (one value: udfs.journey_book.Snapshot, pickled), the
+    batches since (map, by batch id) and the book's progress (its watermarks since); the
+    in-memory book is rebuilt from them after a restart (udfs/journey_book.py). State
+    an earlier version stored (a map of users' journey states) is read once and moved.
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
@@ -237,11 +265,18 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
-        self.users = runtime_context.get_map_state(
-            MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        self.snapshot = runtime_context.get_state(
+            ValueStateDescriptor("book-snapshot", Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
-            MapStateDescriptor("waiting-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+            MapStateDescriptor("book-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
         self.progress = runtime_context.get_state(
+            ValueStateDescriptor("book-progress", Types.PICKLED_BYTE_ARRAY()))
+        # as earlier versions stored the book
+        self.legacy_users = runtime_context.get_map_state(
+            MapStateDescriptor("users", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        self.legacy_batches = runtime_context.get_map_state(
+            MapStateDescriptor("waiting-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.legacy_progress = runtime_context.get_state(
             ValueStateDescriptor("progress", Types.PICKLED_BYTE_ARRAY()))
         self.books: dict[int, JourneyBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
@@ -250,24 +285,39 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         book = self.books.get(bucket)
         if book is None:  # first sight of this bucket since (re)start: from its state
             stored = self.progress.value()
-            book = JourneyBook.restore(
-                self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
-                ((user, state_from_wire(state)) for user, state in self.users.items()),
-                ((key, events_from_wire(stored_events(events)))
-                 for key, events in self.batches.items()))
+            if stored is None and self.legacy_progress.value() is not None:
+                book = self._moved_from_legacy_state()
+            else:
+                snapshot = self.snapshot.value()
+                book = JourneyBook.restore(
+                    self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
+                    pickle.loads(snapshot) if snapshot is not None else None,
+                    [(key, pickle.loads(events)) for key, events in self.batches.items()])
             self.books[bucket] = book
         return book
 
+    def _moved_from_legacy_state(self) -> JourneyBook:
+        stored = self.legacy_progress.value()
+        book = JourneyBook.restore(
+            self.journey, Progress(stored[0], tuple(stored[1])),
+            snapshot_from_wire(self.legacy_users.items()),
+            [(key, events_columns_from_wire(stored_events(events)))
+             for key, events in self.legacy_batches.items()])
+        changes = book.compact()
+        changes.batches = dict(book.batches)  # every waiting batch, in the new form
+        changes.removed_batches = []
+        self._store(changes)
+        self.legacy_users.clear()
+        self.legacy_batches.clear()
+        self.legacy_progress.clear()
+        return book
+
     def _store(self, changes: Changes) -> None:
-        if changes.users:
-            self._put_all(self.users, {user: state_to_wire(state)
-                                       for user, state in changes.users.items()})
-        for user in changes.removed_users:
-            self.users.remove(user)
+        if changes.snapshot is not None:
+            self.snapshot.update(pickle.dumps(changes.snapshot, PICKLE_PROTOCOL))
         if changes.batches:
-            self._put_all(self.batches, {
-                key: pickle.dumps(events_to_wire(events), PICKLE_PROTOCOL)
-                for key, events in changes.batches.items()})
+            self._put_all(self.batches, {key: pickle.dumps(events, PICKLE_PROTOCOL)
+                                         for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
         if changes.progress is not None:
@@ -286,10 +336,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(events_from_wire(pickle.loads(payload)), watermark)
-        for event in late:
-            yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
-        if not late:  # the batch is stored as it came (no need to encode it again)
+        late, changes = book.add(pickle.loads(payload), watermark)
+        if size(late):
+            for event in records_of(late):
+                yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
+        else:  # the batch is stored as it came (no need to pickle it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)
@@ -301,19 +352,20 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         advanced = book.advance(max(timestamp, ctx.timer_service().current_watermark()))
         self._store(advanced.changes)
         self.timers.pop(bucket, None)
-        converted = [j for j in advanced.closed if isinstance(j, ConvertedJourney)]
-        for message in table_messages.encode_chunks(CONVERSION_FIELDS,
-                                                    [conversion_row(j) for j in converted]):
-            yield CONVERSIONS, message
-        if self.models and converted:
-            yield from credit_messages.encode_chunks(
-                per_conversion_credit_rows(converted, self.models, self.params))
-        if self.refit_period_ms and advanced.closed:
-            # pickled here and read once by the fit (the key selector between passes
-            # bytes on)
-            yield CLOSED_JOURNEYS, pickle.dumps(periods_to_wire(
-                advanced.closed, lambda ts: period_end(ts, self.refit_period_ms)),
-                PICKLE_PROTOCOL)
+        converted = advanced.closed.converted
+        if len(converted):
+            for message in table_messages.encode_chunks(CONVERSION_FIELDS,
+                                                        conversion_rows(converted)):
+                yield CONVERSIONS, message
+            if self.models:
+                yield from credit_messages.encode_chunks(
+                    per_conversion_credit_rows(converted, self.models, self.params))
+        if self.refit_period_ms and len(advanced.closed):
+            # a fit needs no trace ids; pickled here and read once by the fit (the key
+            # selector between passes bytes on)
+            closed = ClosedJourneys(converted.without_traces(), advanced.closed.lapsed)
+            yield CLOSED_JOURNEYS, pickle.dumps(closed_by_period(closed, self.refit_period_ms),
+                                                PICKLE_PROTOCOL)
         self._schedule(bucket, book, ctx)
 
 
@@ -321,8 +373,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     """One key for the whole stream: path counts of every closed journey, and the credits
     of each period's conversions from the models refitted when the period closes.
 
-    Journeys arrive grouped by refit period (pipelines/journey_wire.py: the conversions,
-    and only counts per path of the journeys that did not convert) and wait in state until
+    Journeys arrive grouped by refit period (udfs.data_driven.Period: the conversions, and
+    only counts per path of the journeys that did not convert) and wait in state until
     the watermark passes the period's end."""
 
     def __init__(self, models: tuple[str, ...], params: ModelParams,
@@ -387,21 +439,21 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.arrivals = arrivals[-1][0] + 1 if arrivals else 0
             legacy = self.legacy_pending.get()
             if legacy:  # state written by an earlier version: moved into the map
-                self._add(list(legacy))
+                self._add([period_from_wire(period) for period in legacy])
                 self.legacy_pending.clear()
         return self.waiting
 
-    def _add(self, periods: list[PeriodWire]) -> None:
+    def _add(self, periods: list[Period]) -> None:
         waiting, entries = self._waiting(), {}
         for period in periods:
             key = f"{period[0]}:{self.arrivals}"
             self.arrivals += 1
-            entries[key] = period
+            entries[key] = pickle.dumps(period, PICKLE_PROTOCOL)
             waiting.setdefault(period[0], []).append(key)
         put_all(self.pending, entries, self.process_mode)
 
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
-        periods: list[PeriodWire] = pickle.loads(payload)
+        periods: list[Period] = pickle.loads(payload)
         self._add(periods)
         for end in {period[0] for period in periods}:
             ctx.timer_service().register_event_time_timer(end)
@@ -416,18 +468,25 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             return
         counts = self._counts()
         for end in due:
-            converted: list[tuple[Any, ...]] = []
+            converted: list[ConvertedJourneys] = []
             unconverted: dict[tuple[str, ...], float] = {}
             for key in waiting.pop(end):
-                _, journeys, paths = self.pending.get(key)
+                _, journeys, paths = _pending_period(self.pending.get(key))
                 self.pending.remove(key)
-                converted += journeys
+                converted.append(journeys)
                 for path, count in paths.items():
                     unconverted[path] = unconverted.get(path, 0.0) + count
             yield from credit_messages.encode_chunks(conversion_credit_rows(
-                counts, converted_from_wire(converted), unconverted, self.models,
+                counts, concat_converted(converted), unconverted, self.models,
                 self.params))
         self._store_counts(counts)
+
+
+def _pending_period(stored: bytes | PeriodWire) -> Period:
+    """A pending entry: a pickled Period (earlier versions: the period's wire form)."""
+    if isinstance(stored, bytes):
+        return pickle.loads(stored)  # type: ignore[no-any-return]
+    return period_from_wire(stored)
 
 
 class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]

@@ -1,4 +1,7 @@
-"""Compact forms of events, journey states and journeys for Flink records and state.
+"""Compact forms of events, journey states and journeys for Flink records and state, as
+kept by earlier versions of the attribution job (the job now moves columns:
+`schemas.events`, `udfs.journey_columns`), and their conversion to the columns, so that
+state stored by an earlier version is read on restore.
 
 Between Python operators, and in keyed state, values are pickled. Pickling a NamedTuple
 or a dataclass calls back into Python for every object (its `__reduce_ex__`, its
@@ -9,10 +12,16 @@ So what crosses or is stored is plain tuples, and the record types come back wit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
+from schemas.events import EventColumns, events_of
 from schemas.records import Conversion, Touchpoint
+from udfs.data_driven import Period
+from udfs.journey_book import Snapshot
+from udfs.journey_columns import NONE, converted_columns
 from udfs.journeys import (
     ClosedJourney,
     ConvertedJourney,
@@ -83,3 +92,39 @@ def converted_from_wire(wire: list[tuple[Any, ...]]) -> list[ConvertedJourney]:
             tuple([_new(Touchpoint, (user, t, channel, campaign, "", ""))
                    for t, channel, campaign in touches]), stage)))
     return out
+
+
+def events_columns_from_wire(wire: EventsWire) -> EventColumns:
+    return events_of(events_from_wire(wire))
+
+
+def period_from_wire(period: PeriodWire) -> Period:
+    end, converted, paths = period
+    return end, converted_columns(converted_from_wire(converted)), paths
+
+
+StateWire = tuple[int | None, list[tuple[Any, ...]]]
+
+
+def snapshot_from_wire(users: Iterable[tuple[str, StateWire]]) -> Snapshot:
+    """Users' journey states (one entry per user, as earlier versions stored them) as a
+    book's snapshot."""
+    names: list[str] = []
+    last_order: list[int] = []
+    counts: list[int] = []
+    touches: list[tuple[Any, ...]] = []
+    for user, (last, held) in users:
+        names.append(user)
+        last_order.append(NONE if last is None else last)
+        counts.append(len(held))
+        touches.extend(held)
+    channels: dict[str, int] = {}
+    campaigns: dict[str, int] = {}
+    trace = np.empty(len(touches), object)
+    trace[:] = [t[4] for t in touches]
+    return Snapshot(
+        names, np.arange(len(names), dtype=np.int64), np.asarray(last_order, np.int64),
+        np.asarray(counts, np.int64), np.asarray([t[1] for t in touches], np.int64),
+        np.asarray([channels.setdefault(t[2], len(channels)) for t in touches], np.int64),
+        np.asarray([campaigns.setdefault(t[3], len(campaigns)) for t in touches], np.int64),
+        trace, list(channels), list(campaigns))

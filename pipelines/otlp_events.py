@@ -158,8 +158,22 @@ def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
         touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
     if keep_orders is not None:
         orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
-    out = {}
-    for bucket in np.union1d(touch_bucket, order_bucket).tolist():
-        out[bucket] = EventColumns(take(touches, touch_bucket == bucket),
-                                   take(orders, order_bucket == bucket))
+    out: dict[int, EventColumns] = {}
+    touch_parts, order_parts = _split(touch_bucket), _split(order_bucket)
+    for bucket in sorted(touch_parts.keys() | order_parts.keys()):
+        out[bucket] = EventColumns(
+            take(touches, touch_parts.get(bucket, _NONE)),
+            take(orders, order_parts.get(bucket, _NONE)))
     return out
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:
+    """Positions of each bucket's rows, in their order (one sort, not a mask per bucket)."""
+    if not len(bucket):
+        return {}
+    order = np.argsort(bucket, kind="stable")
+    values, starts = np.unique(bucket[order], return_index=True)
+    return dict(zip(values.tolist(), np.split(order, starts[1:]), strict=True))

@@ -384,7 +384,8 @@ class JourneyBook:
         touches, orders = events
         touch_rows = self._rows_of(touches.user_id)
         order_rows = self._rows_of(orders.user_id)
-        woken = np.flatnonzero(self.wake <= watermark)
+        # NEVER is the largest time: a free row must not wake even at the final watermark
+        woken = np.flatnonzero(self.wake <= min(watermark, NEVER - 1))
         involved = np.unique(np.concatenate([touch_rows, order_rows, woken]))
         if not len(involved):
             return NOTHING_CLOSED

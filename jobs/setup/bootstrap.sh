@@ -66,16 +66,23 @@ fi
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-py_hash="$(hash_of pyproject.toml)-${extras:-core}"
+# the package's C extension (the OTLP scanner) is rebuilt when its source changes
+package_files="pyproject.toml setup.py pipelines/otlp_scan.c"
+py_hash="$(hash_of $package_files)-${extras:-core}"
 # a dev environment also serves the demo: only rebuild when it lacks what is asked for
 have=$(cat "$stamp_dir/venv" 2>/dev/null || true)
 if [ ! -x "$venv/bin/python" ] || { [ "$have" != "$py_hash" ] && \
-     [ "$have" != "$(hash_of pyproject.toml)-dev" ]; }; then
+     [ "$have" != "$(hash_of $package_files)-dev" ]; }; then
   echo "==> Python environment (.venv): installing pinned packages${extras:+ (with $extras tools)}"
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet --progress-bar off -e ".${extras:+[$extras]}"
   echo "$py_hash" > "$stamp_dir/venv"
+  if ! "$venv/bin/python" -c 'from pipelines import _otlp_scan' 2>/dev/null; then
+    echo "warning: the C scanner (pipelines/otlp_scan.c) was not built: no C compiler or" \
+         "Python headers (gcc, python3.11-dev)? Decoding falls back to pure Python," \
+         "several times slower." >&2
+  fi
 fi
 
 jar_hash=$(hash_of jobs/setup/jars.pom.xml)

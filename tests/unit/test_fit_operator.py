@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from pipelines.flink_job import FitDataDrivenModels
-from pipelines.journey_wire import periods_to_wire
+from pipelines.journey_wire import period_from_wire, periods_to_wire
 from schemas.records import Conversion, Touchpoint
 from udfs.data_driven import period_end
 from udfs.journeys import ClosedJourney, ConvertedJourney, NonConvertingJourney
@@ -33,6 +33,12 @@ class StoredMap:
 
     def keys(self) -> list[Any]:
         return list(self.stored)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(key, pickle.loads(value)) for key, value in self.stored.items()]
+
+    def clear(self) -> None:
+        self.stored.clear()
 
     def get(self, key: Any) -> Any:
         return pickle.loads(self.stored[key])
@@ -139,8 +145,13 @@ def closed_journeys(seed: int, periods: int) -> list[list[ClosedJourney]]:
     return out
 
 
-def wire_of(journeys: list[ClosedJourney]) -> list[Any]:
+def legacy_wire_of(journeys: list[ClosedJourney]) -> list[Any]:
+    """The periods as earlier versions sent and stored them."""
     return periods_to_wire(journeys, lambda ts: period_end(ts, PERIOD_MS))
+
+
+def wire_of(journeys: list[ClosedJourney]) -> list[Any]:
+    return [period_from_wire(period) for period in legacy_wire_of(journeys)]
 
 
 def run(operator: FitDataDrivenModels, backend: Backend, periods: list[list[ClosedJourney]],
@@ -225,10 +236,27 @@ def test_periods_pending_in_the_list_an_earlier_version_kept_move_into_the_map()
     legacy = copy.deepcopy(backend)
     for journeys in periods[2:]:  # as the earlier version stored them: one list entry each
         for part in (journeys[:len(journeys) // 2], journeys[len(journeys) // 2:]):
-            for period in wire_of(part):
+            for period in legacy_wire_of(part):
                 legacy.get_list_state(Named("closed-journeys")).add(period)
                 timers.registered.add(period[0])
     rest = settle_all(operator(), legacy, timers)
     assert first + rest == whole
     assert legacy.states["closed-journeys"].get() == []
     assert legacy.states["pending-periods"].stored == {}
+
+
+def test_pending_entries_in_the_form_an_earlier_version_stored_are_settled_the_same():
+    periods = closed_journeys(17, 5)
+    whole = run(operator(), Backend(), periods, Timers())
+
+    backend, timers = Backend(), Timers()
+    first = run(operator(), backend, periods[:2], timers)
+    legacy = copy.deepcopy(backend)
+    pending = legacy.get_map_state(Named("pending-periods"))
+    for number, journeys in enumerate(periods[2:]):
+        for period in legacy_wire_of(journeys):
+            pending.put_all({f"{period[0]}:{number}": period})
+            timers.registered.add(period[0])
+    rest = settle_all(operator(), legacy, timers)
+    assert first + rest == whole
+    assert pending.stored == {}

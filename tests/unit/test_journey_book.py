@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.events import EventColumns, events_of, records_of
+from schemas.events import events_of, records_of
 from schemas.records import Conversion, Touchpoint
 from udfs.journey_book import Changes, JourneyBook, bucket_of
 from udfs.journeys import (

@@ -1,0 +1,289 @@
+"""The attribution job's operators (decode -> journeys by bucket -> data-driven fit) driven
+in one process the way Flink drives them: keyed state in pickling stand-ins, event-time
+timers fired as the watermark passes them, a checkpoint a deep copy of every key's state.
+Their credits must be the batch reference's, with a restore anywhere in the stream and
+from state an earlier version stored."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.streaming import CollectingProducer
+from pipelines import credit_messages
+from pipelines.flink_job import (
+    ACCOUNTING,
+    CLOSED_JOURNEYS,
+    CONVERSIONS,
+    DEAD_LETTERS,
+    LATE_EVENTS,
+    AttributeJourneys,
+    DecodeOtlp,
+    FitDataDrivenModels,
+)
+from pipelines.generator import emit, plan_events
+from pipelines.journey_wire import events_to_wire, state_to_wire
+from pipelines.kafka_exporter import KafkaSpanExporter
+from schemas.events import records_of
+from schemas.records import Touchpoint
+from tests.reference import reference_credits, reference_journeys
+from tests.unit.test_fit_operator import Backend, Named
+from udfs.attribution import PER_CONVERSION_MODELS
+from udfs.data_driven import DATA_DRIVEN_MODELS
+from udfs.journey_book import JourneyBook
+from udfs.journeys import JourneyConfig, JourneyState
+from udfs.models import ModelParams
+
+SLACK_MS = 5 * 60_000  # the job's default allowed out-of-orderness
+BUCKETS = 4
+PER_CONVERSION = PER_CONVERSION_MODELS
+DATA_DRIVEN = DATA_DRIVEN_MODELS
+REFIT_MS = 6 * 3600 * 1000
+
+
+class Timers:
+    def __init__(self, job: Job, key: int) -> None:
+        self.job, self.key = job, key
+
+    def current_watermark(self) -> int:
+        return self.job.watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.job.timers.add((timestamp, self.key))
+
+
+class Context:
+    def __init__(self, job: Job, key: int) -> None:
+        self.timers = Timers(job, key)
+        self.key = key
+
+    def timer_service(self) -> Timers:
+        return self.timers
+
+    def get_current_key(self) -> int:
+        return self.key
+
+
+class Job:
+    """One parallel instance of each operator; a checkpoint is (keyed backends, decoder's
+    bound, watermark, timers, position in the input)."""
+
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS)
+        self.attribute = AttributeJourneys(JourneyConfig(), PER_CONVERSION, ModelParams(),
+                                           REFIT_MS, process_mode=False)
+        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams())
+        state = copy.deepcopy(state) if state else {}
+        self.backends: dict[int, Backend] = state.get("backends", {})
+        self.fit_backend: Backend = state.get("fit_backend", Backend())
+        self.decode.newest_ms = state.get("newest_ms", self.decode.newest_ms)
+        self.watermark = state.get("watermark", -2**63)
+        self.timers: set[tuple[int, int]] = state.get("timers", set())
+        self.fit_timers: set[tuple[int, int]] = state.get("fit_timers", set())
+        self.attribute.open(_Switch(self, None))  # type: ignore[arg-type]
+        self.fit.open(self.fit_backend)  # type: ignore[arg-type]
+        self.credits: list[dict[str, Any]] = []
+        self.conversions = 0
+        self.late = 0
+        self.dead = 0
+        self.counts = [0] * 6
+
+    def checkpoint(self) -> dict[str, Any]:
+        return copy.deepcopy({"backends": self.backends, "fit_backend": self.fit_backend,
+                              "newest_ms": self.decode.newest_ms, "watermark": self.watermark,
+                              "timers": self.timers, "fit_timers": self.fit_timers})
+
+    def backend(self, key: int) -> Backend:
+        return self.backends.setdefault(key, Backend())
+
+    def feed(self, message: bytes) -> None:
+        newest = self.watermark
+        for out in self.decode.process_element(message, None):  # type: ignore[arg-type]
+            if out[0] is DEAD_LETTERS:
+                self.dead += 1
+            elif out[0] is LATE_EVENTS:
+                self.late += 1
+            elif out[0] is ACCOUNTING:
+                self.counts = [a + b for a, b in zip(self.counts, out[1], strict=True)]
+            else:
+                bucket, batch_newest, _ = out
+                self.current = bucket
+                self._collect(self.attribute.process_element(out, Context(self, bucket)))
+                newest = max(newest, batch_newest - SLACK_MS - 1)
+        self.advance(newest)
+
+    def advance(self, watermark: int) -> None:
+        """The watermark moves on: every timer at or before it fires, in time order."""
+        self.watermark = max(self.watermark, watermark)
+        while True:
+            due = sorted(t for t in self.timers if t[0] <= self.watermark)
+            fit_due = sorted(t for t in self.fit_timers if t[0] <= self.watermark)
+            if not due and not fit_due:
+                return
+            for timer in due:
+                self.timers.discard(timer)
+                self.current = timer[1]
+                self._collect(self.attribute.on_timer(timer[0], Context(self, timer[1])))
+            for timer in fit_due:
+                self.fit_timers.discard(timer)
+                self._collect_fit(self.fit.on_timer(timer[0], _FitContext(self)))
+
+    def _collect(self, outputs: Iterator[Any]) -> None:
+        for out in outputs:
+            if isinstance(out, tuple):
+                tag, value = out
+                if tag is CLOSED_JOURNEYS:
+                    self.fit.process_element(value, _FitContext(self))
+                elif tag is CONVERSIONS:
+                    self.conversions += 1
+                elif tag is LATE_EVENTS:
+                    self.late += 1
+                continue
+            self.credits += credit_messages.decode(out)
+
+    def _collect_fit(self, outputs: Iterator[str]) -> None:
+        for out in outputs:
+            self.credits += credit_messages.decode(out)
+
+
+class _Switch:
+    """A runtime context whose states are those of the key being processed."""
+
+    def __init__(self, job: Job, _: Any) -> None:
+        self.job = job
+
+    def get_map_state(self, descriptor: Any) -> Any:
+        return _KeyedState(self.job, descriptor, "get_map_state")
+
+    def get_state(self, descriptor: Any) -> Any:
+        return _KeyedState(self.job, descriptor, "get_state")
+
+
+class _KeyedState:
+    def __init__(self, job: Job, descriptor: Any, kind: str) -> None:
+        self.job, self.descriptor, self.kind = job, descriptor, kind
+
+    def __getattr__(self, name: str) -> Any:
+        state = getattr(self.job.backend(self.job.current), self.kind)(self.descriptor)
+        return getattr(state, name)
+
+
+class _FitTimers:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def current_watermark(self) -> int:
+        return self.job.watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.job.fit_timers.add((timestamp, 0))
+
+
+class _FitContext:
+    def __init__(self, job: Job) -> None:
+        self.timers = _FitTimers(job)
+
+    def timer_service(self) -> _FitTimers:
+        return self.timers
+
+
+@pytest.fixture(scope="module")
+def stream() -> tuple[Any, list[bytes]]:
+    plan = plan_events(300, seed=21)
+    sink = CollectingProducer()
+    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=16)
+    return plan, sink.values
+
+
+def run(job: Job, messages: list[bytes]) -> Job:
+    for message in messages:
+        job.feed(message)
+    return job
+
+
+def finish(job: Job) -> Job:
+    job.advance(2**63 - 1)
+    return job
+
+
+def keyed(credits: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
+    return {(c["model"], c["order_id"], c["touch_index"], c["channel"]): c["revenue"]
+            for c in credits}
+
+
+def test_the_operators_give_the_batch_reference_credits(stream):
+    plan, messages = stream
+    job = finish(run(Job(), messages))
+    expected = keyed([c._asdict() for c in reference_credits(
+        plan, PER_CONVERSION + DATA_DRIVEN, REFIT_MS / 1000)])
+    got = keyed(job.credits)
+    assert len(got) == len(job.credits)  # nothing credited twice
+    assert got.keys() == expected.keys()
+    assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    assert job.conversions > 0 and job.late == plan.late_count
+    messages_, records_in, used, other, dead, late = job.counts
+    assert (messages_, dead, late) == (len(messages), job.dead, plan.late_count)
+    assert records_in == used + other + dead
+    assert {c["stage"] for c in job.credits} >= {"new", "repeat"}
+    assert len({c["order_id"] for c in job.credits}) == len(reference_journeys(plan))
+
+
+@pytest.mark.parametrize("cut", [0.2, 0.5, 0.85])
+def test_a_restore_from_a_checkpoint_gives_the_credits_of_an_uninterrupted_run(stream, cut):
+    _, messages = stream
+    whole = finish(run(Job(), messages)).credits
+    at = int(len(messages) * cut)
+    first = run(Job(), messages[:at])
+    # what was emitted after the checkpoint is lost with the failed run (a transactional
+    # sink never commits it): the restored run emits it again
+    rest = finish(run(Job(first.checkpoint()), messages[at:]))
+    assert keyed(first.credits + rest.credits) == keyed(whole)
+    assert len(first.credits) + len(rest.credits) == len(whole)
+
+
+def test_journey_state_an_earlier_version_stored_is_read_and_moved(stream):
+    """A checkpoint whose journey state is in the earlier form (one entry per user, events
+    as tuples) restores to the same credits, and leaves only the new form behind."""
+    _, messages = stream
+    whole = finish(run(Job(), messages)).credits
+    at = len(messages) // 2
+    first = run(Job(), messages[:at])
+    state = first.checkpoint()
+    for bucket, backend in state["backends"].items():
+        legacy_form(backend, first.attribute.books[bucket])
+    rest = finish(run(Job(state), messages[at:]))
+    assert keyed(first.credits + rest.credits) == keyed(whole)
+    for backend in rest.backends.values():
+        assert backend.get_state(Named("progress")).value() is None
+        assert backend.get_map_state(Named("users")).stored == {}
+        assert backend.get_state(Named("book-progress")).value() is not None
+
+
+def legacy_form(backend: Backend, book: JourneyBook) -> None:
+    """Rewrites one key's journey state as an earlier version kept it."""
+    snapshot = book.snapshot()
+    channels, campaigns = snapshot.channels, snapshot.campaigns
+    users = backend.get_map_state(Named("users"))
+    at = 0
+    for user, last, count in zip(snapshot.users, snapshot.last_order.tolist(),
+                                 snapshot.touch_counts.tolist(), strict=True):
+        touches = [(user, ts, channels[ch], campaigns[ca], trace, "") for ts, ch, ca, trace
+                   in zip(snapshot.touch_ts[at:at + count].tolist(),
+                          snapshot.touch_channel[at:at + count].tolist(),
+                          snapshot.touch_campaign[at:at + count].tolist(),
+                          snapshot.touch_trace[at:at + count].tolist(), strict=True)]
+        at += count
+        state = JourneyState([Touchpoint(*t) for t in touches],
+                             None if last == -2**63 else last)
+        users.put_all({user: state_to_wire(state)})
+    batches = backend.get_map_state(Named("waiting-batches"))
+    batches.put_all({key: pickle.dumps(events_to_wire(records_of(events)))
+                     for key, events in book.batches.items()})
+    backend.get_state(Named("progress")).update((book.watermark, ()))
+    for name in ("book-snapshot", "book-batches", "book-progress"):
+        backend.states.pop(name, None)

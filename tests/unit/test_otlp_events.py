@@ -1,0 +1,144 @@
+"""The attribution job's decoding (pipelines/otlp_events.py): the C scanner and the Python
+decoder give the same events, buckets, counts and dead letters, whatever the message."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import numpy as np
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+from pipelines.otlp_codec import decode_spans, request_to_json
+from pipelines.otlp_events import SCANNER_BUILT, DecodedEvents, by_bucket, decode_events
+from schemas.events import EventColumns, records_of
+from schemas.records import Conversion, Touchpoint
+from tests.spans import make_spans
+from udfs.journey_book import bucket_of
+
+T0 = 1_756_684_800_000_000_000
+BUCKETS = 7
+
+
+def plain(decoded: DecodedEvents) -> dict:
+    """Everything a reader of the decoding sees, as plain values; the interleaving of the
+    two kinds as the order of their places in the message."""
+    seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
+    kinds = ["t"] * len(decoded.touch_seq) + ["o"] * len(decoded.order_seq)
+    return {
+        "touches": [c.tolist() for c in decoded.touches],
+        "orders": [c.tolist() for c in decoded.orders],
+        "buckets": (decoded.touch_bucket.tolist(), decoded.order_bucket.tolist()),
+        "interleaving": [kinds[i] for i in np.argsort(seq, kind="stable").tolist()],
+        "dead_letters": [(d.reason, d.detail, d.payload) for d in decoded.dead_letters],
+        "counts": (decoded.spans, decoded.ignored, decoded.unbuilt_gpu_calls,
+                   decoded.records_in),
+    }
+
+
+def both(payload: bytes) -> tuple[DecodedEvents, DecodedEvents]:
+    return decode_events(payload, BUCKETS), decode_events(payload, BUCKETS, scanner=False)
+
+
+def random_payloads(seed: int, count: int) -> list[bytes]:
+    """Spans drawn over every attribute the rules read, valid and not, under resources that
+    change how spans are read."""
+    rng = random.Random(seed)
+    future = time.time_ns() + 2 * 3600 * 10**9
+    choices: dict[str, list[object]] = {
+        "user.id": ["u1", "u2", "ü-3", "", 42, True, "x" * 300],
+        "enduser.id": ["legacy", ""],
+        "marketing.channel": ["email", "search", "", "x" * 300, 3],
+        "marketing.campaign": ["spring", "", 9],
+        "order.id": ["o1", "o2", "", 981],
+        "order.revenue": [10.0, 0.0, 7, -3.0, float("nan"), "12.5", "abc"],
+        "order.currency": ["EUR", "USD", "dollars", ""],
+        "gpu.uuid": ["GPU-1", "", 7],
+        "gpu.workload": ["ranker", ""],
+        "k8s.pod.name": ["pod-1", "y" * 300],
+        "db.system.name": ["postgresql"],
+    }
+    payloads = []
+    for _ in range(count):
+        specs = []
+        for n in range(rng.randrange(1, 25)):
+            attrs = {key: rng.choice(values) for key, values in choices.items()
+                     if rng.random() < 0.35}
+            start = rng.choice([T0 + rng.randrange(10**12)] * 8 + [0, future])
+            end = rng.choice([start + 1_000_000] * 4 + [start, max(start - 1, 0)])
+            specs.append((f"s{n}", attrs, start, end))
+        resource = rng.choice([{"service.name": "shop"}, {"k8s.pod.name": "pod-7"},
+                               {"user.id": "from-resource"}, {"marketing.channel": "email"},
+                               {"order.id": "r1", "user.id": "r"}, {"gpu.uuid": "GPU-9"}])
+        payloads.append(encode_spans(make_spans(specs, resource=resource))
+                        .SerializePartialToString())
+    return payloads
+
+
+def test_the_scanner_is_built():
+    # the package builds it (setup.py); without it decoding is several times slower
+    assert SCANNER_BUILT, "pipelines._otlp_scan is missing: reinstall with a C compiler"
+
+
+def test_scanner_and_python_decoder_agree_on_random_messages():
+    scanned = 0
+    kinds = {"touch": 0, "order": 0, "dead": 0}
+    for payload in random_payloads(3, 300):
+        fast, slow = both(payload)
+        assert plain(fast) == plain(slow)
+        scanned += fast.scanned
+        kinds["touch"] += len(fast.touch_seq)
+        kinds["order"] += len(fast.order_seq)
+        kinds["dead"] += len(fast.dead_letters)
+    assert scanned == 300  # well-formed protobuf: the scanner reads every one
+    assert min(kinds.values()) > 50, kinds  # the draw makes every kind
+
+
+def test_the_events_are_those_of_the_record_decoder():
+    payload = random_payloads(5, 1)[0]
+    records = decode_spans(payload, gpu_calls=False).records
+    fast = decode_events(payload, BUCKETS)
+    touches = [r for r in records if isinstance(r, Touchpoint)]
+    orders = [r for r in records if isinstance(r, Conversion)]
+    assert records_of(EventColumns(fast.touches, fast.orders)) == touches + orders
+    assert fast.touch_bucket.tolist() == [bucket_of(t.user_id, BUCKETS) for t in touches]
+
+
+def test_damaged_messages_give_the_same_dead_letters_and_events():
+    rng = random.Random(11)
+    payloads = random_payloads(7, 40)
+    for payload in payloads:
+        for _ in range(10):
+            damaged = bytearray(payload)
+            for _ in range(rng.randrange(1, 4)):
+                damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+            cut = bytes(damaged[:rng.randrange(len(damaged) + 1)] if rng.random() < 0.3
+                        else damaged)
+            fast, slow = both(cut)
+            assert plain(fast) == plain(slow)
+
+
+def test_json_and_empty_messages_take_the_python_path():
+    request = encode_spans(make_spans([("a", {"user.id": "u", "marketing.channel": "email"},
+                                        T0)]))
+    body = request_to_json(request)
+    out = decode_events(body, BUCKETS)
+    assert not out.scanned and out.touches.user_id.tolist() == ["u"]
+    assert json.loads(body)  # a JSON message
+    empty = decode_events(b"", BUCKETS)
+    assert empty.records_in == 1 and empty.dead_letters[0].reason == "empty_message"
+
+
+def test_events_split_by_bucket_keep_their_order_and_drop_what_is_not_kept():
+    payload = random_payloads(13, 1)[0]
+    decoded = decode_events(payload, BUCKETS)
+    keep_touches = np.arange(len(decoded.touch_seq)) % 2 == 0
+    parts = by_bucket(decoded, keep_touches, None)
+    touches = decoded.touches.user_id[keep_touches].tolist()
+    for bucket, events in parts.items():
+        mine = [u for u in touches if bucket_of(u, BUCKETS) == bucket]
+        assert events.touches.user_id.tolist() == mine
+        assert events.orders.user_id.tolist() == [
+            u for u in decoded.orders.user_id.tolist() if bucket_of(u, BUCKETS) == bucket]
+    assert sum(len(e.touches.ts_ms) for e in parts.values()) == int(keep_touches.sum())
