@@ -4,6 +4,9 @@ Builds messages of 500 spans each from the sample generator (same shape as the d
 times, side by side on the same bytes:
   baseline  ExportTraceServiceRequest.FromString + reading every span's attribute keys
   ours      pipelines.otlp_codec.decode_spans (parse, classify, validate, build records)
+  scanner   pipelines.otlp_events.decode_events, what the attribution job calls: the C
+            scanner (pipelines/otlp_scan.c) fills touch and order columns by user bucket,
+            GPU calls checked, not built (decode_spans' same rules; tests hold them equal)
 
     .venv/bin/python bench/decode.py [--users 20000] [--repeat 3]
 """
@@ -24,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from pipelines.generator import emit, plan_events  # noqa: E402
 from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
+from pipelines.otlp_events import SCANNER_BUILT, decode_events  # noqa: E402
 
 
 class Collect:
@@ -67,6 +71,10 @@ def ours(batch: list[bytes]) -> int:
     return sum(decode_spans(payload).spans for payload in batch)
 
 
+def scanner(batch: list[bytes]) -> int:
+    return sum(decode_events(payload, 8).spans for payload in batch)
+
+
 def best_of(repeat: int, fn, batch: list[bytes]) -> tuple[float, int]:
     times = []
     for _ in range(repeat):
@@ -92,6 +100,13 @@ def main() -> None:
     print(f"{'baseline: parse + keys':28}{spans / base_s:12,.0f}{size / base_s / 1e6:8.1f}")
     print(f"{'ours: decode_spans':28}{spans / ours_s:12,.0f}{size / ours_s / 1e6:8.1f}")
     print(f"ratio ours/baseline: {base_s / ours_s:.2f}")
+    if not SCANNER_BUILT:
+        print("the C scanner is not built (no C compiler at install): no scanner figure")
+        return
+    scan_s, spans_scan = best_of(args.repeat, scanner, batch)
+    assert spans == spans_scan, (spans, spans_scan)
+    print(f"{'scanner: decode_events':28}{spans / scan_s:12,.0f}{size / scan_s / 1e6:8.1f}")
+    print(f"ratio scanner/baseline: {base_s / scan_s:.2f}")
 
 
 if __name__ == "__main__":
