@@ -66,7 +66,7 @@ from pipelines.journey_wire import (
 )
 from pipelines.otlp_codec import dead_letter_json
 from pipelines.otlp_events import DecodedEvents, by_bucket, decode_events
-from schemas.events import EventColumns, records_of, size, take
+from schemas.events import EventColumns, pack, records_of, size, take, unpack
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
 from udfs.data_driven import (
@@ -98,9 +98,9 @@ COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
 Event = Touchpoint | Conversion
 Batch = tuple[int, int, bytes]
 """One message's events of one user bucket: (bucket, newest event time, the events as
-columns (schemas.events.EventColumns), pickled).
+columns (schemas.events.EventColumns), packed: schemas.events.pack).
 
-The events are pickled once, by the decoder, and read once, by the journey book: between
+The events are packed once, by the decoder, and read once, by the journey book: between
 the two the record passes the timestamp assigner and the key selector, Python operators
 of their own that would otherwise each unpickle and pickle every event again."""
 
@@ -131,7 +131,7 @@ def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """One Kafka message (a whole OTLP batch) -> touchpoints and orders as columns, in
-    batches per user bucket: (bucket, newest event time, pickled EventColumns).
+    batches per user bucket: (bucket, newest event time, packed EventColumns).
 
     An event older than this subtask's bound "newest event time seen minus the allowed
     out-of-orderness" is late and leaves here. Flink's own watermark is emitted
@@ -169,7 +169,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             else:
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
-                yield bucket, _newest(events), pickle.dumps(events, PICKLE_PROTOCOL)
+                yield bucket, _newest(events), pack(events)
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late_count)
@@ -292,7 +292,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                 book = JourneyBook.restore(
                     self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
                     pickle.loads(snapshot) if snapshot is not None else None,
-                    [(key, pickle.loads(events)) for key, events in self.batches.items()])
+                    [(key, unpack(events)) for key, events in self.batches.items()])
             self.books[bucket] = book
         return book
 
@@ -316,7 +316,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if changes.snapshot is not None:
             self.snapshot.update(pickle.dumps(changes.snapshot, PICKLE_PROTOCOL))
         if changes.batches:
-            self._put_all(self.batches, {key: pickle.dumps(events, PICKLE_PROTOCOL)
+            self._put_all(self.batches, {key: pack(events)
                                          for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
@@ -336,11 +336,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(pickle.loads(payload), watermark)
+        late, changes = book.add(unpack(payload), watermark)
         if size(late):
             for event in records_of(late):
                 yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
-        else:  # the batch is stored as it came (no need to pickle it again)
+        else:  # the batch is stored as it came (no need to encode it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)

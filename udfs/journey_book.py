@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from schemas.events import EMPTY, EventColumns, OrderColumns, TouchColumns, concat, take
 from udfs.journey_columns import (
@@ -109,18 +110,24 @@ class _Codes:
         self.index = {name: code for code, name in enumerate(self.names)}
 
     def of(self, values: np.ndarray) -> np.ndarray:
-        index = self.index
-        codes = np.fromiter((index.get(v, -1) for v in values.tolist()), np.int64,
-                            len(values))
-        if len(codes) and codes.min() < 0:
-            for at in np.flatnonzero(codes < 0).tolist():
-                value = values[at]
-                code = index.get(value)
-                if code is None:
-                    code = index[value] = len(self.names)
-                    self.names.append(value)
-                codes[at] = code
-        return codes
+        return _lookup(values, self.index, self.names)
+
+
+def _lookup(values: np.ndarray, index: dict[str, int], names: list) -> np.ndarray:
+    """Each value's number in `index`; a value not there yet gets the next number (in
+    first-seen order) and is appended to `names`. Distinct values are looked up once (the
+    hash table of pandas.factorize does the rest in C)."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    local, distinct = pd.factorize(values)
+    distinct = distinct.tolist()
+    table = np.fromiter((index.get(v, -1) for v in distinct), np.int64, len(distinct))
+    if table.min() < 0:
+        for at in np.flatnonzero(table < 0).tolist():
+            value = distinct[at]
+            table[at] = index[value] = len(names)
+            names.append(value)
+    return table[local]
 
 
 class _Pool:
@@ -332,23 +339,14 @@ class JourneyBook:
 
     def _rows_of(self, users: np.ndarray) -> np.ndarray:
         """Each user's row, new users given one."""
-        index = self.users
-        rows = np.fromiter((index.get(u, -1) for u in users.tolist()), np.int64, len(users))
-        missing = np.flatnonzero(rows < 0)
-        if len(missing):
-            for at in missing.tolist():
-                user = users[at]
-                row = index.get(user)
-                if row is None:
-                    row = index[user] = len(self.names)
-                    self.names.append(user)
-                rows[at] = row
-            grow = len(self.names) - len(self.last_order)
-            if grow > 0:
-                self.last_order = np.concatenate([self.last_order, np.full(grow, NONE)])
-                self.wake = np.concatenate([self.wake, np.full(grow, NEVER)])
-                self.touch_start = np.concatenate([self.touch_start, np.zeros(grow, np.int64)])
-                self.touch_count = np.concatenate([self.touch_count, np.zeros(grow, np.int64)])
+        before = len(self.names)
+        rows = _lookup(users, self.users, self.names)
+        grow = len(self.names) - before
+        if grow > 0:
+            self.last_order = np.concatenate([self.last_order, np.full(grow, NONE)])
+            self.wake = np.concatenate([self.wake, np.full(grow, NEVER)])
+            self.touch_start = np.concatenate([self.touch_start, np.zeros(grow, np.int64)])
+            self.touch_count = np.concatenate([self.touch_count, np.zeros(grow, np.int64)])
         return rows
 
     def _due_events(self, watermark: int) -> EventColumns:

@@ -142,3 +142,20 @@ def test_events_split_by_bucket_keep_their_order_and_drop_what_is_not_kept():
         assert events.orders.user_id.tolist() == [
             u for u in decoded.orders.user_id.tolist() if bucket_of(u, BUCKETS) == bucket]
     assert sum(len(e.touches.ts_ms) for e in parts.values()) == int(keep_touches.sum())
+
+
+def test_a_packed_batch_comes_back_equal_even_when_a_value_holds_the_separator():
+    from schemas.events import EMPTY, pack, unpack
+
+    for payload in random_payloads(17, 20):
+        for events in by_bucket(decode_events(payload, BUCKETS)).values():
+            back = unpack(pack(events))
+            assert [c.tolist() for part in back for c in part] == \
+                [c.tolist() for part in events for c in part]
+            assert [c.dtype for part in back for c in part] == \
+                [c.dtype for part in events for c in part]
+    odd = records_of(EMPTY) + [Touchpoint("a\x00b", 5, "email", "", "t", "s"),
+                               Touchpoint("", 6, "x", "\x00", "", "")]
+    from schemas.events import events_of
+    assert records_of(unpack(pack(events_of(odd)))) == odd
+    assert records_of(unpack(pack(EMPTY))) == []
