@@ -65,7 +65,7 @@ from pipelines.journey_wire import (
     snapshot_from_wire,
 )
 from pipelines.otlp_codec import dead_letter_json
-from pipelines.otlp_events import DecodedEvents, by_bucket, decode_events
+from pipelines.otlp_events import DecodedEvents, by_bucket, decode_events, decode_packed
 from schemas.events import EventColumns, pack, records_of, size, take, unpack
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
@@ -154,6 +154,15 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
+        packed = decode_packed(value, self.buckets, self.encoding)
+        if packed is not None and self._none_late(packed.ts_ms):
+            # the common case, every span plain and none late: the scanner's buckets as
+            # they are
+            for bucket, (batch_newest, events) in packed.buckets.items():
+                yield bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)
+            used = len(packed.ts_ms)
+            yield ACCOUNTING, (1, packed.spans, used, packed.spans - used, 0, 0)
+            return
         decoded = decode_events(value, self.buckets, self.encoding)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
@@ -173,6 +182,18 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late_count)
+
+    def _none_late(self, ts: np.ndarray) -> bool:
+        """True, and the bound moved on, when none of these times (in message order) is
+        late; False, nothing changed, when one is."""
+        if not len(ts):
+            return True
+        newest = np.maximum.accumulate(ts)
+        np.maximum(newest, self.newest_ms, out=newest)
+        if (ts <= newest - self.slack_ms).any():
+            return False
+        self.newest_ms = int(newest[-1])
+        return True
 
     def _late(self, decoded: DecodedEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which touches and orders are late, and the bound each event met (both kinds
@@ -327,8 +348,13 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         put_all(state, values, self.process_mode)
 
     def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
+        # A timer is registered only when it is earlier than the bucket's pending one: a
+        # later one would fire in the same watermark step as it, for nothing (the first
+        # call brings the book up to the watermark); the pending one, when it fires,
+        # schedules what is due then.
         due = book.next_due()
-        if due is not None and self.timers.get(bucket) != due:
+        pending = self.timers.get(bucket)
+        if due is not None and (pending is None or due < pending):
             ctx.timer_service().register_event_time_timer(due)
             self.timers[bucket] = due
 
@@ -349,9 +375,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         bucket = ctx.get_current_key()
         book = self._book(bucket)
-        advanced = book.advance(max(timestamp, ctx.timer_service().current_watermark()))
+        watermark = max(timestamp, ctx.timer_service().current_watermark())
+        advanced = book.advance(watermark)
         self._store(advanced.changes)
-        self.timers.pop(bucket, None)
+        if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
+            self.timers.pop(bucket, None)
         converted = advanced.closed.converted
         if len(converted):
             for message in table_messages.encode_chunks(CONVERSION_FIELDS,

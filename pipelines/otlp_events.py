@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,6 +82,34 @@ def decode_events(payload: bytes | None, buckets: int, encoding: str = "auto",
             return _from_scan(payload, scanned, latest_ns, buckets)
     decoded = decode_spans(payload, encoding, gpu_calls=False)
     return _from_records(decoded, np.arange(len(decoded.records)), buckets)
+
+
+class PackedMessage(NamedTuple):
+    """A message every span of which the scanner read plainly: its events already packed
+    per user bucket (schemas.events.pack's form, before pickling)."""
+
+    spans: int
+    unbuilt_gpu_calls: int
+    ignored: int
+    ts_ms: np.ndarray  # every touch's and order's time, in message order
+    buckets: dict[int, tuple[int, tuple]]  # bucket -> (newest time, packed events)
+
+
+def decode_packed(payload: bytes | None, buckets: int,
+                  encoding: str = "auto") -> PackedMessage | None:
+    """The fast path of `decode_events` for a message with nothing unusual in it (no span
+    for the general rules, hence no dead letters): no Python object is made per event.
+    None: use `decode_events`."""
+    if not payload or _otlp_scan is None or not (
+            encoding == "otlp_proto" or (encoding == "auto"
+                                         and sniff_encoding(payload) == "otlp_proto")):
+        return None
+    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    scanned = _otlp_scan.scan_packed(payload, latest_ns, buckets)
+    if scanned is None:
+        return None
+    spans, unbuilt, ignored, ts_ms, by_bucket = scanned
+    return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)
 
 
 def _from_scan(payload: bytes, scanned: tuple, latest_ns: int, buckets: int) -> DecodedEvents:

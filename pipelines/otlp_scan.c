@@ -19,6 +19,16 @@
  *     general: bytes of int32 quadruples (resource, scope, span, seq))
  * seq and bucket are bytes of int32, ts_ms of int64, revenues of float64; the rest lists
  * of str. seq is the span's place in the message; bucket is zlib.crc32(user) % buckets.
+ *
+ * scan_packed(payload, latest_ns, buckets) -> None | (
+ *     spans, unbuilt_gpu_calls, ignored, ts_ms: bytes of int64 (every touch and order, in
+ *     message order), {bucket: (newest ts_ms, (touches, orders, [touch columns],
+ *                                               [order columns]))})
+ * the same reading, for a message whose every span is plainly a touch, an order, a GPU
+ * call or plain tracing: each bucket's events already in the form of
+ * schemas.events.pack (a column of strings as one str joined by NUL, numbers as bytes),
+ * so that no Python object is made per event. None (use scan) for anything else: a span
+ * for the general path, a value holding a NUL, bytes scan gives up on.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -495,11 +505,48 @@ static int classify(const Span *s, const Resource *r, uint64_t latest_ns) {
     return SPAN_GPU;
 }
 
+/* ---- packed buckets ---------------------------------------------------------------- */
+
+/* schemas.events.TouchColumns then OrderColumns, field by field */
+enum { T_USER, T_TS, T_CHANNEL, T_CAMPAIGN, T_TRACE, T_SPAN,
+       O_USER, O_TS, O_ORDER, O_REVENUE, O_CURRENCY, O_TRACE, O_SPAN, COLUMNS };
+static const int TEXT_COLUMN[COLUMNS] = {1, 0, 1, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1};
+
+typedef struct {
+    Bytes columns[COLUMNS];
+    long touches, orders;
+    int64_t newest;
+} Bucket;
+
+/* one value of a joined column: NUL before all but the first; 1: the value holds a NUL */
+static int put_text(Bytes *b, int first, const uint8_t *s, Py_ssize_t n) {
+    if (memchr(s, 0, (size_t)n)) return 1;
+    if (!first && put(b, "", 1)) return -1;
+    return put(b, s, n);
+}
+
+static int put_hex(Bytes *b, int first, const uint8_t *s, Py_ssize_t n) {
+    static const char digits[] = "0123456789abcdef";
+    char out[64];
+    if (!first && put(b, "", 1)) return -1;
+    for (Py_ssize_t i = 0; i < n; i += 32) {
+        Py_ssize_t k = n - i < 32 ? n - i : 32;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            out[2 * j] = digits[s[i + j] >> 4];
+            out[2 * j + 1] = digits[s[i + j] & 15];
+        }
+        if (put(b, out, 2 * k)) return -1;
+    }
+    return 0;
+}
+
 /* ---- the scan -------------------------------------------------------------------- */
 
 typedef struct {
     uint64_t latest_ns;
     long buckets;
+    Bucket *packed; /* scan_packed: one per bucket (NULL: scan) */
+    Bytes all_ts;   /* scan_packed: every event's time, in message order */
     long spans, gpu, ignored;
     Bytes t_seq, t_bucket, t_ts;
     PyObject *t_users, *t_channels, *t_campaigns, *t_traces, *t_spans;
@@ -514,6 +561,45 @@ static int put_i32(Bytes *b, long value) {
     return put(b, &v, sizeof v);
 }
 
+/* returns 0, 1 (give the message to scan: a value holds a NUL), -1 (Python error) */
+static int emit_packed(Scan *st, const Span *s, int kind, long bucket, int64_t ts) {
+    const Value *v = s->values;
+    const Value *user = &v[A_USER];
+    Bucket *b = &st->packed[bucket];
+    Bytes *c = b->columns;
+    int rc;
+    if (put(&st->all_ts, &ts, sizeof ts)) return -1;
+    if (b->touches + b->orders == 0 || ts > b->newest) b->newest = ts;
+    if (kind == SPAN_TOUCH) {
+        int first = b->touches++ == 0;
+        const Value *campaign = &v[A_CAMPAIGN];
+        if ((rc = put_text(&c[T_USER], first, user->s, user->len)) ||
+            (rc = put(&c[T_TS], &ts, sizeof ts)) ||
+            (rc = put_text(&c[T_CHANNEL], first, v[A_CHANNEL].s, v[A_CHANNEL].len)) ||
+            (rc = campaign->present ? put_text(&c[T_CAMPAIGN], first, campaign->s, campaign->len)
+                                    : put_text(&c[T_CAMPAIGN], first, (const uint8_t *)"", 0)) ||
+            (rc = put_hex(&c[T_TRACE], first, s->trace, s->trace_len)) ||
+            (rc = put_hex(&c[T_SPAN], first, s->span_id, s->span_len)))
+            return rc;
+        return 0;
+    }
+    int first = b->orders++ == 0;
+    const Value *rev = &v[A_REVENUE];
+    double revenue = rev->kind == K_DOUBLE ? rev->d : (double)rev->i;
+    const Value *cur = &v[A_CURRENCY];
+    if ((rc = user->present ? put_text(&c[O_USER], first, user->s, user->len)
+                            : put_text(&c[O_USER], first, (const uint8_t *)"", 0)) ||
+        (rc = put(&c[O_TS], &ts, sizeof ts)) ||
+        (rc = put_text(&c[O_ORDER], first, v[A_ORDER].s, v[A_ORDER].len)) ||
+        (rc = put(&c[O_REVENUE], &revenue, sizeof revenue)) ||
+        (rc = cur->present ? put_text(&c[O_CURRENCY], first, cur->s, cur->len)
+                           : put_text(&c[O_CURRENCY], first, (const uint8_t *)"USD", 3)) ||
+        (rc = put_hex(&c[O_TRACE], first, s->trace, s->trace_len)) ||
+        (rc = put_hex(&c[O_SPAN], first, s->span_id, s->span_len)))
+        return rc;
+    return 0;
+}
+
 static int emit(Scan *st, const Span *s, int kind, int32_t seq) {
     const Value *v = s->values;
     const Value *user = &v[A_USER];
@@ -521,6 +607,7 @@ static int emit(Scan *st, const Span *s, int kind, int32_t seq) {
     uint32_t crc = has_user ? crc32_of(user->s, user->len) : crc32_of((const uint8_t *)"", 0);
     long bucket = (long)(crc % (uint32_t)st->buckets);
     int64_t ts = (int64_t)(s->start / 1000000u);
+    if (st->packed) return emit_packed(st, s, kind, bucket, ts);
     if (kind == SPAN_TOUCH) {
         const Value *campaign = &v[A_CAMPAIGN];
         if (put_i32(&st->t_seq, seq) || put_i32(&st->t_bucket, bucket) ||
@@ -610,11 +697,14 @@ static int scan_request(Scan *st, Cursor c) {
                 int kind = resource.general ? SPAN_GENERAL : classify(&span, &resource,
                                                                        st->latest_ns);
                 if (kind == SPAN_TOUCH || kind == SPAN_ORDER) {
-                    if (emit(st, &span, kind, seq)) return -1;
+                    int rc = emit(st, &span, kind, seq);
+                    if (rc) return rc;
                 } else if (kind == SPAN_GPU) {
                     st->gpu++;
                 } else if (kind == SPAN_IGNORED) {
                     st->ignored++;
+                } else if (st->packed) {
+                    return 1; /* a span for the general path: the message goes to scan */
                 } else if (put_i32(&st->general, rs_index) || put_i32(&st->general, ss_index) ||
                            put_i32(&st->general, span_index) || put_i32(&st->general, seq)) {
                     return -1;
@@ -630,8 +720,13 @@ static int scan_request(Scan *st, Cursor c) {
 
 static void scan_free(Scan *st) {
     Bytes *all[] = {&st->t_seq, &st->t_bucket, &st->t_ts, &st->o_seq, &st->o_bucket,
-                    &st->o_ts, &st->o_revenue, &st->general};
+                    &st->o_ts, &st->o_revenue, &st->general, &st->all_ts};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) PyMem_Free(all[i]->data);
+    if (st->packed) {
+        for (long b = 0; b < st->buckets; b++)
+            for (int k = 0; k < COLUMNS; k++) PyMem_Free(st->packed[b].columns[k].data);
+        PyMem_Free(st->packed);
+    }
     PyObject *lists[] = {st->t_users, st->t_channels, st->t_campaigns, st->t_traces,
                          st->t_spans, st->o_users, st->o_orders, st->o_currencies,
                          st->o_traces, st->o_spans, st->usd, st->empty};
@@ -694,6 +789,75 @@ error:
     return NULL;
 }
 
+/* a bucket's events as schemas.events.pack has them (before pickling) */
+static PyObject *packed_bucket(Bucket *b) {
+    PyObject *columns[COLUMNS] = {NULL};
+    for (int k = 0; k < COLUMNS; k++) {
+        Bytes *c = &b->columns[k];
+        columns[k] = TEXT_COLUMN[k]
+                         ? PyUnicode_DecodeUTF8(c->data ? c->data : "", c->len, NULL)
+                         : PyBytes_FromStringAndSize(c->data ? c->data : "", c->len);
+        if (!columns[k]) {
+            for (int j = 0; j < k; j++) Py_DECREF(columns[j]);
+            return NULL;
+        }
+    }
+    return Py_BuildValue("(L(ll[NNNNNN][NNNNNNN]))", (long long)b->newest, b->touches,
+                         b->orders, columns[T_USER], columns[T_TS], columns[T_CHANNEL],
+                         columns[T_CAMPAIGN], columns[T_TRACE], columns[T_SPAN],
+                         columns[O_USER], columns[O_TS], columns[O_ORDER],
+                         columns[O_REVENUE], columns[O_CURRENCY], columns[O_TRACE],
+                         columns[O_SPAN]);
+}
+
+static PyObject *scan_packed(PyObject *self, PyObject *args) {
+    Py_buffer payload;
+    unsigned long long latest_ns;
+    long buckets;
+    if (!PyArg_ParseTuple(args, "y*Kl", &payload, &latest_ns, &buckets)) return NULL;
+    if (buckets < 1) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_ValueError, "buckets must be at least 1");
+        return NULL;
+    }
+    Scan st;
+    memset(&st, 0, sizeof st);
+    st.latest_ns = latest_ns;
+    st.buckets = buckets;
+    st.packed = PyMem_Calloc((size_t)buckets, sizeof(Bucket));
+    if (!st.packed) {
+        PyBuffer_Release(&payload);
+        return PyErr_NoMemory();
+    }
+    Cursor c = {(const uint8_t *)payload.buf, (const uint8_t *)payload.buf + payload.len};
+    int rc = scan_request(&st, c);
+    PyBuffer_Release(&payload);
+    if (rc) {
+        scan_free(&st);
+        if (rc < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *by_bucket = PyDict_New();
+    if (!by_bucket) goto error;
+    for (long b = 0; b < buckets; b++) {
+        if (st.packed[b].touches + st.packed[b].orders == 0) continue;
+        PyObject *key = PyLong_FromLong(b);
+        PyObject *value = key ? packed_bucket(&st.packed[b]) : NULL;
+        int failed = !value || PyDict_SetItem(by_bucket, key, value);
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed) goto error;
+    }
+    PyObject *out = Py_BuildValue("(lllNN)", st.spans, st.gpu, st.ignored,
+                                  take_bytes(&st.all_ts), by_bucket);
+    scan_free(&st);
+    return out;
+error:
+    Py_XDECREF(by_bucket);
+    scan_free(&st);
+    return NULL;
+}
+
 static PyObject *crc32_bucket(PyObject *self, PyObject *args) {
     Py_buffer data;
     long buckets;
@@ -709,6 +873,8 @@ static PyObject *crc32_bucket(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Scan one OTLP trace request (see the module's source)."},
+    {"scan_packed", scan_packed, METH_VARARGS,
+     "Scan one OTLP trace request into packed buckets (see the module's source)."},
     {"crc32_bucket", crc32_bucket, METH_VARARGS, "zlib.crc32(data) % buckets."},
     {NULL, NULL, 0, NULL}};
 

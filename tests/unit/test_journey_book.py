@@ -319,3 +319,17 @@ def test_forgets_order_history_and_stale_touches_as_each_user_does(events, batch
         expected += reference.advance(watermark)
     assert sorted(map(key, closed)) == sorted(map(key, expected))
     assert book.users == {} and book.next_due() is None
+
+
+def test_the_final_watermark_closes_everything_and_empties_the_book():
+    """A bounded input ends with the largest watermark there is: every journey closes,
+    every user is forgotten, also those forgotten before (their rows stay free)."""
+    book = JourneyBook(CFG)
+    add(book, [touch("a", 10), touch("b", 20), order("b", 30, "o1")], -1)
+    first = book.advance(40 + CFG.lookback_ms)  # a's journey lapses, b is remembered
+    assert [journey.user_id for journey in first.closed.lapsed_objects()] == ["a"]
+    assert [j.conversion.order_id for j in first.closed.converted_objects()] == ["o1"]
+    add(book, [touch("c", 50 + CFG.lookback_ms)], book.watermark)
+    last = book.advance(2**63 - 1)
+    assert [journey.user_id for journey in last.closed.lapsed_objects()] == ["c"]
+    assert book.users == {} and book.next_due() is None

@@ -41,9 +41,9 @@ def both(payload: bytes) -> tuple[DecodedEvents, DecodedEvents]:
     return decode_events(payload, BUCKETS), decode_events(payload, BUCKETS, scanner=False)
 
 
-def random_payloads(seed: int, count: int) -> list[bytes]:
+def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[bytes]:
     """Spans drawn over every attribute the rules read, valid and not, under resources that
-    change how spans are read."""
+    change how spans are read (`plain_only`: only values each rule plainly accepts)."""
     rng = random.Random(seed)
     future = time.time_ns() + 2 * 3600 * 10**9
     choices: dict[str, list[object]] = {
@@ -59,6 +59,13 @@ def random_payloads(seed: int, count: int) -> list[bytes]:
         "k8s.pod.name": ["pod-1", "y" * 300],
         "db.system.name": ["postgresql"],
     }
+    user, channel = "u", rng.choice(["email", "search", "ü"])
+    plain_spans = [{"user.id": user, "marketing.channel": channel},
+                   {"user.id": user, "marketing.channel": channel, "marketing.campaign": "c"},
+                   {"user.id": user, "order.id": "o1", "order.revenue": 10.0},
+                   {"order.id": "o2", "order.revenue": 3, "order.currency": "EUR"},
+                   {"gpu.uuid": "GPU-1", "gpu.workload": "ranker"},
+                   {"db.system.name": "postgresql"}]
     payloads = []
     for _ in range(count):
         specs = []
@@ -67,10 +74,17 @@ def random_payloads(seed: int, count: int) -> list[bytes]:
                      if rng.random() < 0.35}
             start = rng.choice([T0 + rng.randrange(10**12)] * 8 + [0, future])
             end = rng.choice([start + 1_000_000] * 4 + [start, max(start - 1, 0)])
+            if plain_only:  # one of the four plain kinds of span
+                attrs = dict(rng.choice(plain_spans))
+                if "user.id" in attrs:
+                    attrs["user.id"] = f"u{rng.randrange(50)}"
+                start = T0 + rng.randrange(10**12)
+                end = start + 1_000_000
             specs.append((f"s{n}", attrs, start, end))
         resource = rng.choice([{"service.name": "shop"}, {"k8s.pod.name": "pod-7"},
                                {"user.id": "from-resource"}, {"marketing.channel": "email"},
-                               {"order.id": "r1", "user.id": "r"}, {"gpu.uuid": "GPU-9"}])
+                               {"order.id": "r1", "user.id": "r"}, {"gpu.uuid": "GPU-9"}]
+                              [:2 if plain_only else 6])
         payloads.append(encode_spans(make_spans(specs, resource=resource))
                         .SerializePartialToString())
     return payloads
@@ -159,3 +173,38 @@ def test_a_packed_batch_comes_back_equal_even_when_a_value_holds_the_separator()
     from schemas.events import events_of
     assert records_of(unpack(pack(events_of(odd)))) == odd
     assert records_of(unpack(pack(EMPTY))) == []
+
+
+def test_packed_buckets_are_the_events_of_each_bucket_when_every_span_is_plain():
+    import pickle
+
+    from pipelines.otlp_events import decode_packed
+    from schemas.events import unpack
+
+    packed_messages = 0
+    payloads = random_payloads(19, 150) + random_payloads(23, 150, plain_only=True)
+    for payload in payloads:
+        packed = decode_packed(payload, BUCKETS)
+        decoded = decode_events(payload, BUCKETS)
+        if packed is None:
+            continue
+        packed_messages += 1
+        assert decoded.dead_letters == []
+        assert (packed.spans, packed.ignored, packed.unbuilt_gpu_calls) == (
+            decoded.spans, decoded.ignored, decoded.unbuilt_gpu_calls)
+        seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
+        ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
+        assert packed.ts_ms.tolist() == ts[np.argsort(seq, kind="stable")].tolist()
+        expected = by_bucket(decoded)
+        assert sorted(packed.buckets) == sorted(expected)
+        for bucket, (newest, events) in packed.buckets.items():
+            back = unpack(pickle.dumps(events))
+            assert records_of(back) == records_of(expected[bucket])
+            assert newest == max(back.touches.ts_ms.max(initial=-1),
+                                 back.orders.ts_ms.max(initial=-1))
+    assert packed_messages > 100  # most plain messages take the packed path
+    # a value holding a NUL is left to the general path
+    nul = encode_spans(make_spans([("a", {"user.id": "u\x00v", "marketing.channel": "e"},
+                                        T0)])).SerializePartialToString()
+    assert decode_packed(nul, BUCKETS) is None
+    assert decode_events(nul, BUCKETS).touches.user_id.tolist() == ["u\x00v"]
