@@ -93,7 +93,7 @@ class FlinkConfig:
     transaction_timeout_s: int = 900
     resume: bool = True
     accounting_every_s: float = 30.0
-    user_buckets: int = 8
+    user_buckets: int = 4
 
 
 @dataclass(frozen=True)

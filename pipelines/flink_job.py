@@ -1,7 +1,8 @@
 """The streaming attribution job on PyFlink: OTLP spans in Kafka -> per-touch credits.
 
-ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message),
-         events split into batches by user bucket (one record per message and bucket)
+ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message;
+         protobuf read by the C scanner, pipelines/otlp_events.py), touches and orders as
+         columns split into batches by user bucket (one record per message and bucket)
 transform  event-time watermarks -> key by bucket -> each bucket's users in one
            `udfs.journey_book.JourneyBook`: events wait until the watermark passes, then
            every user's are stepped in event order, and the conversions one watermark
@@ -12,8 +13,10 @@ transform  event-time watermarks -> key by bucket -> each bucket's users in one
 write    credits (JSON tables of rows, see pipelines/credit_messages.py), conversions, dead
          letters and late events to Kafka with exactly-once sinks
 
-Python is called per message, per bucket batch and per watermark step, not per event:
-per-record hops between Flink and Python are what a PyFlink job spends its time on.
+Python is called per message, per bucket batch and per watermark step, not per event,
+and inside those calls events move as columns (numpy arrays; schemas/events.py), never as
+one Python object each: per-record hops between Flink and Python, and per-event Python
+work, are what a PyFlink job spends its time on.
 
 Every operator has a stable uid so that savepoints stay compatible across upgrades.
 """
@@ -276,8 +279,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
-                 params: ModelParams, refit_period_ms: int | None, process_mode: bool) -> None:
+                 params: ModelParams, refit_period_ms: int | None, process_mode: bool,
+                 buckets: int | None = None) -> None:
         self.journey = journey
+        self.buckets = buckets  # kept with the state: a restore under another count fails
         self.process_mode = process_mode
         self.models = models
         self.params = params
@@ -306,6 +311,13 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         book = self.books.get(bucket)
         if book is None:  # first sight of this bucket since (re)start: from its state
             stored = self.progress.value()
+            if stored is not None and len(stored) > 2 and self.buckets is not None \
+                    and stored[2] != self.buckets:
+                raise ValueError(
+                    f"this job's state was written with flink.user_buckets: {stored[2]}, "
+                    f"the config says {self.buckets}: a user's state is found by their "
+                    "bucket, so the count is fixed for the life of the state; set it back, "
+                    "or start afresh (flink.resume: false, a new input.group_id)")
             if stored is None and self.legacy_progress.value() is not None:
                 book = self._moved_from_legacy_state()
             else:
@@ -342,7 +354,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
         if changes.progress is not None:
-            self.progress.update((changes.progress.compacted, changes.progress.advances))
+            self.progress.update((changes.progress.compacted, changes.progress.advances,
+                                  self.buckets))
 
     def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
         put_all(state, values, self.process_mode)
@@ -593,7 +606,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .uid("event-time")
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(journey, per_conversion, params,
-                                             refit_ms if data_driven else None, process_mode),
+                                             refit_ms if data_driven else None, process_mode,
+                                             config.flink.user_buckets),
                            output_type=Types.STRING())
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed

@@ -76,7 +76,7 @@ class Job:
     def __init__(self, state: dict[str, Any] | None = None) -> None:
         self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS)
         self.attribute = AttributeJourneys(JourneyConfig(), PER_CONVERSION, ModelParams(),
-                                           REFIT_MS, process_mode=False)
+                                           REFIT_MS, process_mode=False, buckets=BUCKETS)
         self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams())
         state = copy.deepcopy(state) if state else {}
         self.backends: dict[int, Backend] = state.get("backends", {})
@@ -287,3 +287,12 @@ def legacy_form(backend: Backend, book: JourneyBook) -> None:
     backend.get_state(Named("progress")).update((book.watermark, ()))
     for name in ("book-snapshot", "book-batches", "book-progress"):
         backend.states.pop(name, None)
+
+
+def test_a_restore_under_another_bucket_count_is_refused_with_the_reason(stream):
+    _, messages = stream
+    first = run(Job(), messages[:40])
+    restored = Job(first.checkpoint())
+    restored.attribute.buckets = 2 * BUCKETS
+    with pytest.raises(ValueError, match=r"flink.user_buckets: 4, the config says 8"):
+        run(restored, messages[40:])
