@@ -25,5 +25,9 @@ def encode_chunks(credits: Sequence[Sequence[Any]]) -> Iterator[str]:
     return table_messages.encode_chunks(FIELDS, credits)
 
 
+def encode_chunks_bytes(credits: Sequence[Sequence[Any]]) -> Iterator[bytes]:
+    return table_messages.encode_chunks_bytes(FIELDS, credits)
+
+
 def decode(value: bytes | str) -> list[dict[str, Any]]:
     return table_messages.decode(value)

@@ -89,7 +89,10 @@ log = logging.getLogger(__name__)
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
-CONVERSIONS = OutputTag("conversions", Types.STRING())
+# credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
+# table_messages.encode_bytes)
+RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())
+CONVERSIONS = OutputTag("conversions", RESULT_TYPE)
 ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
 
 # What became of every input record (a span; a message that cannot be split into spans
@@ -371,7 +374,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             ctx.timer_service().register_event_time_timer(due)
             self.timers[bucket] = due
 
-    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[str]:
+    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
@@ -395,11 +398,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.timers.pop(bucket, None)
         converted = advanced.closed.converted
         if len(converted):
-            for message in table_messages.encode_chunks(CONVERSION_FIELDS,
-                                                        conversion_rows(converted)):
+            for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS,
+                                                              conversion_rows(converted)):
                 yield CONVERSIONS, message
             if self.models:
-                yield from credit_messages.encode_chunks(
+                yield from credit_messages.encode_chunks_bytes(
                     per_conversion_credit_rows(converted, self.models, self.params))
         if self.refit_period_ms and len(advanced.closed):
             # a fit needs no trace ids; pickled here and read once by the fit (the key
@@ -499,7 +502,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         for end in {period[0] for period in periods}:
             ctx.timer_service().register_event_time_timer(end)
 
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[bytes]:
         # Every period the watermark has passed is settled now, in period order (a replay
         # moves the watermark over many periods at once).
         watermark = max(timestamp, ctx.timer_service().current_watermark())
@@ -517,7 +520,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 converted.append(journeys)
                 for path, count in paths.items():
                     unconverted[path] = unconverted.get(path, 0.0) + count
-            yield from credit_messages.encode_chunks(conversion_credit_rows(
+            yield from credit_messages.encode_chunks_bytes(conversion_credit_rows(
                 counts, concat_converted(converted), unconverted, self.models,
                 self.params))
         self._store_counts(counts)
@@ -608,14 +611,14 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .process(AttributeJourneys(journey, per_conversion, params,
                                              refit_ms if data_driven else None, process_mode,
                                              config.flink.user_buckets),
-                           output_type=Types.STRING())
+                           output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
     if data_driven:
         fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
                   .key_by(lambda _: 0, key_type=Types.INT())
                   .process(FitDataDrivenModels(data_driven, params, process_mode),
-                           output_type=Types.STRING())
+                           output_type=RESULT_TYPE)
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)
     # late on decoding (behind its subtask's bound) or on arrival (behind the watermark);
@@ -637,13 +640,13 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
 
 def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:
     topics = config.topics
-    outputs.credits.sink_to(build_sink(config, bootstrap, topics.credits)) \
+    outputs.credits.sink_to(build_sink(config, bootstrap, topics.credits, raw=True)) \
         .name("credits-sink").uid("credits-sink")
     outputs.dead_letters.sink_to(build_sink(config, bootstrap, topics.dead_letter)) \
         .name("dead-letter-sink").uid("dead-letter-sink")
     outputs.late.sink_to(build_sink(config, bootstrap, topics.late)) \
         .name("late-events-sink").uid("late-events-sink")
-    outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions)) \
+    outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions, raw=True)) \
         .name("conversions-sink").uid("conversions-sink")
     outputs.accounting.sink_to(build_sink(config, bootstrap, topics.accounting)) \
         .name("accounting-sink").uid("accounting-sink")

@@ -55,11 +55,13 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
 
 
 def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,
-               job: str = "attribution") -> KafkaSink:
-    """Exactly-once: records become visible to read_committed readers at checkpoints."""
+               job: str = "attribution", raw: bool = False) -> KafkaSink:
+    """Exactly-once: records become visible to read_committed readers at checkpoints.
+    `raw`: the records are byte arrays (UTF-8 already), written as they are."""
     serializer = (KafkaRecordSerializationSchema.builder()
                   .set_topic(topic)
-                  .set_value_serialization_schema(SimpleStringSchema())
+                  .set_value_serialization_schema(ByteArraySchema() if raw
+                                                  else SimpleStringSchema())
                   .build())
     builder = (KafkaSink.builder()
                .set_bootstrap_servers(bootstrap)
