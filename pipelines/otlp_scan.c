@@ -733,20 +733,26 @@ static void scan_free(Scan *st) {
     for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) Py_XDECREF(lists[i]);
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
-    Py_buffer payload;
+/* (payload, latest_ns, buckets) -> the payload's buffer and a cleared Scan; -1: error */
+static int scan_args(PyObject *args, Py_buffer *payload, Scan *st) {
     unsigned long long latest_ns;
     long buckets;
-    if (!PyArg_ParseTuple(args, "y*Kl", &payload, &latest_ns, &buckets)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*Kl", payload, &latest_ns, &buckets)) return -1;
     if (buckets < 1) {
-        PyBuffer_Release(&payload);
+        PyBuffer_Release(payload);
         PyErr_SetString(PyExc_ValueError, "buckets must be at least 1");
-        return NULL;
+        return -1;
     }
+    memset(st, 0, sizeof *st);
+    st->latest_ns = latest_ns;
+    st->buckets = buckets;
+    return 0;
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer payload;
     Scan st;
-    memset(&st, 0, sizeof st);
-    st.latest_ns = latest_ns;
-    st.buckets = buckets;
+    if (scan_args(args, &payload, &st)) return NULL;
     PyObject **lists[] = {&st.t_users, &st.t_channels, &st.t_campaigns, &st.t_traces,
                           &st.t_spans, &st.o_users, &st.o_orders, &st.o_currencies,
                           &st.o_traces, &st.o_spans};
@@ -812,19 +818,9 @@ static PyObject *packed_bucket(Bucket *b) {
 
 static PyObject *scan_packed(PyObject *self, PyObject *args) {
     Py_buffer payload;
-    unsigned long long latest_ns;
-    long buckets;
-    if (!PyArg_ParseTuple(args, "y*Kl", &payload, &latest_ns, &buckets)) return NULL;
-    if (buckets < 1) {
-        PyBuffer_Release(&payload);
-        PyErr_SetString(PyExc_ValueError, "buckets must be at least 1");
-        return NULL;
-    }
     Scan st;
-    memset(&st, 0, sizeof st);
-    st.latest_ns = latest_ns;
-    st.buckets = buckets;
-    st.packed = PyMem_Calloc((size_t)buckets, sizeof(Bucket));
+    if (scan_args(args, &payload, &st)) return NULL;
+    st.packed = PyMem_Calloc((size_t)st.buckets, sizeof(Bucket));
     if (!st.packed) {
         PyBuffer_Release(&payload);
         return PyErr_NoMemory();
@@ -839,7 +835,7 @@ static PyObject *scan_packed(PyObject *self, PyObject *args) {
     }
     PyObject *by_bucket = PyDict_New();
     if (!by_bucket) goto error;
-    for (long b = 0; b < buckets; b++) {
+    for (long b = 0; b < st.buckets; b++) {
         if (st.packed[b].touches + st.packed[b].orders == 0) continue;
         PyObject *key = PyLong_FromLong(b);
         PyObject *value = key ? packed_bucket(&st.packed[b]) : NULL;
