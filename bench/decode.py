@@ -25,35 +25,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 )
 
 from pipelines.generator import emit, plan_events  # noqa: E402
-from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
 from pipelines.otlp_events import SCANNER_BUILT, decode_events  # noqa: E402
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.messages: list[bytes] = []
-
-    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
-        self.messages.append(value)
-        return self
-
-    def get(self, timeout: float | None = None) -> None:
-        return None
-
-    def flush(self, timeout: float | None = None) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
 def messages(users: int, encoding: str) -> list[bytes]:
-    sink = Collect()
+    sink = CollectingProducer()
     plan = plan_events(users, seed=1, malformed_messages=0)
     emit(plan, KafkaSpanExporter("unused:0", producer=sink, encoding=encoding),
          lambda _: None, batch_size=500)
-    return sink.messages
+    return sink.values
 
 
 def baseline(batch: list[bytes]) -> int:

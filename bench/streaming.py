@@ -56,7 +56,7 @@ from pipelines import credit_messages  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.flink_job import run_job  # noqa: E402
 from pipelines.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
-from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.kafka_io import ensure_topics, read_all  # noqa: E402
 from pipelines.local_stack import LocalKafka  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
@@ -87,29 +87,6 @@ def cached_messages(users: int, seed: int) -> list[bytes]:
         values.append(data[at + 4:at + 4 + size])
         at += 4 + size
     return values
-
-
-class CollectingProducer:
-    """Stands in for the exporter's KafkaProducer: keeps every message value in order."""
-
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    def append(self, value: bytes) -> None:
-        self.values.append(value)
-
-    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
-        self.values.append(value)
-        return self
-
-    def get(self, timeout: float | None = None) -> None:
-        return None
-
-    def flush(self, timeout: float | None = None) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 def publish(bootstrap: str, topic: str, values: list[bytes]) -> None:

@@ -101,3 +101,27 @@ class KafkaSpanExporter(SpanExporter):
         if not self._closed:
             self._closed = True
             self._producer.close()
+
+
+class CollectingProducer:
+    """Stands in for a KafkaProducer where no broker is wanted (benchmarks, tests): keeps
+    every message value in order, in `values`; `append` takes raw values the same way."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def append(self, value: bytes) -> None:
+        self.values.append(value)
+
+    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
+        self.values.append(value)
+        return self
+
+    def get(self, timeout: float | None = None) -> None:
+        return None
+
+    def flush(self, timeout: float | None = None) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

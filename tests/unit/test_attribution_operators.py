@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from bench.streaming import CollectingProducer
 from pipelines import credit_messages
 from pipelines.flink_job import (
     ACCOUNTING,
@@ -28,7 +27,7 @@ from pipelines.flink_job import (
 )
 from pipelines.generator import emit, plan_events
 from pipelines.journey_wire import events_to_wire, state_to_wire
-from pipelines.kafka_exporter import KafkaSpanExporter
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.reference import reference_credits, reference_journeys
