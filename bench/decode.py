@@ -4,9 +4,9 @@ Builds messages of 500 spans each from the sample generator (same shape as the d
 times, side by side on the same bytes:
   baseline  ExportTraceServiceRequest.FromString + reading every span's attribute keys
   ours      pipelines.otlp_codec.decode_spans (parse, classify, validate, build records)
-  scanner   pipelines.otlp_events.decode_events, what the attribution job calls: the C
-            scanner (pipelines/otlp_scan.c) fills touch and order columns by user bucket,
-            GPU calls checked, not built (decode_spans' same rules; tests hold them equal)
+  scanner   pipelines.otlp_events.decode_message, what the attribution job calls: the C
+            scanner (pipelines/otlp_scan.c) packs touches and orders by user bucket, GPU
+            calls checked, not built (decode_spans' same rules; tests hold them equal)
 
     .venv/bin/python bench/decode.py [--users 20000] [--repeat 3]
 """
@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
 from pipelines.generator import emit, plan_events  # noqa: E402
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
-from pipelines.otlp_events import SCANNER_BUILT, decode_events  # noqa: E402
+from pipelines.otlp_events import SCANNER_BUILT, decode_message  # noqa: E402
 
 
 def messages(users: int, encoding: str) -> list[bytes]:
@@ -54,7 +54,7 @@ def ours(batch: list[bytes]) -> int:
 
 
 def scanner(batch: list[bytes]) -> int:
-    return sum(decode_events(payload, 8).spans for payload in batch)
+    return sum(decode_message(payload, 4).spans for payload in batch)
 
 
 def best_of(repeat: int, fn, batch: list[bytes]) -> tuple[float, int]:
@@ -87,7 +87,7 @@ def main() -> None:
         return
     scan_s, spans_scan = best_of(args.repeat, scanner, batch)
     assert spans == spans_scan, (spans, spans_scan)
-    print(f"{'scanner: decode_events':28}{spans / scan_s:12,.0f}{size / scan_s / 1e6:8.1f}")
+    print(f"{'scanner: decode_message':28}{spans / scan_s:12,.0f}{size / scan_s / 1e6:8.1f}")
     print(f"ratio scanner/baseline: {base_s / scan_s:.2f}")
 
 

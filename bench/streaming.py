@@ -6,7 +6,7 @@ with the OpenTelemetry SDK and the project's span exporter, 500 spans per messag
 under .cache/bench/ so that reruns skip the SDK) into a topic, then times side by side on
 the same topic:
   ceiling   a plain consumer (confluent-kafka, librdkafka) + the job's decoder
-            (decode_events: the C scanner, touches and orders as columns by user bucket,
+            (decode_message: the C scanner, touches and orders by user bucket,
             GPU calls checked, not built), one process, nothing else; beside it the pure
             Python decoder (decode_spans) on the same messages, for comparison
   job       the Flink attribution job, bounded (read to the end, then finish), and the
@@ -60,7 +60,7 @@ from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # no
 from pipelines.kafka_io import ensure_topics, read_all  # noqa: E402
 from pipelines.local_stack import LocalKafka  # noqa: E402
 from pipelines.otlp_codec import decode_spans  # noqa: E402
-from pipelines.otlp_events import SCANNER_BUILT, decode_events  # noqa: E402
+from pipelines.otlp_events import SCANNER_BUILT, decode_message  # noqa: E402
 
 
 def cached_messages(users: int, seed: int) -> list[bytes]:
@@ -139,12 +139,12 @@ def decode_only(bootstrap: str, topic: str, buckets: int) -> tuple[float, float,
             read += 1
             value = message.value() or b""
             payloads.append(value)
-            spans += decode_events(value, buckets).spans
+            spans += decode_message(value, buckets).spans
     seconds = time.perf_counter() - started
     consumer.close()
     started = time.perf_counter()
     for payload in payloads:
-        decode_events(payload, buckets)
+        decode_message(payload, buckets)
     events_s = time.perf_counter() - started
     started = time.perf_counter()
     for payload in payloads:
@@ -332,9 +332,9 @@ def main() -> None:
     if not SCANNER_BUILT:
         print("warning: the C scanner is not built; the job and the ceiling decode in Python")
     print(f"{'':44}{'seconds':>9}{'spans/s':>12}")
-    print(f"{'ceiling: plain consumer + decode_events':44}{ceiling_s:9.2f}"
+    print(f"{'ceiling: plain consumer + decode_message':44}{ceiling_s:9.2f}"
           f"{spans / ceiling_s:12,.0f}")
-    print(f"{'  of which decode_events alone':44}{decode_s:9.2f}{spans / decode_s:12,.0f}")
+    print(f"{'  of which decode_message alone':44}{decode_s:9.2f}{spans / decode_s:12,.0f}")
     print(f"{'  (pure Python decode_spans alone)':44}{python_s:9.2f}{spans / python_s:12,.0f}")
     print(f"{'Flink job, whole run (start-up included)':44}{full_s:9.2f}{spans / full_s:12,.0f}")
     print(f"{'Flink job on an empty topic (start-up only)':44}{empty_s:9.2f}")

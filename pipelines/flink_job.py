@@ -68,8 +68,14 @@ from pipelines.journey_wire import (
     snapshot_from_wire,
 )
 from pipelines.otlp_codec import dead_letter_json
-from pipelines.otlp_events import DecodedEvents, by_bucket, decode_events, decode_packed
-from schemas.events import EventColumns, pack, records_of, size, take, unpack
+from pipelines.otlp_events import (
+    DecodedEvents,
+    PackedMessage,
+    by_bucket,
+    decode_events,
+    decode_message,
+)
+from schemas.events import EventColumns, newest, pack, records_of, size, take, unpack
 from schemas.records import Conversion, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
 from udfs.data_driven import (
@@ -160,16 +166,17 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
-        packed = decode_packed(value, self.buckets, self.encoding)
-        if packed is not None and self._none_late(packed.ts_ms):
-            # the common case, every span plain and none late: the scanner's buckets as
-            # they are
-            for bucket, (batch_newest, events) in packed.buckets.items():
-                yield bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)
-            used = len(packed.ts_ms)
-            yield ACCOUNTING, (1, packed.spans, used, packed.spans - used, 0, 0)
-            return
-        decoded = decode_events(value, self.buckets, self.encoding)
+        decoded = decode_message(value, self.buckets, self.encoding)
+        if isinstance(decoded, PackedMessage):
+            if self._none_late(decoded.ts_ms):
+                # the common case, every span plain and none late: the scanner's buckets
+                # as they are
+                for bucket, (batch_newest, events) in decoded.buckets.items():
+                    yield bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)
+                used = len(decoded.ts_ms)
+                yield ACCOUNTING, (1, decoded.spans, used, decoded.spans - used, 0, 0)
+                return
+            decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source)
         touches, orders = decoded.touches, decoded.orders
@@ -184,18 +191,23 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             else:
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
-                yield bucket, _newest(events), pack(events)
+                yield bucket, newest(events), pack(events)
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late_count)
+
+    def _newest_so_far(self, ts: np.ndarray) -> np.ndarray:
+        """For each of these times (in message order), the newest seen up to it."""
+        newest = np.maximum.accumulate(ts)
+        np.maximum(newest, self.newest_ms, out=newest)
+        return newest
 
     def _none_late(self, ts: np.ndarray) -> bool:
         """True, and the bound moved on, when none of these times (in message order) is
         late; False, nothing changed, when one is."""
         if not len(ts):
             return True
-        newest = np.maximum.accumulate(ts)
-        np.maximum(newest, self.newest_ms, out=newest)
+        newest = self._newest_so_far(ts)
         if (ts <= newest - self.slack_ms).any():
             return False
         self.newest_ms = int(newest[-1])
@@ -208,8 +220,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
         ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
         order = np.argsort(seq, kind="stable")
-        newest = np.maximum.accumulate(ts[order])
-        np.maximum(newest, self.newest_ms, out=newest)
+        newest = self._newest_so_far(ts[order])
         self.newest_ms = int(newest[-1])
         bounds = np.empty(len(ts), np.int64)
         bounds[order] = newest - self.slack_ms
@@ -228,11 +239,6 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         records = records_of(late)
         for at in np.argsort(seq, kind="stable").tolist():  # message order
             yield LATE_EVENTS, _event_json(records[at], int(bound[at]))
-
-
-def _newest(events: EventColumns) -> int:
-    return max(int(column.max()) for column in (events.touches.ts_ms, events.orders.ts_ms)
-               if len(column))
 
 
 class EventTime(TimestampAssigner):  # type: ignore[misc]

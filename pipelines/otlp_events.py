@@ -31,6 +31,7 @@ from schemas.events import (
     OrderColumns,
     TouchColumns,
     concat,
+    object_array,
     order_columns,
     take,
     touch_columns,
@@ -112,16 +113,24 @@ def decode_packed(payload: bytes | None, buckets: int,
     return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)
 
 
+def decode_message(payload: bytes | None, buckets: int,
+                   encoding: str = "auto") -> PackedMessage | DecodedEvents:
+    """How the attribution job decodes a message: packed buckets where every span is plain
+    (`decode_packed`), `decode_events` otherwise."""
+    packed = decode_packed(payload, buckets, encoding)
+    return packed if packed is not None else decode_events(payload, buckets, encoding)
+
+
 def _from_scan(payload: bytes, scanned: tuple, latest_ns: int, buckets: int) -> DecodedEvents:
     spans, unbuilt, ignored, touches, orders, general = scanned
     t_seq, t_bucket, t_ts, t_user, t_channel, t_campaign, t_trace, t_span = touches
     o_seq, o_bucket, o_ts, o_user, o_order, o_revenue, o_currency, o_trace, o_span = orders
     out = DecodedEvents(
-        TouchColumns(_objects(t_user), np.frombuffer(t_ts, np.int64), _objects(t_channel),
-                     _objects(t_campaign), _objects(t_trace), _objects(t_span)),
-        OrderColumns(_objects(o_user), np.frombuffer(o_ts, np.int64), _objects(o_order),
-                     np.frombuffer(o_revenue, np.float64), _objects(o_currency),
-                     _objects(o_trace), _objects(o_span)),
+        TouchColumns(object_array(t_user), np.frombuffer(t_ts, np.int64), object_array(t_channel),
+                     object_array(t_campaign), object_array(t_trace), object_array(t_span)),
+        OrderColumns(object_array(o_user), np.frombuffer(o_ts, np.int64), object_array(o_order),
+                     np.frombuffer(o_revenue, np.float64), object_array(o_currency),
+                     object_array(o_trace), object_array(o_span)),
         np.frombuffer(t_seq, np.int32), np.frombuffer(o_seq, np.int32),
         np.frombuffer(t_bucket, np.int32), np.frombuffer(o_bucket, np.int32),
         spans=spans, ignored=ignored, unbuilt_gpu_calls=unbuilt, scanned=True)
@@ -170,12 +179,6 @@ def _merged(a: DecodedEvents, b: DecodedEvents) -> DecodedEvents:
         np.concatenate([a.touch_bucket, b.touch_bucket])[by_touch],
         np.concatenate([a.order_bucket, b.order_bucket])[by_order],
         scanned=a.scanned)
-
-
-def _objects(values: list) -> np.ndarray:
-    out = np.empty(len(values), object)
-    out[:] = values
-    return out
 
 
 def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,

@@ -53,6 +53,26 @@ def size(events: EventColumns) -> int:
     return len(events.touches.ts_ms) + len(events.orders.ts_ms)
 
 
+def earliest(events: EventColumns) -> int:
+    """The earliest event time of a batch with at least one event."""
+    return min(int(column.min()) for column in (events.touches.ts_ms, events.orders.ts_ms)
+               if len(column))
+
+
+def newest(events: EventColumns) -> int:
+    """The newest event time of a batch with at least one event."""
+    return max(int(column.max()) for column in (events.touches.ts_ms, events.orders.ts_ms)
+               if len(column))
+
+
+def object_array(values: Sequence[object]) -> np.ndarray:
+    """An object array holding `values` as they are (np.array would make strings a
+    fixed-width str dtype, and nested sequences more dimensions)."""
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
 _DTYPES = {"ts_ms": np.int64, "revenue": np.float64}
 
 
@@ -131,10 +151,9 @@ def _pack_column(column: np.ndarray) -> object:
 def _unpack_column(packed: object, dtype: type, rows: int) -> np.ndarray:
     if isinstance(packed, bytes):
         return np.frombuffer(packed, dtype)
-    out = np.empty(rows, object)
-    if rows:
-        out[:] = packed.split(_SEPARATOR) if isinstance(packed, str) else packed
-    return out
+    if not rows:
+        return np.empty(0, object)
+    return object_array(packed.split(_SEPARATOR) if isinstance(packed, str) else packed)
 
 
 def pack(events: EventColumns) -> bytes:

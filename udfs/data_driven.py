@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +34,8 @@ DATA_DRIVEN_MODELS = ("shapley", "markov")
 Path = tuple[str, ...]
 
 
-def period_end(ts_ms: int, period_ms: int) -> int:
-    """Last millisecond of the refit period holding ts_ms."""
+def period_end(ts_ms: Any, period_ms: int) -> Any:
+    """Last millisecond of the refit period holding ts_ms (an int, or an array of them)."""
     return (ts_ms // period_ms + 1) * period_ms - 1
 
 
@@ -207,8 +208,8 @@ journeys, the non-converting ones as counts per path)."""
 def closed_by_period(closed: ClosedJourneys, period_ms: int) -> list[Period]:
     """What one step closed, grouped by the refit period each journey closed in."""
     converted, lapsed = closed.converted, closed.lapsed
-    converted_end = (converted.ts_ms // period_ms + 1) * period_ms - 1
-    lapsed_end = (lapsed.close_ts_ms // period_ms + 1) * period_ms - 1
+    converted_end = period_end(converted.ts_ms, period_ms)
+    lapsed_end = period_end(lapsed.close_ts_ms, period_ms)
     out = []
     for end in np.union1d(converted_end, lapsed_end).tolist():
         unconverted: dict[Path, float] = {}

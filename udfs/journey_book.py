@@ -34,7 +34,16 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from schemas.events import EMPTY, EventColumns, OrderColumns, TouchColumns, concat, take
+from schemas.events import (
+    EMPTY,
+    EventColumns,
+    OrderColumns,
+    TouchColumns,
+    concat,
+    earliest,
+    size,
+    take,
+)
 from udfs.journey_columns import (
     NONE,
     ClosedJourneys,
@@ -208,7 +217,7 @@ class JourneyBook:
             book._load(snapshot)
         for batch_id, events in sorted(batches, key=lambda item: item[0]):
             book._wait(batch_id, events)
-            book._logged += _size(events)
+            book._logged += size(events)
             book._next_batch = max(book._next_batch, batch_id + 1)
         if progress is not None:
             book.progress = Progress(progress.compacted)
@@ -231,11 +240,11 @@ class JourneyBook:
                                   take(events.orders, ~late_orders))
         else:
             late = EMPTY
-        if _size(events):
+        if size(events):
             batch_id = self._next_batch
             self._next_batch += 1
             self._wait(batch_id, events)
-            self._logged += _size(events)
+            self._logged += size(events)
             changes.batches[batch_id] = events
         return late, changes
 
@@ -311,7 +320,7 @@ class JourneyBook:
             changes.batches[batch_id] = self.batches[batch_id]
         self._finished_batches.clear()
         self._cut_batches.clear()
-        self._logged = sum(_size(events) for events in self.batches.values())
+        self._logged = sum(size(events) for events in self.batches.values())
         self.progress = changes.progress = Progress(watermark)
 
     def _compact_rows(self) -> None:
@@ -335,7 +344,7 @@ class JourneyBook:
 
     def _wait(self, batch_id: int, events: EventColumns) -> None:
         self.batches[batch_id] = events
-        heapq.heappush(self._batch_due, (_earliest(events), batch_id))
+        heapq.heappush(self._batch_due, (earliest(events), batch_id))
 
     def _rows_of(self, users: np.ndarray) -> np.ndarray:
         """Each user's row, new users given one."""
@@ -480,12 +489,3 @@ NOTHING_CLOSED = ClosedJourneys(
                       _EMPTY, _NO_TOUCHES),
     LapsedJourneys(_EMPTY, np.zeros(0, np.int64), _NO_TOUCHES))
 
-
-def _size(events: EventColumns) -> int:
-    return len(events.touches.ts_ms) + len(events.orders.ts_ms)
-
-
-def _earliest(events: EventColumns) -> int:
-    times = [int(column.min()) for column in (events.touches.ts_ms, events.orders.ts_ms)
-             if len(column)]
-    return min(times)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from schemas.events import object_array
 from schemas.records import Conversion, Touchpoint
 from udfs.journeys import ConvertedJourney, JourneyConfig, NonConvertingJourney
 
@@ -233,12 +234,6 @@ class ClosedJourneys:
         return [tuple(rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def _objects(values: list) -> np.ndarray:
-    out = np.empty(len(values), object)
-    out[:] = values
-    return out
-
-
 def converted_columns(journeys: Sequence[ConvertedJourney]) -> ConvertedJourneys:
     """Converted journeys (records) as columns."""
     touches = [touch for journey in journeys for touch in journey.touches]
@@ -248,17 +243,17 @@ def converted_columns(journeys: Sequence[ConvertedJourney]) -> ConvertedJourneys
     np.cumsum(lengths, out=offsets[1:])
     orders = [journey.conversion for journey in journeys]
     return ConvertedJourneys(
-        _objects([o.user_id for o in orders]),
+        object_array([o.user_id for o in orders]),
         np.fromiter((o.ts_ms for o in orders), np.int64, len(orders)),
-        _objects([o.order_id for o in orders]),
+        object_array([o.order_id for o in orders]),
         np.fromiter((o.revenue for o in orders), np.float64, len(orders)),
-        _objects([o.currency for o in orders]), _objects([o.trace_id for o in orders]),
-        _objects([journey.stage for journey in journeys]),
+        object_array([o.currency for o in orders]), object_array([o.trace_id for o in orders]),
+        object_array([journey.stage for journey in journeys]),
         JourneyTouches(offsets, np.fromiter((t.ts_ms for t in touches), np.int64,
                                             len(touches)),
-                       _objects([t.channel for t in touches]),
-                       _objects([t.campaign for t in touches]),
-                       _objects([t.trace_id for t in touches])))
+                       object_array([t.channel for t in touches]),
+                       object_array([t.campaign for t in touches]),
+                       object_array([t.trace_id for t in touches])))
 
 
 def paths_of(touches: JourneyTouches) -> list[tuple[str, ...]]:

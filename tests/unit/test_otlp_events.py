@@ -3,7 +3,6 @@ decoder give the same events, buckets, counts and dead letters, whatever the mes
 
 from __future__ import annotations
 
-import json
 import random
 import time
 
@@ -11,7 +10,13 @@ import numpy as np
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from pipelines.otlp_codec import decode_spans, request_to_json
-from pipelines.otlp_events import SCANNER_BUILT, DecodedEvents, by_bucket, decode_events
+from pipelines.otlp_events import (
+    SCANNER_BUILT,
+    DecodedEvents,
+    by_bucket,
+    decode_events,
+    decode_packed,
+)
 from schemas.events import EventColumns, records_of
 from schemas.records import Conversion, Touchpoint
 from tests.spans import make_spans
@@ -139,7 +144,7 @@ def test_json_and_empty_messages_take_the_python_path():
     body = request_to_json(request)
     out = decode_events(body, BUCKETS)
     assert not out.scanned and out.touches.user_id.tolist() == ["u"]
-    assert json.loads(body)  # a JSON message
+    assert decode_packed(body, BUCKETS) is None
     empty = decode_events(b"", BUCKETS)
     assert empty.records_in == 1 and empty.dead_letters[0].reason == "empty_message"
 
@@ -178,7 +183,6 @@ def test_a_packed_batch_comes_back_equal_even_when_a_value_holds_the_separator()
 def test_packed_buckets_are_the_events_of_each_bucket_when_every_span_is_plain():
     import pickle
 
-    from pipelines.otlp_events import decode_packed
     from schemas.events import unpack
 
     packed_messages = 0
