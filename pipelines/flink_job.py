@@ -31,13 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
-from pyflink.common import (
-    Duration,
-    JobExecutionResult,
-    Types,
-    WatermarkStrategy,
-)
-from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.common import JobExecutionResult, Types
 from pyflink.datastream import (
     DataStream,
     KeyedProcessFunction,
@@ -58,6 +52,7 @@ from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import (
     build_sink,
     build_source,
+    otlp_event_time,
     run_pipeline,
 )
 from pipelines.journey_wire import (
@@ -67,7 +62,8 @@ from pipelines.journey_wire import (
     period_from_wire,
     snapshot_from_wire,
 )
-from pipelines.otlp_codec import dead_letter_json
+from pipelines.kafka_frame import Framed, unframe
+from pipelines.otlp_codec import MAX_FUTURE_S, dead_letter_json
 from pipelines.otlp_events import (
     DecodedEvents,
     PackedMessage,
@@ -76,7 +72,7 @@ from pipelines.otlp_events import (
     decode_message,
 )
 from schemas.events import EventColumns, newest, pack, records_of, size, take, unpack
-from schemas.records import Conversion, Touchpoint
+from schemas.records import Conversion, DeadLetter, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
 from udfs.data_driven import (
     DATA_DRIVEN_MODELS,
@@ -104,7 +100,9 @@ ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
 # What became of every input record (a span; a message that cannot be split into spans
 # counts as one): used (a touch or an order) = processed + late; other = spans this job
 # has no use for (GPU calls are the GPU cost job's, plain tracing spans nobody's).
-COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late")
+# `other` is broken down by why: valid GPU calls and ordinary tracing spans.
+COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late",
+          "other_gpu_calls", "other_tracing_spans")
 
 
 Event = Touchpoint | Conversion
@@ -142,14 +140,19 @@ def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
 
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
-    """One Kafka message (a whole OTLP batch) -> touchpoints and orders as columns, in
-    batches per user bucket: (bucket, newest event time, packed EventColumns).
+    """One Kafka record (a whole OTLP batch, framed by the source: pipelines/kafka_frame.py)
+    -> touchpoints and orders as columns, in batches per user bucket: (bucket, newest event
+    time, packed EventColumns).
 
-    An event older than this subtask's bound "newest event time seen minus the allowed
-    out-of-orderness" is late and leaves here. Flink's own watermark is emitted
-    periodically, so in a burst it lags and lateness would depend on timing; the bound
-    applies the same rule per record (in message order), so the same input in the same
-    partitions is classified the same way.
+    An event is late when it is not newer than its partition's newest event time before it
+    (the source's header says), or an earlier event of its own message, minus the allowed
+    out-of-orderness: the bound the source's watermark for that partition follows, decided
+    per record, so the same partition's records are classified the same way whatever the
+    partition count, parallelism or interleaving; and an event that passes it is never
+    behind the job's watermark (the minimum over partitions) when it reaches its journey.
+
+    Nothing stops this operator: a null record, unreadable bytes, any error while decoding
+    one record become dead letters (with the record's partition and offset), counted.
     """
 
     def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
@@ -158,70 +161,100 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         self.source = source
         self.slack_ms = max_out_of_orderness_ms
         self.buckets = buckets
-        self.newest_ms = -(2**62)
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        try:
+            record = unframe(value)
+        except ValueError as error:
+            yield from self._dead(DeadLetter("unreadable_record", str(error), bytes(value)),
+                                  None)
+            return
+        if record.value is None:
+            yield from self._dead(DeadLetter(
+                "null_value", "the record's value is null (a tombstone or a producer "
+                "error): no spans", b""), record)
+            return
+        try:
+            yield from self._decode(record)
+        except Exception as error:  # noqa: BLE001 - one record must never stop the job
+            log.exception("decoding record %s:%s failed", record.partition, record.offset)
+            yield from self._dead(DeadLetter(
+                "decoder_error", f"{type(error).__name__}: {error}", record.value), record)
+
+    def _dead(self, letter: DeadLetter, record: Framed | None) -> Iterator[Any]:
+        yield DEAD_LETTERS, dead_letter_json(letter, self.source,
+                                             None if record is None else record.partition,
+                                             None if record is None else record.offset)
+        yield ACCOUNTING, (1, 1, 0, 0, 1, 0, 0, 0)
+
+    def _decode(self, record: Framed) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
+        value, newest_before = record.value, record.partition_newest_ms
+        assert value is not None
         decoded = decode_message(value, self.buckets, self.encoding)
+        out: list[Any] = []
         if isinstance(decoded, PackedMessage):
-            if self._none_late(decoded.ts_ms):
+            if self._none_late(decoded.ts_ms, newest_before):
                 # the common case, every span plain and none late: the scanner's buckets
                 # as they are
                 for bucket, (batch_newest, events) in decoded.buckets.items():
-                    yield bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)
+                    out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
                 used = len(decoded.ts_ms)
-                yield ACCOUNTING, (1, decoded.spans, used, decoded.spans - used, 0, 0)
+                out.append((ACCOUNTING, (1, decoded.spans, used, decoded.spans - used, 0, 0,
+                                         decoded.unbuilt_gpu_calls, decoded.ignored)))
+                yield from out
                 return
             decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
         for letter in decoded.dead_letters:
-            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+            out.append((DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
+                                                       record.offset)))
         touches, orders = decoded.touches, decoded.orders
         used = len(touches.ts_ms) + len(orders.ts_ms)
         late_count = 0
         if used:
-            late_touches, late_orders, bounds = self._late(decoded)
+            late_touches, late_orders, bounds = self._late(decoded, newest_before)
             late_count = int(late_touches.sum() + late_orders.sum())
             if late_count:
-                yield from self._late_json(decoded, late_touches, late_orders, bounds)
+                out.extend(self._late_json(decoded, late_touches, late_orders, bounds))
                 batches = by_bucket(decoded, ~late_touches, ~late_orders)
             else:
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
-                yield bucket, newest(events), pack(events)
+                out.append((bucket, newest(events), pack(events)))
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
-        yield ACCOUNTING, (1, records_in, used, records_in - used - dead, dead, late_count)
+        out.append((ACCOUNTING, (1, records_in, used, records_in - used - dead, dead,
+                                 late_count, decoded.unbuilt_gpu_calls, decoded.ignored)))
+        # emitted only once the whole record is decoded: a failure half-way leaves nothing
+        # of it behind but its dead letter
+        yield from out
 
-    def _newest_so_far(self, ts: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:
         """For each of these times (in message order), the newest seen up to it."""
         newest = np.maximum.accumulate(ts)
-        np.maximum(newest, self.newest_ms, out=newest)
+        np.maximum(newest, newest_before, out=newest)
         return newest
 
-    def _none_late(self, ts: np.ndarray) -> bool:
-        """True, and the bound moved on, when none of these times (in message order) is
-        late; False, nothing changed, when one is."""
+    def _none_late(self, ts: np.ndarray, newest_before: int) -> bool:
+        """True when none of these times (in message order) is late."""
         if not len(ts):
             return True
-        newest = self._newest_so_far(ts)
-        if (ts <= newest - self.slack_ms).any():
-            return False
-        self.newest_ms = int(newest[-1])
-        return True
+        return not (ts <= self._newest_so_far(ts, newest_before) - self.slack_ms).any()
 
-    def _late(self, decoded: DecodedEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _late(self, decoded: DecodedEvents,
+              newest_before: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which touches and orders are late, and the bound each event met (both kinds
         together, in message order)."""
         n_touches = len(decoded.touch_seq)
         seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
         ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
         order = np.argsort(seq, kind="stable")
-        newest = self._newest_so_far(ts[order])
-        self.newest_ms = int(newest[-1])
+        newest = self._newest_so_far(ts[order], newest_before)
         bounds = np.empty(len(ts), np.int64)
         bounds[order] = newest - self.slack_ms
         late = ts <= bounds
@@ -239,14 +272,6 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         records = records_of(late)
         for at in np.argsort(seq, kind="stable").tolist():  # message order
             yield LATE_EVENTS, _event_json(records[at], int(bound[at]))
-
-
-class EventTime(TimestampAssigner):  # type: ignore[misc]
-    """A batch is stamped with its newest event: the watermark then follows the newest
-    event seen, as it would event by event."""
-
-    def extract_timestamp(self, value: Batch, record_timestamp: int) -> int:
-        return value[1]
 
 
 def _event_json(event: Event, watermark: int) -> str:
@@ -560,6 +585,8 @@ class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
             ctx.timer_service().register_event_time_timer(2**63 - 1)
             now = ctx.timer_service().current_processing_time()
             ctx.timer_service().register_processing_time_timer(now + self.every_ms)
+        # totals an earlier version kept have fewer counts: the new ones start at 0
+        totals = (*totals, *(0,) * (len(COUNTS) - len(totals)))
         self.totals.update(tuple(a + b for a, b in zip(totals, counts, strict=True)))
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
@@ -578,9 +605,10 @@ def accounting_json(job: str, totals: tuple[int, ...], final: bool) -> str:
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                    bootstrap: str) -> None:
     """ingest -> transform -> write, wired on `env`."""
-    raw = env.from_source(build_source(config, bootstrap, config.topics.spans),
-                          WatermarkStrategy.no_watermarks(),
-                          "otlp-spans").uid("source-otlp-spans")
+    # event time and watermarks are made in the source, per Kafka partition
+    raw = env.from_source(build_source(config, bootstrap, config.topics.spans,
+                                       framed_max_future_ms=int(MAX_FUTURE_S * 1000)),
+                          otlp_event_time(config), "otlp-spans").uid("source-otlp-spans")
     write(transform(raw, config), config, bootstrap)
 
 
@@ -597,10 +625,6 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
                                      config.flink.user_buckets)) \
         .name("decode-otlp").uid("decode-otlp")
-    watermarks = (WatermarkStrategy
-                  .for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
-                  .with_idleness(Duration.of_millis(int(config.event_time.idleness_s * 1000)))
-                  .with_timestamp_assigner(EventTime()))
     journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches,
                             config.journey.winback_days, config.journey.history_days)
     attribution = config.attribution
@@ -611,8 +635,6 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     data_driven = tuple(m for m in attribution.models if m in DATA_DRIVEN_MODELS)
     process_mode = config.flink.python_execution_mode == "process"
     attributed = (decoded
-                  .assign_timestamps_and_watermarks(watermarks).name("event-time")
-                  .uid("event-time")
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(journey, per_conversion, params,
                                              refit_ms if data_driven else None, process_mode,
@@ -632,7 +654,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     late_on_arrival = attributed.get_side_output(LATE_EVENTS)
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
     accounting = (decoded.get_side_output(ACCOUNTING)
-                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1),
+                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1, 0, 0),
                                              output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"))
                   .key_by(lambda _: 0, key_type=Types.INT())

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from pyflink.common import Configuration, JobExecutionResult
+from pyflink.common import Configuration, JobExecutionResult, WatermarkStrategy
 from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
@@ -19,6 +19,8 @@ from pyflink.datastream.connectors.kafka import (
     KafkaSink,
     KafkaSource,
 )
+from pyflink.java_gateway import get_gateway
+from pyflink.util.java_utils import add_jars_to_context_class_loader
 
 from pipelines.config import StreamingJobConfig
 from pipelines.paths import flink_connector_jars, state_home
@@ -32,7 +34,10 @@ def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
 
 
 def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
-                 group_suffix: str = "") -> KafkaSource:
+                 group_suffix: str = "", framed_max_future_ms: int | None = None) -> KafkaSource:
+    """Each record's value as bytes; with `framed_max_future_ms`, each record framed
+    (pipelines.kafka_frame: partition, offset, event time, null values kept; span starts
+    further ahead of the clock than that are not event time)."""
     starting = {
         "earliest": KafkaOffsetsInitializer.earliest(),
         "latest": KafkaOffsetsInitializer.latest(),
@@ -43,15 +48,40 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
                .set_topics(topic)
                .set_group_id(config.input.group_id + group_suffix)
                .set_starting_offsets(starting)
-               .set_value_only_deserializer(ByteArraySchema())
                .set_property("commit.offsets.on.checkpoint", "true")
                # results of exactly-once jobs count only once committed
                .set_property("isolation.level", "read_committed"))
+    if framed_max_future_ms is None:
+        builder = builder.set_value_only_deserializer(ByteArraySchema())
+    else:
+        builder._j_builder.setDeserializer(
+            _job_classes().io.seedance.flink.FramedOtlpDeserializer(framed_max_future_ms))
     for key, value in _kafka_properties(config).items():
         builder = builder.set_property(key, value)
     if config.input.bounded:
         builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
     return builder.build()
+
+
+def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
+    """Watermarks made per Kafka partition inside the source, from each record's newest span
+    start (io.seedance.flink.FramedEventTime): a subtask's watermark is the minimum over its
+    partitions, and a partition silent for `event_time.idleness_s` stops holding it back."""
+    jvm = _job_classes()
+    millis = jvm.java.time.Duration.ofMillis
+    j_strategy = (jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy
+                  .forBoundedOutOfOrderness(
+                      millis(int(config.event_time.max_out_of_orderness_s * 1000)))
+                  .withTimestampAssigner(jvm.io.seedance.flink.FramedEventTime())
+                  .withIdleness(millis(int(config.event_time.idleness_s * 1000))))
+    return WatermarkStrategy(j_strategy)
+
+
+def _job_classes():  # noqa: ANN202 (py4j's JVM view)
+    """The JVM, with the project's jars loadable by this client (py4j builds the source's
+    deserializer and the event-time assigner here, before the job is submitted)."""
+    add_jars_to_context_class_loader([jar.as_uri() for jar in flink_connector_jars()])
+    return get_gateway().jvm
 
 
 def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,

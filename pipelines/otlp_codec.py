@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -247,10 +246,7 @@ def _json_attrs(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _json_value(item.get("value") or {}) for item in items or ()}
 
 
-def _decode_json(payload: bytes, out: Decoded, gpu_calls: bool) -> None:
-    request = json.loads(payload)
-    if not isinstance(request, dict):
-        raise ValueError("top level is not a JSON object")
+def _decode_json(request: dict[str, Any], out: Decoded, gpu_calls: bool) -> None:
     for resource_spans in _get(request, "resourceSpans", "resource_spans", []):
         resource = resource_spans.get("resource") or {}
         resource_attrs = _json_attrs(resource.get("attributes"))
@@ -295,9 +291,25 @@ def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, 
 
 
 def sniff_encoding(payload: bytes) -> str:
-    """JSON opens with "{" or "[" (after whitespace); an OTLP protobuf request never does."""
+    """JSON opens with "{" or "[" (after whitespace); an OTLP protobuf request never does,
+    except one whose first resource is 123 bytes long ("\\n{"): `decode_spans` reads such a
+    message as protobuf when it is not JSON."""
     head = payload[:64].lstrip()
     return "otlp_json" if head[:1] in (b"{", b"[") else "otlp_proto"
+
+
+def _looks_like_other_format(request: Any) -> str | None:
+    """What a JSON message that is not OTLP/JSON seems to be (Collector encodings this job
+    does not read), for the dead letter's detail."""
+    if isinstance(request, list):
+        return "a JSON array (zipkin_json?)"
+    if not isinstance(request, dict):
+        return "a JSON value that is not an object"
+    if "resourceSpans" in request or "resource_spans" in request:
+        return None
+    if "data" in request or "spans" in request or "process" in request:
+        return "an object without resourceSpans (jaeger_json?)"
+    return f"an object without resourceSpans (keys: {', '.join(sorted(map(str, request))[:8])})"
 
 
 def decode_spans(payload: bytes | None, encoding: str = "auto",
@@ -307,24 +319,49 @@ def decode_spans(payload: bytes | None, encoding: str = "auto",
     `gpu_calls=False`: GPU calls are checked as usual (an invalid one is a dead letter)
     but only counted (`unbuilt_gpu_calls`), not built, for a reader that needs touches and
     orders alone."""
-    out = Decoded(latest_ns=time.time_ns() + int(MAX_FUTURE_S * 1e9))
     if not payload:
+        out = Decoded()
         out.dead_letters.append(DeadLetter("empty_message", "message value is empty", b""))
         return out
     kind = sniff_encoding(payload) if encoding == "auto" else encoding
+    decoded = _decode_as(payload, kind, gpu_calls)
+    if (decoded.dead_letters and decoded.dead_letters[0].reason == "malformed_otlp_json"
+            and encoding == "auto" and payload[:1] == b"\n"):
+        as_proto = _decode_as(payload, "otlp_proto", gpu_calls)  # "\n{": protobuf after all
+        if not (as_proto.dead_letters
+                and as_proto.dead_letters[0].reason == "malformed_otlp_proto"):
+            return as_proto
+    return decoded
+
+
+def _decode_as(payload: bytes, kind: str, gpu_calls: bool) -> Decoded:
+    out = Decoded(latest_ns=time.time_ns() + int(MAX_FUTURE_S * 1e9))
+    reason = "malformed_otlp_proto" if kind == "otlp_proto" else "malformed_otlp_json"
     try:
         if kind == "otlp_proto":
             _decode_proto(payload, out, gpu_calls)
         elif kind == "otlp_json":
-            _decode_json(payload, out, gpu_calls)
+            request = json.loads(payload)
+            other = _looks_like_other_format(request)
+            if other is not None:
+                return Decoded(dead_letters=[DeadLetter(
+                    "unknown_encoding", f"not an OTLP/JSON trace request: {other}; the "
+                    "Collector's kafka exporter must use encoding otlp_proto or otlp_json",
+                    bytes(payload))])
+            _decode_json(request, out, gpu_calls)
         else:
             raise ValueError(f"unknown encoding {kind!r}; expected one of {ENCODINGS}")
-    except (DecodeError, ValueError, TypeError, KeyError, AttributeError) as error:
+    except Exception as error:  # noqa: BLE001 - any input whatever must end as a dead letter
         # The whole message is unusable: keep none of its partial output, so that a
         # replay after fixing the producer does not double-count.
-        reason = "malformed_otlp_proto" if kind == "otlp_proto" else "malformed_otlp_json"
         return Decoded(dead_letters=[DeadLetter(reason, f"{type(error).__name__}: {error}",
                                                 bytes(payload))])
+    if out.spans == 0 and not out.dead_letters:
+        # a request without spans is no OTLP exporter's (it sends none); more likely bytes
+        # of another format that happen to parse: kept, not silently counted as nothing
+        return Decoded(dead_letters=[DeadLetter(
+            "no_spans", f"decoded as {kind} but holds no spans: is the producer's encoding "
+            "otlp_proto or otlp_json?", bytes(payload))])
     return out
 
 
@@ -346,12 +383,28 @@ def request_to_json(request: ExportTraceServiceRequest) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def dead_letter_json(letter: DeadLetter, source: str) -> str:
-    """The dead-letter topic's message: reason, detail and the original bytes (base64)."""
-    return json.dumps({
-        "reason": letter.reason,
-        "detail": letter.detail,
-        "source": source,
-        "payload_base64": base64.b64encode(letter.payload).decode(),
-    }, separators=(",", ":"))
+# A dead letter must always fit on the dead-letter topic: with a broker's default record
+# limit (1 MiB) a whole oversized message, in base64, would not, and the sink's failure
+# would stop the job. Bytes past this many are cut (the message says so, and how large the
+# original was; its partition and offset find it on the source topic).
+DEAD_LETTER_PAYLOAD_BYTES = 256 * 1024
+DEAD_LETTER_DETAIL_CHARS = 2000
+
+
+def dead_letter_json(letter: DeadLetter, source: str, partition: int | None = None,
+                     offset: int | None = None,
+                     max_payload_bytes: int = DEAD_LETTER_PAYLOAD_BYTES) -> str:
+    """The dead-letter topic's message: reason, detail, where it came from and the original
+    bytes (base64), at most `max_payload_bytes` of them (`payload_truncated` says so)."""
+    payload = letter.payload
+    detail = letter.detail
+    if len(detail) > DEAD_LETTER_DETAIL_CHARS:
+        detail = detail[:DEAD_LETTER_DETAIL_CHARS] + f"... ({len(letter.detail)} characters)"
+    row: dict[str, Any] = {"reason": letter.reason, "detail": detail, "source": source}
+    if partition is not None:
+        row["partition"], row["offset"] = partition, offset
+    row["payload_bytes"] = len(payload)
+    row["payload_truncated"] = len(payload) > max_payload_bytes
+    row["payload_base64"] = base64.b64encode(payload[:max_payload_bytes]).decode()
+    return json.dumps(row, separators=(",", ":"))
 

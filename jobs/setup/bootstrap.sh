@@ -94,3 +94,22 @@ if [ ! -d "$jars/kafka" ] || [ ! -d "$jars/flink" ] || [ ! -d "$jars/spark" ] ||
   rm -rf jobs/setup/target
   echo "$jar_hash" > "$stamp_dir/jars"
 fi
+
+# The job's own JVM classes (pipelines/jvm: the Kafka record framing and event-time stamping
+# the streaming source needs, in Java because a source's watermarks are made in the JVM),
+# compiled against the PyFlink and connector jars; rebuilt when a source file changes.
+jvm_sources=$(find pipelines/jvm/src -name '*.java' | sort)
+jvm_hash=$(hash_of $jvm_sources)
+jvm_jar="$jars/flink/seedance-flink.jar"
+if [ ! -f "$jvm_jar" ] || [ "$(cat "$stamp_dir/jvm" 2>/dev/null)" != "$jvm_hash" ]; then
+  echo "==> Job JVM classes (pipelines/jvm -> .cache/jars/flink/seedance-flink.jar)"
+  need javac "Install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)."
+  pyflink_lib=$("$venv/bin/python" -c 'import pyflink, os; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')
+  connector=$(ls "$jars"/flink/flink-sql-connector-kafka-*.jar | head -1)
+  classes=$(mktemp -d)
+  javac --release 17 -Xlint:all -d "$classes" \
+    -cp "$pyflink_lib/*:$connector" $jvm_sources
+  jar --create --file "$jvm_jar" -C "$classes" .
+  rm -rf "$classes"
+  echo "$jvm_hash" > "$stamp_dir/jvm"
+fi

@@ -19,6 +19,7 @@ from pipelines.flink_job import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
     CONVERSIONS,
+    COUNTS,
     DEAD_LETTERS,
     LATE_EVENTS,
     AttributeJourneys,
@@ -28,6 +29,7 @@ from pipelines.flink_job import (
 from pipelines.generator import emit, plan_events
 from pipelines.journey_wire import events_to_wire, state_to_wire
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.kafka_frame import NO_TIME, frame, newest_start_ms
 from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.reference import reference_credits, reference_journeys
@@ -69,8 +71,12 @@ class Context:
 
 
 class Job:
-    """One parallel instance of each operator; a checkpoint is (keyed backends, decoder's
-    bound, watermark, timers, position in the input)."""
+    """One parallel instance of each operator, reading one partition; a checkpoint is
+    (keyed backends, watermark, timers). The source's part is played as the job's source
+    plays it (io.seedance.flink.FramedOtlpDeserializer, whose reference is
+    pipelines.kafka_frame): each message framed with its partition's newest event time
+    before it, and the watermark that time minus the allowed lateness; neither is kept in
+    a checkpoint (the source reader keeps them in memory)."""
 
     def __init__(self, state: dict[str, Any] | None = None) -> None:
         self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS)
@@ -80,7 +86,8 @@ class Job:
         state = copy.deepcopy(state) if state else {}
         self.backends: dict[int, Backend] = state.get("backends", {})
         self.fit_backend: Backend = state.get("fit_backend", Backend())
-        self.decode.newest_ms = state.get("newest_ms", self.decode.newest_ms)
+        self.partition_newest = NO_TIME
+        self.offset = 0
         self.watermark = state.get("watermark", -2**63)
         self.timers: set[tuple[int, int]] = state.get("timers", set())
         self.fit_timers: set[tuple[int, int]] = state.get("fit_timers", set())
@@ -90,19 +97,22 @@ class Job:
         self.conversions = 0
         self.late = 0
         self.dead = 0
-        self.counts = [0] * 6
+        self.counts = [0] * len(COUNTS)
 
     def checkpoint(self) -> dict[str, Any]:
         return copy.deepcopy({"backends": self.backends, "fit_backend": self.fit_backend,
-                              "newest_ms": self.decode.newest_ms, "watermark": self.watermark,
+                              "watermark": self.watermark,
                               "timers": self.timers, "fit_timers": self.fit_timers})
 
     def backend(self, key: int) -> Backend:
         return self.backends.setdefault(key, Backend())
 
-    def feed(self, message: bytes) -> None:
-        newest = self.watermark
-        for out in self.decode.process_element(message, None):  # type: ignore[arg-type]
+    def feed(self, message: bytes | None) -> None:
+        event_time = newest_start_ms(message, 2**62)
+        framed = frame(message, 0, self.offset, 0, event_time, self.partition_newest)
+        self.offset += 1
+        self.partition_newest = max(self.partition_newest, event_time)
+        for out in self.decode.process_element(framed, None):  # type: ignore[arg-type]
             if out[0] is DEAD_LETTERS:
                 self.dead += 1
             elif out[0] is LATE_EVENTS:
@@ -110,11 +120,11 @@ class Job:
             elif out[0] is ACCOUNTING:
                 self.counts = [a + b for a, b in zip(self.counts, out[1], strict=True)]
             else:
-                bucket, batch_newest, _ = out
+                bucket, _, _ = out
                 self.current = bucket
                 self._collect(self.attribute.process_element(out, Context(self, bucket)))
-                newest = max(newest, batch_newest - SLACK_MS - 1)
-        self.advance(newest)
+        if self.partition_newest != NO_TIME:
+            self.advance(self.partition_newest - SLACK_MS - 1)
 
     def advance(self, watermark: int) -> None:
         """The watermark moves on: every timer at or before it fires, in time order."""
@@ -225,9 +235,10 @@ def test_the_operators_give_the_batch_reference_credits(stream):
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
     assert job.conversions > 0 and job.late == plan.late_count
-    messages_, records_in, used, other, dead, late = job.counts
+    messages_, records_in, used, other, dead, late, gpu_calls, tracing = job.counts
     assert (messages_, dead, late) == (len(messages), job.dead, plan.late_count)
     assert records_in == used + other + dead
+    assert other == gpu_calls + tracing and gpu_calls > 0 and tracing > 0
     assert {c["stage"] for c in job.credits} >= {"new", "repeat"}
     assert len({c["order_id"] for c in job.credits}) == len(reference_journeys(plan))
 

@@ -2,6 +2,9 @@ import json
 import time
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from pipelines.otlp_codec import decode_spans, request_to_json, sniff_encoding
 from schemas.records import Conversion, GpuCall, Touchpoint
@@ -69,8 +72,17 @@ def test_malformed_messages_become_dead_letters_with_reason_and_payload():
         b"this is not OTLP": "malformed_otlp_proto",
         b"\x0a\xff\xff\xff\x0f\x01": "malformed_otlp_proto",
         b'{"resourceSpans": [': "malformed_otlp_json",
-        b"[1, 2]": "malformed_otlp_json",
+        b"[1, 2]": "unknown_encoding",
         b"": "empty_message",
+        # JSON a Collector writes with an encoding this job does not read
+        b'[{"traceId": "5b8e", "id": "eee1", "name": "checkout"}]': "unknown_encoding",
+        b'{"data": [{"traceID": "5b8e", "spans": [], "processes": {}}]}': "unknown_encoding",
+        # a request without spans: no exporter sends one
+        b'{"resourceSpans": []}': "no_spans",
+        # numbers beyond any range, and nesting beyond the parser's recursion limit
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": 1e999}]}]}]}':
+            "malformed_otlp_json",
+        b'{"resourceSpans": ' + b"[" * 100_000 + b"]" * 100_000 + b"}": "malformed_otlp_json",
     }
     for payload, reason in cases.items():
         out = decode_spans(payload)
@@ -238,3 +250,32 @@ def test_gpu_calls_left_unbuilt_are_counted_and_invalid_ones_still_dead_lettered
                                   "user.id": "u1"}, T0)], resource={"k8s.pod.name": "pod-7"})
     out = decode_spans(encode_spans(plain).SerializePartialToString(), gpu_calls=False)
     assert (out.unbuilt_gpu_calls, made) == (1, [])
+
+
+def json_looking_protobuf() -> bytes:
+    """A valid OTLP protobuf request of one touch whose first resource is 123 bytes long:
+    field 1, length 123, is "\\n{", which also opens a JSON document."""
+    for end in (T0 + 1, 0):
+        for pad in range(1, 30):
+            span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8,
+                        start_time_unix_nano=T0, end_time_unix_nano=end,
+                        attributes=[_kv("user.id", "u1"), _kv("marketing.channel", "email"),
+                                    _kv("marketing.campaign", "x" * pad)])
+            payload = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
+                scope_spans=[ScopeSpans(spans=[span])])]).SerializeToString()
+            if payload[:2] == b"\n{":
+                return payload
+    raise AssertionError("no request of that shape has a 123-byte first resource")
+
+
+def _kv(key: str, value: str) -> KeyValue:
+    return KeyValue(key=key, value=AnyValue(string_value=value))
+
+
+def test_protobuf_that_opens_like_json_is_read_as_protobuf():
+    payload = json_looking_protobuf()
+    assert sniff_encoding(payload) == "otlp_json"  # it looks like JSON...
+    out = decode_spans(payload)  # ...but is decoded as what it is
+    assert out.dead_letters == []
+    (touch,) = out.records
+    assert (touch.user_id, touch.channel, touch.ts_ms) == ("u1", "email", T0 // 10**6)

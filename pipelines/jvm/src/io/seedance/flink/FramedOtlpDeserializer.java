@@ -1,0 +1,72 @@
+package io.seedance.flink;
+
+import java.nio.ByteBuffer;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.flink.api.common.typeinfo.PrimitiveArrayTypeInfo;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
+import org.apache.flink.kafka.shaded.org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.flink.util.Collector;
+
+/**
+ * Each Kafka record of an OTLP spans topic as one byte array: a fixed header, then the value
+ * as it came. The header carries what the Python decoder cannot learn from the value alone:
+ * where the record came from (partition, offset: a dead letter names them), whether the value
+ * was null (a tombstone is dead-lettered, not dropped), the record's own event time (its newest
+ * span start, which {@link FramedEventTime} hands to the per-partition watermark generators) and
+ * the newest event time of its partition before it (the bound lateness is decided against).
+ *
+ * <p>Header, big-endian ({@value #HEADER_BYTES} bytes): version (1 byte), flags (1 byte: 1 =
+ * null value), partition (int32), offset (int64), Kafka timestamp (int64), event time ms
+ * (int64), partition's newest event time ms before this record (int64); {@link
+ * OtlpEventTime#NONE} where there is none.
+ *
+ * <p>The newest times are kept per partition by the source reader that owns it, in memory: after
+ * a restart a partition's bound starts afresh, and the journeys' restored watermark decides what
+ * is late (pipelines/flink_job.py).
+ */
+public final class FramedOtlpDeserializer implements KafkaRecordDeserializationSchema<byte[]> {
+    private static final long serialVersionUID = 1L;
+    public static final byte VERSION = 1;
+    public static final int HEADER_BYTES = 38;
+    public static final int EVENT_TIME_AT = 22;
+    private static final long MIN_MS = 946_684_800_000L; // 2000-01-01T00:00:00Z
+
+    private final long maxFutureMs;
+    private transient Map<Integer, Long> newestByPartition;
+
+    /** @param maxFutureMs start times further ahead of this clock are not event time */
+    public FramedOtlpDeserializer(long maxFutureMs) {
+        this.maxFutureMs = maxFutureMs;
+    }
+
+    @Override
+    public void deserialize(ConsumerRecord<byte[], byte[]> record, Collector<byte[]> out) {
+        if (newestByPartition == null) {
+            newestByPartition = new HashMap<>();
+        }
+        byte[] value = record.value();
+        long eventTime = OtlpEventTime.newestStartMs(value, MIN_MS,
+                System.currentTimeMillis() + maxFutureMs);
+        Long before = newestByPartition.get(record.partition());
+        long newestBefore = before == null ? OtlpEventTime.NONE : before;
+        if (eventTime > newestBefore) {
+            newestByPartition.put(record.partition(), eventTime);
+        }
+        int length = value == null ? 0 : value.length;
+        ByteBuffer framed = ByteBuffer.allocate(HEADER_BYTES + length);
+        framed.put(VERSION).put((byte) (value == null ? 1 : 0)).putInt(record.partition())
+                .putLong(record.offset()).putLong(record.timestamp()).putLong(eventTime)
+                .putLong(newestBefore);
+        if (value != null) {
+            framed.put(value);
+        }
+        out.collect(framed.array());
+    }
+
+    @Override
+    public TypeInformation<byte[]> getProducedType() {
+        return PrimitiveArrayTypeInfo.BYTE_PRIMITIVE_ARRAY_TYPE_INFO;
+    }
+}

@@ -1,0 +1,145 @@
+"""Kafka records as the attribution job's source hands them to Python: a fixed header, then
+the value as it came (written by io.seedance.flink.FramedOtlpDeserializer, pipelines/jvm).
+
+The header says where the record came from (a dead letter names its partition and offset),
+whether its value was null (a tombstone is dead-lettered, not dropped), its event time (its
+newest span start; the source's per-partition watermarks follow it) and the newest event time
+of its partition before it: the bound that decides, the same way for any number of partitions
+and subtasks, which of its events are late.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from typing import NamedTuple
+
+HEADER = struct.Struct(">BBiqqqq")
+VERSION = 1
+NULL_VALUE = 1
+NO_TIME = -(2**63)  # the header's "none"
+# what the decoders take for "no newest time yet": far below any real time, yet with room
+# to subtract the allowed lateness without wrapping around
+NEVER = -(2**62)
+
+
+class Framed(NamedTuple):
+    partition: int
+    offset: int
+    kafka_timestamp_ms: int
+    event_time_ms: int  # NO_TIME: the record had no readable span start
+    partition_newest_ms: int  # newest event time of the partition before it; NEVER if none
+    value: bytes | None  # None: the record's value was null
+
+
+def frame(value: bytes | None, partition: int = 0, offset: int = 0, kafka_timestamp_ms: int = 0,
+          event_time_ms: int = NO_TIME, partition_newest_ms: int = NO_TIME) -> bytes:
+    """The framed form of a record (the source writes it; tests and benchmarks use this)."""
+    head = HEADER.pack(VERSION, NULL_VALUE if value is None else 0, partition, offset,
+                       kafka_timestamp_ms, event_time_ms, partition_newest_ms)
+    return head + (value or b"")
+
+
+def unframe(record: bytes) -> Framed:
+    if len(record) < HEADER.size:
+        raise ValueError(f"a framed record has at least {HEADER.size} bytes, got {len(record)}")
+    version, flags, partition, offset, timestamp, event_time, newest = HEADER.unpack_from(record)
+    if version != VERSION:
+        raise ValueError(f"framed record version {version}; this decoder reads {VERSION}")
+    value = None if flags & NULL_VALUE else record[HEADER.size:]
+    return Framed(partition, offset, timestamp, event_time,
+                  NEVER if newest == NO_TIME else max(newest, NEVER), value)
+
+
+# --- the event time the source stamps a record with (io.seedance.flink.OtlpEventTime, the
+# one the job runs; this is its reference, for tests and for driving the operators without
+# a JVM)
+
+MIN_EVENT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+
+
+class _Malformed(Exception):
+    pass
+
+
+def newest_start_ms(value: bytes | None, max_ms: int, min_ms: int = MIN_EVENT_MS) -> int:
+    """The newest span start (ms) in [min_ms, max_ms] of an OTLP trace request, protobuf or
+    JSON; NO_TIME when there is none or the bytes are unreadable."""
+    if not value:
+        return NO_TIME
+    if value.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
+        found = _json_newest(value, min_ms, max_ms)
+        if found != NO_TIME or value[:1] != b"\n":
+            return found
+    try:
+        return _proto_newest(value, 0, len(value), 0, min_ms, max_ms)
+    except _Malformed:
+        return NO_TIME
+
+
+def _varint(b: bytes, at: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while shift < 64:
+        if at >= end:
+            raise _Malformed
+        byte = b[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result & (2**64 - 1), at
+        shift += 7
+    raise _Malformed
+
+
+# request.resource_spans(1) -> scope_spans(2) -> spans(2) -> start_time_unix_nano(7)
+_PATH = (1, 2, 2)
+
+
+def _proto_newest(b: bytes, at: int, end: int, depth: int, min_ms: int, max_ms: int) -> int:
+    newest = NO_TIME
+    start = NO_TIME
+    while at < end:
+        tag, at = _varint(b, at, end)
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, at = _varint(b, at, end)
+        elif wire == 1:
+            if end - at < 8:
+                raise _Malformed
+            if depth == 3 and field == 7:
+                start = int.from_bytes(b[at:at + 8], "little")
+            at += 8
+        elif wire == 2:
+            length, at = _varint(b, at, end)
+            if length > end - at:
+                raise _Malformed
+            if depth < 3 and field == _PATH[depth]:
+                newest = max(newest, _proto_newest(b, at, at + length, depth + 1, min_ms,
+                                                   max_ms))
+            at += length
+        elif wire == 5:
+            if end - at < 4:
+                raise _Malformed
+            at += 4
+        else:
+            raise _Malformed
+    if depth == 3:
+        return _in_range(start // 1_000_000 if start != NO_TIME else NO_TIME, min_ms, max_ms)
+    return newest
+
+
+def _in_range(ms: int, min_ms: int, max_ms: int) -> int:
+    return ms if ms != NO_TIME and min_ms <= ms <= max_ms else NO_TIME
+
+
+_JSON_START = re.compile(rb'"(?:startTimeUnixNano|start_time_unix_nano)"[ \t\r\n]*:[ \t\r\n]*'
+                         rb'(?:"([0-9]{1,19})"|([0-9]{1,19})(?![0-9.eE]))')
+
+
+def _json_newest(value: bytes, min_ms: int, max_ms: int) -> int:
+    newest = NO_TIME
+    for quoted, bare in _JSON_START.findall(value):
+        ns = int(quoted or bare)
+        if ns < 2**63:
+            newest = max(newest, _in_range(ns // 1_000_000, min_ms, max_ms))
+    return newest

@@ -1,0 +1,73 @@
+"""The source's record framing and event time: the job's JVM classes (pipelines/jvm) and
+their Python reference (pipelines/kafka_frame.py) agree on every message, good or damaged."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pipelines.generator import emit, plan_events
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.kafka_frame import NEVER, NO_TIME, frame, newest_start_ms, unframe
+from pipelines.otlp_codec import decode_spans
+from tests.unit.test_otlp_codec import json_looking_protobuf
+
+FAR = 2**62
+
+
+@pytest.fixture(scope="module")
+def messages() -> list[bytes]:
+    plan = plan_events(120, seed=5)
+    out: list[bytes] = []
+    for encoding in ("otlp_proto", "otlp_json"):
+        sink = CollectingProducer()
+        emit(plan, KafkaSpanExporter("unused:0", producer=sink, encoding=encoding),
+             sink.append, batch_size=16)
+        out += sink.values
+    return out
+
+
+def damaged(messages: list[bytes], count: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        body = bytearray(rng.choice(messages))
+        if rng.random() < 0.5:
+            for _ in range(rng.randint(1, 8)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+        else:
+            del body[rng.randrange(len(body)):]
+        out.append(bytes(body))
+    return out
+
+
+def test_a_frame_round_trips_and_keeps_a_null_value():
+    record = unframe(frame(b"spans", partition=3, offset=41, kafka_timestamp_ms=7,
+                           event_time_ms=1_000, partition_newest_ms=900))
+    assert record == (3, 41, 7, 1_000, 900, b"spans")
+    tombstone = unframe(frame(None, partition=1, offset=2))
+    assert tombstone.value is None and tombstone.partition_newest_ms == NEVER
+    with pytest.raises(ValueError, match="at least 38 bytes"):
+        unframe(b"short")
+
+
+def test_the_event_time_is_the_newest_span_start(messages):
+    for message in messages:
+        times = [r.ts_ms for r in decode_spans(message).records if hasattr(r, "ts_ms")]
+        assert newest_start_ms(message, FAR) >= max(times, default=NO_TIME)
+    assert newest_start_ms(b"garbage", FAR) == NO_TIME
+    assert newest_start_ms(None, FAR) == NO_TIME
+    assert newest_start_ms(json_looking_protobuf(), FAR) > 0
+    # a start time outside the range the decoders accept is no event time
+    assert newest_start_ms(messages[0], max_ms=946_684_800_001) == NO_TIME
+
+
+def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(messages):
+    from pipelines.flink_kafka import _job_classes
+
+    event_time = _job_classes().io.seedance.flink.OtlpEventTime
+    for seed, message in enumerate(messages + damaged(messages, 400, seed=11)):
+        max_ms = FAR if seed % 3 else 1_790_000_000_000  # sometimes cut inside the data
+        assert event_time.newestStartMs(message, 946_684_800_000, max_ms) == \
+            newest_start_ms(message, max_ms), seed
