@@ -94,6 +94,8 @@ class FlinkConfig:
     resume: bool = True
     accounting_every_s: float = 30.0
     user_buckets: int = 4
+    restart_attempts: int = 3
+    restart_delay_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ class StreamingJobConfig:
             (self.flink.checkpoint_interval_s > 0, "flink.checkpoint_interval_s",
              "must be positive"),
             (self.flink.accounting_every_s > 0, "flink.accounting_every_s", "must be positive"),
+            (self.flink.restart_attempts >= 0, "flink.restart_attempts", "must not be negative"),
+            (self.flink.restart_delay_s >= 0, "flink.restart_delay_s", "must not be negative"),
             (self.flink.user_buckets >= 1, "flink.user_buckets", "must be at least 1"),
             (self.flink.user_buckets >= self.flink.parallelism, "flink.user_buckets",
              f"({self.flink.user_buckets}) must be at least flink.parallelism "

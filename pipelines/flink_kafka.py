@@ -168,8 +168,9 @@ def flink_configuration(config: StreamingJobConfig, local: bool = True,
     conf.set_string("execution.checkpointing.storage", "filesystem")
     conf.set_string("state.backend.type", "hashmap")
     conf.set_string("restart-strategy.type", "fixed-delay")
-    conf.set_string("restart-strategy.fixed-delay.attempts", "3")
-    conf.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    conf.set_string("restart-strategy.fixed-delay.attempts", str(config.flink.restart_attempts))
+    conf.set_string("restart-strategy.fixed-delay.delay",
+                    f"{int(config.flink.restart_delay_s * 1000)} ms")
     return conf
 
 

@@ -15,11 +15,13 @@ from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
 
-def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
+                  config: dict[str, str] | None = None) -> None:
+    """Create the topics that are missing (`config`: topic settings beyond TOPIC_CONFIG)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(t, partitions, 1, topic_configs=TOPIC_CONFIG)
+        missing = [NewTopic(t, partitions, 1, topic_configs={**TOPIC_CONFIG, **(config or {})})
                    for t in topics if t not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):

@@ -461,17 +461,22 @@ static int resource_of(Cursor c, Resource *r) {
 
 enum { SPAN_TOUCH, SPAN_ORDER, SPAN_GPU, SPAN_IGNORED, SPAN_GENERAL };
 
+/* schemas/telemetry.py: EARLIEST_NS, MAX_REVENUE (a span outside them is the general
+   rules' to dead-letter) */
+#define EARLIEST_NS 946684800000000000ULL
+#define MAX_REVENUE 1e12
+
 static int classify(const Span *s, const Resource *r, uint64_t latest_ns) {
     const Value *v = s->values;
     if (v[A_CHANNEL].present) {
         if (text_ok(&v[A_CHANNEL]) && v[A_USER].present && text_ok(&v[A_USER]) &&
-            (!v[A_CAMPAIGN].present || text_ok(&v[A_CAMPAIGN])) && s->start > 0 &&
-            s->start <= latest_ns)
+            (!v[A_CAMPAIGN].present || text_ok(&v[A_CAMPAIGN])) &&
+            s->start >= EARLIEST_NS && s->start <= latest_ns)
             return SPAN_TOUCH;
         return SPAN_GENERAL;
     }
     if (v[A_ORDER].present) {
-        if (!text_ok(&v[A_ORDER]) || v[A_USER_LEGACY].present || s->start == 0 ||
+        if (!text_ok(&v[A_ORDER]) || v[A_USER_LEGACY].present || s->start < EARLIEST_NS ||
             s->start > latest_ns)
             return SPAN_GENERAL;
         if (v[A_USER].present && !text_ok(&v[A_USER])) return SPAN_GENERAL;
@@ -484,8 +489,8 @@ static int classify(const Span *s, const Resource *r, uint64_t latest_ns) {
         const Value *rev = &v[A_REVENUE];
         if (!rev->present) return SPAN_GENERAL;
         if (rev->kind == K_DOUBLE) {
-            if (!isfinite(rev->d) || rev->d < 0) return SPAN_GENERAL;
-        } else if (rev->kind != K_INT || rev->i < 0) {
+            if (!isfinite(rev->d) || rev->d < 0 || rev->d > MAX_REVENUE) return SPAN_GENERAL;
+        } else if (rev->kind != K_INT || rev->i < 0 || rev->i > (int64_t)MAX_REVENUE) {
             return SPAN_GENERAL;
         }
         return SPAN_ORDER;
@@ -494,7 +499,8 @@ static int classify(const Span *s, const Resource *r, uint64_t latest_ns) {
               ((v[A_POD].present || r->has[A_POD]) &&
                (v[A_GPU_WORKLOAD].present || r->has[A_GPU_WORKLOAD]));
     if (!gpu) return SPAN_IGNORED;
-    if (!r->gpu_checkable || s->start == 0 || s->start > s->end || s->start > latest_ns)
+    if (!r->gpu_checkable || s->start < EARLIEST_NS || s->start > s->end ||
+        s->start > latest_ns)
         return SPAN_GENERAL;
     static const int gpu_keys[] = {A_GPU_UUID, A_GPU_WORKLOAD, A_POD, A_NAMESPACE, A_USER,
                                    A_USER_LEGACY};

@@ -81,6 +81,21 @@ def _user(attrs: Mapping[str, Any], kind: str, required: bool) -> str:
     return _text(attrs, USER_ID, kind, required)
 
 
+# Values outside these are no data, whatever a producer sent: a start before 2000 is an
+# unset or broken clock (and would drag event time back), a revenue beyond a trillion a
+# unit error or garbage that would overflow every sum it joined. (The decoders also refuse
+# starts more than an hour ahead of their clock: pipelines/otlp_codec.py MAX_FUTURE_S.)
+EARLIEST_NS = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z
+MAX_REVENUE = 1e12
+
+
+def _start(kind: str, start_ns: int) -> None:
+    if start_ns <= 0:
+        raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
+    if start_ns < EARLIEST_NS:
+        raise InvalidSpan(kind, "start_time_unix_nano", "is before 2000-01-01")
+
+
 def _revenue(attrs: Mapping[str, Any]) -> float:
     value = attrs.get(ORDER_REVENUE)
     if value is None:
@@ -95,6 +110,9 @@ def _revenue(attrs: Mapping[str, Any]) -> float:
         raise InvalidSpan("conversion", ORDER_REVENUE, f"is not finite: {value!r}")
     if amount < 0:
         raise InvalidSpan("conversion", ORDER_REVENUE, f"is negative: {amount}")
+    if amount > MAX_REVENUE:
+        raise InvalidSpan("conversion", ORDER_REVENUE,
+                          f"is beyond the maximum of {MAX_REVENUE:g}: {amount:g}")
     return amount
 
 
@@ -123,8 +141,7 @@ def span_to_record(
     """
     kind = record_kind(attrs.__contains__)
     if kind == "touchpoint":
-        if start_ns <= 0:
-            raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
+        _start(kind, start_ns)
         return Touchpoint(
             user_id=_user(attrs, kind, required=True),
             ts_ms=start_ns // 1_000_000,
@@ -134,8 +151,7 @@ def span_to_record(
             span_id=span_id,
         )
     if kind == "conversion":
-        if start_ns <= 0:
-            raise InvalidSpan(kind, "start_time_unix_nano", "is not set")
+        _start(kind, start_ns)
         currency = _text(attrs, ORDER_CURRENCY, kind, False) or DEFAULT_CURRENCY
         if not _CURRENCY.match(currency):
             raise InvalidSpan(kind, ORDER_CURRENCY, f"is not an ISO 4217 code: {currency!r}")
@@ -153,6 +169,7 @@ def span_to_record(
     if kind == "gpu_call":
         if start_ns <= 0 or end_ns < start_ns:
             raise InvalidSpan(kind, "end_time_unix_nano", "is before the start time")
+        _start(kind, start_ns)
         return GpuCall(
             trace_id=trace_id,
             span_id=span_id,

@@ -19,6 +19,7 @@ from pipelines.otlp_events import (
 )
 from schemas.events import EventColumns, records_of
 from schemas.records import Conversion, Touchpoint
+from schemas.telemetry import EARLIEST_NS
 from tests.spans import make_spans
 from udfs.journey_book import bucket_of
 
@@ -57,7 +58,8 @@ def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[byt
         "marketing.channel": ["email", "search", "", "x" * 300, 3],
         "marketing.campaign": ["spring", "", 9],
         "order.id": ["o1", "o2", "", 981],
-        "order.revenue": [10.0, 0.0, 7, -3.0, float("nan"), "12.5", "abc"],
+        "order.revenue": [10.0, 0.0, 7, -3.0, float("nan"), "12.5", "abc", 1e12, 1e308,
+                          10**13, 10**12],
         "order.currency": ["EUR", "USD", "dollars", ""],
         "gpu.uuid": ["GPU-1", "", 7],
         "gpu.workload": ["ranker", ""],
@@ -77,7 +79,8 @@ def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[byt
         for n in range(rng.randrange(1, 25)):
             attrs = {key: rng.choice(values) for key, values in choices.items()
                      if rng.random() < 0.35}
-            start = rng.choice([T0 + rng.randrange(10**12)] * 8 + [0, future])
+            start = rng.choice([T0 + rng.randrange(10**12)] * 8 + [
+                0, future, 1_000, EARLIEST_NS - 1, EARLIEST_NS])
             end = rng.choice([start + 1_000_000] * 4 + [start, max(start - 1, 0)])
             if plain_only:  # one of the four plain kinds of span
                 attrs = dict(rng.choice(plain_spans))
