@@ -414,6 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--follow", action="store_true", help="keep loading new results")
         p.set_defaults(func=func)
 
+    from jobs.cluster import add_parser as add_cluster_parser
+
+    add_cluster_parser(sub)
+
     from jobs.reconcile import add_parser as add_reconcile_parser
 
     add_reconcile_parser(sub)

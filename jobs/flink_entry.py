@@ -1,11 +1,14 @@
 """Entry point for a real Flink cluster:
 
-    flink run --python jobs/flink_entry.py --jarfile flink-sql-connector-kafka-5.0.0-2.2.jar \\
+    flink run --python jobs/flink_entry.py \\
         [--job attribution|gpu-cost|roi] [--config jobs/config/streaming.yaml] \\
         [--bootstrap broker:9092]
 
-The cluster supplies the jars and the Python workers; the job settings come from the YAML
-(checkpoint_dir should name shared storage such as s3:// or hdfs:// there).
+The job's jars (the Kafka connector and the project's JVM classes, .cache/jars/flink after
+`make setup`) are shipped with the job from the machine that submits it; the TaskManagers
+need Python with this project installed. The job settings come from the YAML
+(checkpoint_dir should name storage every TaskManager reaches: s3://, hdfs://, or a shared
+folder). `seedance cluster up` starts such a cluster on loopback.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pipelines.config import load_config
 from pipelines.flink_job import build_pipeline
 from pipelines.flink_kafka import flink_configuration
 from pipelines.gpu_cost_job import build_gpu_pipeline
+from pipelines.paths import flink_connector_jars
 from pipelines.roi_job import build_roi_pipeline
 
 JOBS = {"attribution": ("seedance-attribution", build_pipeline),
@@ -41,6 +45,7 @@ def main() -> None:
     env = StreamExecutionEnvironment.get_execution_environment(
         flink_configuration(config, local=False, job_name=name))
     env.set_parallelism(config.flink.parallelism)
+    env.add_jars(*[jar.as_uri() for jar in flink_connector_jars()])
     build(env, config, bootstrap)
     env.execute(name)
 

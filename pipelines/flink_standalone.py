@@ -29,7 +29,7 @@ from typing import Any
 import pyflink
 import yaml
 
-from pipelines.paths import PROJECT_ROOT, flink_connector_jars, state_home
+from pipelines.paths import PROJECT_ROOT, state_home
 
 FLINK_HOME = Path(pyflink.__file__).resolve().parent
 ENTRY = PROJECT_ROOT / "jobs" / "flink_entry.py"
@@ -64,7 +64,8 @@ def _scripts_env(home: Path) -> dict[str, str]:
     # this environment's, which has the project installed
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(FLINK_HOME=str(FLINK_HOME), FLINK_CONF_DIR=str(home / "conf"),
-               FLINK_LOG_DIR=str(home / "log"), FLINK_PID_DIR=str(home / "pids"))
+               FLINK_LIB_DIR=str(home / "lib"), FLINK_LOG_DIR=str(home / "log"),
+               FLINK_PID_DIR=str(home / "pids"))
     env.pop("FLINK_ENV_JAVA_OPTS", None)  # would replace the --add-opens flags Flink needs
     return env
 
@@ -83,8 +84,9 @@ class StandaloneFlink:
         if running is not None and self._answers(running):
             return running
         self.down()
-        for sub in ("conf", "log", "pids"):
+        for sub in ("conf", "lib", "log", "pids"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
+        self._link_lib()
         info = ClusterInfo(_free_port(), _free_port(), task_managers, slots, str(self.home))
         self._write_conf(info, taskmanager_memory)
         (self.home / "cluster.json").write_text(json.dumps(asdict(info)))
@@ -202,16 +204,21 @@ class StandaloneFlink:
     def failure(self, job_id: str) -> str:
         try:
             exceptions = self._get(self._require(), f"/jobs/{job_id}/exceptions")
-            return str(exceptions.get("root-exception", ""))[:2000] or "no exception recorded"
+            entries = exceptions.get("exceptionHistory", {}).get("entries", [])
+            text = entries[0].get("stacktrace", "") if entries else ""
+            return str(text or exceptions.get("root-exception", ""))[:2000] or \
+                "no exception recorded"
         except ClusterError as error:
             return str(error)
 
-    def stop_with_savepoint(self, job_id: str, folder: Path) -> str:
+    def stop_with_savepoint(self, job_id: str, folder: Path, drain: bool = False) -> str:
         """`flink stop`: a savepoint, then the job ends (its sinks commit); the savepoint's
-        path."""
+        path. `drain`: first the final watermark, so every window and journey closes (for
+        a job that will not be resumed)."""
         info = self._require()
         done = self._run([str(FLINK_HOME / "bin" / "flink"), "stop", "--type", "canonical",
                           "--savepointPath", folder.resolve().as_uri(),
+                          *(["--drain"] if drain else []),
                           "--jobmanager", f"127.0.0.1:{info.rest_port}", job_id],
                          timeout_s=180)
         found = re.search(r"Savepoint completed\. Path: (\S+)", done.stdout)
@@ -220,6 +227,18 @@ class StandaloneFlink:
         return found.group(1)
 
     # --- plumbing ------------------------------------------------------------------------
+
+    def _link_lib(self) -> None:
+        """The cluster's lib/: PyFlink's, plus its flink-python jar (from opt/, as Flink's
+        PyFlink images do). Loaded once per TaskManager there, the embedded Python (pemja)
+        serves every job; shipped with each job instead, a TaskManager's second Python job
+        fails to load it again in a new class loader."""
+        lib = self.home / "lib"
+        for old in lib.glob("*.jar"):
+            old.unlink()
+        for jar in [*(FLINK_HOME / "lib").glob("*.jar"),
+                    *(FLINK_HOME / "opt").glob("flink-python-*.jar")]:
+            (lib / jar.name).symlink_to(jar)
 
     def _write_conf(self, info: ClusterInfo, taskmanager_memory: str) -> None:
         conf = self.home / "conf"
@@ -247,8 +266,8 @@ class StandaloneFlink:
             "heartbeat.timeout": "10 s",
             "python.executable": sys.executable,
             "python.client.executable": sys.executable,
-            # the project's jars (Kafka connector, its own JVM classes) on every classpath
-            "pipeline.jars": ";".join(j.as_uri() for j in flink_connector_jars()),
+            # pemja (the embedded Python) from lib/ for every job, never a job's own copy
+            "classloader.parent-first-patterns.additional": "pemja.",
         }
         (conf / "config.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
         (conf / "masters").write_text(f"127.0.0.1:{info.rest_port}\n")

@@ -1,0 +1,72 @@
+"""`seedance cluster`: a standalone Flink cluster on loopback (a JobManager and TaskManagers
+from PyFlink's own distribution scripts) and jobs submitted to it with `flink run`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pipelines.flink_standalone import ClusterError, StandaloneFlink
+
+CONFIG_HELP = "job config YAML (default: jobs/config/streaming.yaml)"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("cluster", help="a standalone Flink cluster on loopback: up, down, "
+                                       "status; submit and stop jobs with `flink`")
+    actions = p.add_subparsers(dest="action", required=True)
+    up = actions.add_parser("up", help="start a JobManager and TaskManagers")
+    up.add_argument("--task-managers", type=int, default=2)
+    up.add_argument("--slots", type=int, default=1, help="task slots per TaskManager")
+    actions.add_parser("down", help="stop the cluster")
+    actions.add_parser("status", help="TaskManagers, slots and jobs")
+    submit = actions.add_parser("submit", help="flink run --python jobs/flink_entry.py")
+    submit.add_argument("--job", choices=["attribution", "gpu-cost", "roi"],
+                        default="attribution")
+    submit.add_argument("--config", help=CONFIG_HELP)
+    submit.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    submit.add_argument("--from-savepoint", metavar="PATH", help="start from this savepoint")
+    stop = actions.add_parser("stop", help="stop a job with a savepoint (flink stop)")
+    stop.add_argument("job_id")
+    stop.add_argument("--savepoint-dir", required=True, type=Path)
+    p.set_defaults(func=cmd_cluster)
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from jobs.cli import CliError, resolve_bootstrap
+    from pipelines.config import load_config
+
+    cluster = StandaloneFlink()
+    try:
+        if args.action == "up":
+            info = cluster.up(args.task_managers, args.slots)
+            print(f"Flink cluster up: {info.task_managers} TaskManagers x "
+                  f"{info.slots_per_task_manager} slots, web UI and REST {info.rest}\n"
+                  f"  logs {cluster.home / 'log'}")
+        elif args.action == "down":
+            cluster.down()
+            print("Flink cluster stopped")
+        elif args.action == "status":
+            if cluster.info() is None:
+                print("Flink cluster: not running (start it with `seedance cluster up`)")
+                return 3
+            print(json.dumps(cluster.status(), indent=2))
+        elif args.action == "submit":
+            config_file = Path(args.config) if args.config else None
+            config = load_config(config_file)
+            bootstrap = resolve_bootstrap(args.bootstrap, config)
+            job_id = cluster.submit(args.job, config_file or _default_config(), bootstrap,
+                                    savepoint=args.from_savepoint)
+            print(f"submitted {args.job} as job {job_id} (parallelism "
+                  f"{config.flink.parallelism}); `seedance cluster status` follows it")
+        else:
+            path = cluster.stop_with_savepoint(args.job_id, args.savepoint_dir)
+            print(f"job {args.job_id} stopped; savepoint {path}")
+    except ClusterError as error:
+        raise CliError(str(error)) from None
+    return 0
+
+
+def _default_config() -> Path:
+    return Path(__file__).resolve().parent / "config" / "streaming.yaml"

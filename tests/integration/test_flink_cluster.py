@@ -1,0 +1,147 @@
+"""The attribution job on a real standalone Flink cluster (a JobManager and two
+TaskManagers from PyFlink's distribution scripts, jobs submitted with `flink run`), at
+parallelism 2 on a 4-partition topic: a TaskManager killed with SIGKILL mid-stream, and a
+stop with savepoint and restart at another parallelism, lose and repeat nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.config import StreamingJobConfig
+from pipelines.flink_standalone import StandaloneFlink
+from pipelines.generator import emit, plan_events
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.kafka_io import ensure_topics, producer
+from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.reference import reference_credits
+
+PARTITIONS = 4
+REFIT_S = 6 * 3600.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    flink = StandaloneFlink(tmp_path_factory.mktemp("flink-cluster"))
+    flink.up(task_managers=2, slots=1)
+    try:
+        yield flink
+    finally:
+        flink.down()
+
+
+@pytest.fixture(scope="module")
+def telemetry() -> tuple[Any, list[bytes]]:
+    plan = plan_events(600, seed=12)
+    sink = CollectingProducer()
+    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
+    return plan, sink.values
+
+
+def streaming_config(job_config: StreamingJobConfig, topic, tmp_path: Path,
+                     parallelism: int) -> tuple[StreamingJobConfig, Path]:
+    spans = topic("spans") + "-p4"
+    ensure_topics(_bootstrap[0], [spans], partitions=PARTITIONS)
+    config = job_config.replace("topics", spans=spans)
+    config = config.replace("input", bounded=False)
+    config = config.replace("flink", parallelism=parallelism, restart_attempts=20,
+                            restart_delay_s=2.0)
+    config = config.replace("attribution", refit_every_s=REFIT_S)
+    return config, write_config(config, tmp_path / f"job-p{parallelism}.yaml")
+
+
+def write_config(config: StreamingJobConfig, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+    return path
+
+
+_bootstrap: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _remember_kafka(kafka: str) -> None:
+    _bootstrap[:] = [kafka]
+
+
+def publish(kafka: str, topic: str, values: list[bytes], first: int = 0) -> None:
+    raw = producer(kafka)
+    for i, value in enumerate(values, start=first):
+        raw.send(topic, value, partition=i % PARTITIONS)
+    raw.flush()
+    raw.close()
+
+
+def wait_for_credits(kafka: str, topic: str, timeout_s: float = 120.0) -> int:
+    """Until some credits are committed (the job has read, stepped and checkpointed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = len(credit_rows(kafka, topic))
+        if rows:
+            return rows
+        time.sleep(1)
+    raise AssertionError(f"no credits committed to {topic} within {timeout_s:.0f} s")
+
+
+def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) -> None:
+    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
+                for c in reference_credits(plan, config.attribution.models, REFIT_S)}
+    rows = credit_rows(kafka, config.topics.credits)
+    got = {credit_key(r): r["revenue"] for r in rows}
+    assert len(rows) == len(got), "a credit is repeated"
+    assert got.keys() == expected.keys()
+    assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    late = messages(kafka, config.topics.late)
+    assert len(late) == plan.late_count
+
+
+def test_a_taskmanager_killed_mid_stream_loses_and_repeats_nothing(
+        kafka, cluster, job_config, topic, tmp_path, telemetry):
+    plan, values = telemetry
+    config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
+    half = len(values) // 2
+    publish(kafka, config.topics.spans, values[:half])
+    job = cluster.submit("attribution", config_file, kafka)
+    cluster.wait_for_job(job, ("RUNNING",))
+    wait_for_credits(kafka, config.topics.credits)
+
+    cluster.kill_task_manager(0)  # SIGKILL: no goodbye to the JobManager
+    publish(kafka, config.topics.spans, values[half:], first=half)
+    cluster.start_task_manager()  # a replacement, as a supervisor would start
+    deadline = time.monotonic() + 180
+    while cluster.restarts(job) == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert cluster.restarts(job) >= 1, "the job never noticed the lost TaskManager"
+    cluster.wait_for_job(job, ("RUNNING",))
+    checkpoints = cluster.completed_checkpoints(job)
+    while cluster.completed_checkpoints(job) < checkpoints + 2:  # running again, checkpointing
+        time.sleep(1)
+    cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
+    assert_reference_results(kafka, config, plan)
+
+
+def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
+        kafka, cluster, job_config, topic, tmp_path, telemetry):
+    plan, values = telemetry
+    config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=1)
+    half = len(values) // 2
+    publish(kafka, config.topics.spans, values[:half])
+    job = cluster.submit("attribution", config_file, kafka)
+    cluster.wait_for_job(job, ("RUNNING",))
+    wait_for_credits(kafka, config.topics.credits)
+    savepoint = cluster.stop_with_savepoint(job, tmp_path / "savepoints")
+
+    publish(kafka, config.topics.spans, values[half:], first=half)
+    rescaled = write_config(config.replace("flink", parallelism=2),
+                            tmp_path / "job-rescaled.yaml")
+    job = cluster.submit("attribution", rescaled, kafka, savepoint=savepoint)
+    cluster.wait_for_job(job, ("RUNNING",))
+    while cluster.completed_checkpoints(job) < 2:
+        time.sleep(1)
+    cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
+    assert_reference_results(kafka, config, plan)
