@@ -4,11 +4,14 @@
 # the Kafka connector jar, and the `seedance` command (loader, dashboard, reconcile).
 #   docker build -t seedance-roi:latest .
 
-# --- the connector jar, fetched from Maven Central by the project's own POM -------------
+# --- the connector jar, fetched from Maven Central by the project's own POM, and the job's
+# own JVM classes (pipelines/jvm: record framing and event time for the source) ----------
 FROM maven:3.9-eclipse-temurin-17 AS jars
 WORKDIR /build
 COPY jobs/setup/jars.pom.xml ./
 RUN mvn --batch-mode --quiet -f jars.pom.xml -Dout=/jars package
+COPY pipelines/jvm jvm
+RUN mvn --batch-mode --quiet -f jvm/pom.xml -Dout=/jars/flink package
 
 # --- runtime ------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm
@@ -25,7 +28,11 @@ COPY udfs udfs
 COPY pipelines pipelines
 COPY jobs jobs
 # the pinned dependencies of pyproject.toml; apache-flink brings Flink's own jars and scripts
+# flink-python in Flink's lib/ (as Flink's PyFlink images have it): the embedded Python
+# (pemja) is loaded once per TaskManager and serves every job, not once per job
 RUN pip install --no-cache-dir . \
+ && cp /usr/local/lib/python3.11/site-packages/pyflink/opt/flink-python-*.jar \
+       /usr/local/lib/python3.11/site-packages/pyflink/lib/ \
  && useradd --uid 10001 --create-home seedance \
  && mkdir -p /checkpoints /savepoints /var/log/flink \
  && chown seedance /checkpoints /savepoints /var/log/flink

@@ -12,6 +12,11 @@ the same topic:
   job       the Flink attribution job, bounded (read to the end, then finish), and the
             same job on an empty topic (start-up and shutdown alone), so the difference
             is the time spent on the data
+  shapes    (--shapes 1x1,4x1,1x2,4x2: partitions x parallelism) the job on a topic of
+            each partition count at each parallelism, side by side, each against the first
+            shape as its baseline; --cluster runs them on a standalone Flink cluster
+            (`seedance cluster`: a JobManager and TaskManagers from PyFlink's scripts, the
+            job submitted with `flink run`) as well as on the in-process MiniCluster
   latency   (--latency-s N) the job running unbounded while telemetry stamped with the
             current time is published at --rate spans/s for N seconds: p50/p99 of the
             time from an order's event time to its first credits being readable with
@@ -21,6 +26,7 @@ the same topic:
 
     .venv/bin/pip install -e '.[bench]'      # once: confluent-kafka for the ceiling
     .venv/bin/python bench/streaming.py [--users 200000] [--mode thread|process]
+    .venv/bin/python bench/streaming.py --shapes 1x1,4x1,1x2,4x2 --cluster
     .venv/bin/python bench/streaming.py --users 0 --latency-s 60 --rate 2000
 """
 
@@ -55,6 +61,7 @@ from kafka import KafkaConsumer  # noqa: E402
 from pipelines import credit_messages  # noqa: E402
 from pipelines.config import load_config  # noqa: E402
 from pipelines.flink_job import run_job  # noqa: E402
+from pipelines.flink_standalone import StandaloneFlink  # noqa: E402
 from pipelines.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.kafka_io import ensure_topics, read_all  # noqa: E402
@@ -152,10 +159,94 @@ def decode_only(bootstrap: str, topic: str, buckets: int) -> tuple[float, float,
     return seconds, events_s, time.perf_counter() - started, spans
 
 
-def job_seconds(config, bootstrap: str, name: str) -> float:
+def job_seconds(config, bootstrap: str, name: str,
+                cluster: StandaloneFlink | None = None) -> float:
+    """A bounded run, start to end: in this process's MiniCluster, or submitted to the
+    standalone cluster with `flink run` (client start-up included, like the MiniCluster's)."""
     started = time.perf_counter()
-    run_job(config, bootstrap, job_name=name)
+    if cluster is None:
+        run_job(config, bootstrap, job_name=name)
+    else:
+        import dataclasses
+
+        import yaml
+
+        path = Path(config.flink.checkpoint_dir) / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+        job = cluster.submit("attribution", path, bootstrap)
+        cluster.wait_for_job(job, timeout_s=1800)
     return time.perf_counter() - started
+
+
+def final_accounting(bootstrap: str, topic: str) -> dict:
+    rows = [json.loads(v) for _, v in read_all(bootstrap, topic)]
+    return next((r for r in rows if r.get("final")), rows[-1] if rows else {})
+
+
+def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
+    """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
+    with --cluster), interleaved; spans/s on the data against the first shape."""
+    shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    for partitions in sorted({p for p, _ in shapes}):
+        ensure_topics(info.bootstrap, [f"bench_spans_{partitions}", f"bench_empty_{partitions}"],
+                      partitions=partitions)
+        publish(info.bootstrap, f"bench_spans_{partitions}", values)
+    ceiling_s, _, _, spans = decode_only(info.bootstrap, f"bench_spans_{shapes[0][0]}",
+                                         base.flink.user_buckets)
+    engines: list[tuple[str, StandaloneFlink | None]] = [("MiniCluster", None)]
+    cluster = None
+    if args.cluster:
+        cluster = StandaloneFlink(home / "flink-cluster")
+        cluster.up(task_managers=max(p for _, p in shapes), slots=1)
+        engines.append(("standalone", cluster))
+    rows = []
+    try:
+        for round_ in range(args.rounds):
+            for engine, where in engines:
+                for partitions, parallelism in shapes:
+                    run = f"r{round_}_{engine}_{partitions}x{parallelism}".lower()
+                    config = base.replace("flink", parallelism=parallelism,
+                                          user_buckets=max(base.flink.user_buckets,
+                                                           parallelism))
+
+                    def shaped(topic: str, name: str, config=config):
+                        return config.replace(
+                            "topics", spans=topic, credits=f"{name}_credits",
+                            dead_letter=f"{name}_dlq", late=f"{name}_late",
+                            conversions=f"{name}_conversions",
+                            accounting=f"{name}_accounting") \
+                            .replace("input", group_id=f"bench-{name}")
+
+                    empty_s = job_seconds(shaped(f"bench_empty_{partitions}", run + "_e"),
+                                          info.bootstrap, run + "_e", where)
+                    full_s = job_seconds(shaped(f"bench_spans_{partitions}", run),
+                                         info.bootstrap, run, where)
+                    report = final_accounting(info.bootstrap, f"{run}_accounting")
+                    data_s = max(full_s - empty_s, 1e-9)
+                    rows.append((engine, partitions, parallelism, full_s, empty_s,
+                                 spans / data_s, report.get("late"), report.get("processed")))
+                    print(f"  {engine:12} {partitions} partitions x parallelism "
+                          f"{parallelism}: {spans / data_s:,.0f} spans/s on the data "
+                          f"(late {report.get('late')}, processed {report.get('processed')})",
+                          flush=True)
+    finally:
+        if cluster is not None:
+            cluster.down()
+    print(f"{spans:,} spans in {len(values):,} messages; models: "
+          f"{', '.join(base.attribution.models)}; {args.rounds} round(s), interleaved")
+    print(f"ceiling (plain consumer + decode_message): {spans / ceiling_s:,.0f} spans/s")
+    print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'spans/s':>10}{'vs first':>9}"
+          f"{'late':>7}{'processed':>11}")
+    for engine, _ in engines:
+        mine = [r for r in rows if r[0] == engine]
+        for partitions, parallelism in shapes:
+            rates = [r[5] for r in mine if (r[1], r[2]) == (partitions, parallelism)]
+            base_rates = [r[5] for r in mine if (r[1], r[2]) == shapes[0]]
+            last = [r for r in mine if (r[1], r[2]) == (partitions, parallelism)][-1]
+            rate = statistics.median(rates)
+            print(f"{engine:12}{partitions:>11}{parallelism:>9}{rate:>10,.0f}"
+                  f"{rate / statistics.median(base_rates):>9.2f}{last[6]!s:>7}{last[7]!s:>11}")
 
 
 class CreditWatcher(threading.Thread):
@@ -269,6 +360,13 @@ def main() -> None:
                              "many partitions)")
     parser.add_argument("--checkpoint-s", type=float, default=1.0,
                         help="checkpoint interval: a bounded job ends at its next checkpoint")
+    parser.add_argument("--shapes", default="",
+                        help="partitions x parallelism to compare, e.g. 1x1,4x1,1x2,4x2 "
+                             "(the first is the baseline)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="with --shapes: also on a standalone Flink cluster")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --shapes: rounds of every shape, interleaved (medians)")
     parser.add_argument("--latency-s", type=float, default=0.0,
                         help="also measure live latency for this many seconds")
     parser.add_argument("--rate", type=float, default=2000.0, help="live spans per second")
@@ -300,6 +398,9 @@ def main() -> None:
         if args.refit_s:
             base = base.replace("attribution", refit_every_s=args.refit_s)
         values = cached_messages(args.users, seed=11)
+        if args.shapes:
+            run_shapes(args, base, info, home, values)
+            return
         ensure_topics(info.bootstrap, ["bench_spans", "bench_empty"],
                       partitions=max(1, args.parallelism))
         publish(info.bootstrap, "bench_spans", values)

@@ -25,15 +25,17 @@ SETUP_HINT = "run `make setup` (or `bash jobs/setup/bootstrap.sh`) to fetch them
 
 
 def flink_connector_jars() -> list[Path]:
-    """The jars every Flink job of the project needs: the Kafka connector and the project's
-    own JVM classes (pipelines/jvm, compiled by the set-up)."""
+    """The jars every Flink job of the project needs: the Kafka connector, the zstd codec it
+    leaves out (Flink's own jars carry lz4 and snappy) and the project's own JVM classes
+    (pipelines/jvm, compiled by the set-up)."""
     folder = jars_home() / "flink"
     jars = sorted(folder.glob("flink-sql-connector-kafka-*.jar"))
-    if not jars:
-        raise FileNotFoundError(f"the Flink Kafka connector jar is missing in {folder}; "
-                                f"{SETUP_HINT}")
+    codecs = sorted(folder.glob("zstd-jni-*.jar"))
+    if not jars or not codecs:
+        raise FileNotFoundError(f"the Flink Kafka connector or zstd-jni jar is missing in "
+                                f"{folder}; {SETUP_HINT}")
     own = folder / "seedance-flink.jar"
     if not own.is_file():
         raise FileNotFoundError(f"{own} is missing (the job's JVM classes, pipelines/jvm); "
                                 f"{SETUP_HINT}")
-    return [*jars, own]
+    return [*jars, *codecs, own]

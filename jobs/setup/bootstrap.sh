@@ -96,20 +96,41 @@ if [ ! -d "$jars/kafka" ] || [ ! -d "$jars/flink" ] || [ ! -d "$jars/spark" ] ||
 fi
 
 # The job's own JVM classes (pipelines/jvm: the Kafka record framing and event-time stamping
-# the streaming source needs, in Java because a source's watermarks are made in the JVM),
-# compiled against the PyFlink and connector jars; rebuilt when a source file changes.
-jvm_sources=$(find pipelines/jvm/src -name '*.java' | sort)
-jvm_hash=$(hash_of $jvm_sources)
-jvm_jar="$jars/flink/seedance-flink.jar"
-if [ ! -f "$jvm_jar" ] || [ "$(cat "$stamp_dir/jvm" 2>/dev/null)" != "$jvm_hash" ]; then
+# the streaming source needs, in Java because a source's watermarks are made in the JVM);
+# rebuilt when its POM or a source file changes.
+jvm_files="pipelines/jvm/pom.xml $(find pipelines/jvm/src -name '*.java' | sort | tr '\n' ' ')"
+jvm_hash=$(hash_of $jvm_files)
+if [ ! -f "$jars/flink/seedance-flink.jar" ] || [ "$(cat "$stamp_dir/jvm" 2>/dev/null)" != "$jvm_hash" ]; then
   echo "==> Job JVM classes (pipelines/jvm -> .cache/jars/flink/seedance-flink.jar)"
-  need javac "Install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)."
-  pyflink_lib=$("$venv/bin/python" -c 'import pyflink, os; print(os.path.join(os.path.dirname(pyflink.__file__), "lib"))')
-  connector=$(ls "$jars"/flink/flink-sql-connector-kafka-*.jar | head -1)
-  classes=$(mktemp -d)
-  javac --release 17 -Xlint:all -d "$classes" \
-    -cp "$pyflink_lib/*:$connector" $jvm_sources
-  jar --create --file "$jvm_jar" -C "$classes" .
-  rm -rf "$classes"
+  mvn --batch-mode --quiet -f pipelines/jvm/pom.xml -Dout="$jars/flink" package
   echo "$jvm_hash" > "$stamp_dir/jvm"
+fi
+
+# The dev set-up also builds an OpenTelemetry Collector (receiver otlp, processor batch,
+# contrib kafka exporter/receiver) with the Collector's builder, where a Go toolchain is
+# found: tests/integration/test_collector.py runs the documented Collector configuration in
+# front of the job. Go modules are cached in Go's own module cache; rebuilt when
+# otelcol-builder.yaml changes.
+otelcol_dir="$root/.cache/otelcol"
+if [ "$extras" = "dev" ]; then
+  otelcol_hash=$(hash_of jobs/setup/otelcol-builder.yaml)
+  if [ ! -x "$otelcol_dir/dist/otelcol-seedance" ] || \
+     [ "$(cat "$stamp_dir/otelcol" 2>/dev/null)" != "$otelcol_hash" ]; then
+    if command -v go >/dev/null 2>&1; then
+      echo "==> OpenTelemetry Collector (.cache/otelcol, built with Go; a few minutes the first time)"
+      mkdir -p "$otelcol_dir"
+      cp jobs/setup/otelcol-builder.yaml "$otelcol_dir/builder.yaml"
+      if (cd "$otelcol_dir" && GOFLAGS=-mod=mod go run \
+            go.opentelemetry.io/collector/cmd/builder@v0.165.0 --config builder.yaml \
+            > build.log 2>&1); then
+        echo "$otelcol_hash" > "$stamp_dir/otelcol"
+      else
+        echo "warning: building the OpenTelemetry Collector failed (see $otelcol_dir/build.log);" \
+             "its integration test will say so" >&2
+      fi
+    else
+      echo "note: no Go toolchain: the OpenTelemetry Collector is not built and its" \
+           "integration test is skipped (install Go to run it)" >&2
+    fi
+  fi
 fi
