@@ -73,6 +73,12 @@ class JourneySection:
     max_touches: int | None = None
     winback_days: float = 90.0
     history_days: float = 730.0
+    # an order id seen again within this much event time is a duplicate (null: the lookback)
+    duplicate_order_days: float | None = None
+
+    @property
+    def duplicate_order_ms(self) -> int:
+        return int((self.duplicate_order_days or self.lookback_days) * 86_400_000)
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,8 @@ class StreamingJobConfig:
             (self.event_time.watermark_interval_s > 0, "event_time.watermark_interval_s",
              "must be positive"),
             (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
+            (self.journey.duplicate_order_days is None or self.journey.duplicate_order_days > 0,
+             "journey.duplicate_order_days", "must be positive or null"),
             (self.journey.history_days >= self.journey.winback_days, "journey.history_days",
              "must be at least journey.winback_days"),
             (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),

@@ -85,12 +85,14 @@ from udfs.journey_book import Changes, JourneyBook, Progress
 from udfs.journey_columns import ClosedJourneys, ConvertedJourneys, concat_converted
 from udfs.journeys import JourneyConfig
 from udfs.models import ModelParams
+from udfs.order_ledger import OrderLedger
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
+DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
 # credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
 # table_messages.encode_bytes)
 RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())
@@ -100,9 +102,10 @@ ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
 # What became of every input record (a span; a message that cannot be split into spans
 # counts as one): used (a touch or an order) = processed + late; other = spans this job
 # has no use for (GPU calls are the GPU cost job's, plain tracing spans nobody's).
-# `other` is broken down by why: valid GPU calls and ordinary tracing spans.
+# `other` is broken down by why: valid GPU calls and ordinary tracing spans; orders seen
+# before (duplicate_orders) are used, and dead-lettered, not processed.
 COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late",
-          "other_gpu_calls", "other_tracing_spans")
+          "other_gpu_calls", "other_tracing_spans", "duplicate_orders")
 
 
 Event = Touchpoint | Conversion
@@ -188,7 +191,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         yield DEAD_LETTERS, dead_letter_json(letter, self.source,
                                              None if record is None else record.partition,
                                              None if record is None else record.offset)
-        yield ACCOUNTING, (1, 1, 0, 0, 1, 0, 0, 0)
+        yield ACCOUNTING, (1, 1, 0, 0, 1, 0, 0, 0, 0)
 
     def _decode(self, record: Framed) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
@@ -205,7 +208,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                     out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
                 used = len(decoded.ts_ms)
                 out.append((ACCOUNTING, (1, decoded.spans, used, decoded.spans - used, 0, 0,
-                                         decoded.unbuilt_gpu_calls, decoded.ignored)))
+                                         decoded.unbuilt_gpu_calls, decoded.ignored, 0)))
                 yield from out
                 return
             decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
@@ -228,7 +231,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         out.append((ACCOUNTING, (1, records_in, used, records_in - used - dead, dead,
-                                 late_count, decoded.unbuilt_gpu_calls, decoded.ignored)))
+                                 late_count, decoded.unbuilt_gpu_calls, decoded.ignored, 0)))
         # emitted only once the whole record is decoded: a failure half-way leaves nothing
         # of it behind but its dead letter
         yield from out
@@ -314,8 +317,12 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
-                 buckets: int | None = None) -> None:
+                 buckets: int | None = None, duplicate_order_ms: int | None = None,
+                 source: str = "") -> None:
         self.journey = journey
+        # an order id seen again within this much event time is a duplicate
+        self.duplicate_order_ms = duplicate_order_ms or journey.lookback_ms
+        self.source = source
         self.buckets = buckets  # kept with the state: a restore under another count fails
         self.process_mode = process_mode
         self.models = models
@@ -340,6 +347,36 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             ValueStateDescriptor("progress", Types.PICKLED_BYTE_ARRAY()))
         self.books: dict[int, JourneyBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
+        # the order ids of the duplicate horizon (udfs/order_ledger.py), per bucket
+        self.seen_orders = runtime_context.get_map_state(
+            MapStateDescriptor("seen-orders", Types.STRING(), Types.LONG()))
+        self.ledgers: dict[int, OrderLedger] = {}
+
+    def _ledger(self, bucket: int) -> OrderLedger:
+        ledger = self.ledgers.get(bucket)
+        if ledger is None:  # first sight of this bucket since (re)start: from its state
+            ledger = OrderLedger(self.duplicate_order_ms, self.seen_orders.items())
+            self.ledgers[bucket] = ledger
+        return ledger
+
+    def _first_copies(self, bucket: int, events: EventColumns) -> tuple[EventColumns,
+                                                                          list[str]]:
+        """The batch without orders seen before, and those orders' dead letters."""
+        orders = events.orders
+        if not len(orders.ts_ms):
+            return events, []
+        keep, added = self._ledger(bucket).admit(orders.order_id, orders.ts_ms)
+        if added:
+            self._put_all(self.seen_orders, added)
+        if keep.all():
+            return events, []
+        repeated = EventColumns(take(events.touches, np.zeros(len(events.touches.ts_ms), bool)),
+                                take(orders, ~keep))
+        letters = [dead_letter_json(DeadLetter(
+            "duplicate_order", f"order {order.order_id} was seen before (within "
+            f"{self.duplicate_order_ms / 86_400_000:g} days of event time): credited once",
+            orjson.dumps(order._asdict())), self.source) for order in records_of(repeated)]
+        return EventColumns(events.touches, take(orders, keep)), letters
 
     def _book(self, bucket: int) -> JourneyBook:
         book = self.books.get(bucket)
@@ -409,11 +446,14 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(unpack(payload), watermark)
+        events, duplicates = self._first_copies(bucket, unpack(payload))
+        for letter in duplicates:
+            yield DUPLICATE_ORDERS, letter
+        late, changes = book.add(events, watermark)
         if size(late):
             for event in records_of(late):
                 yield LATE_EVENTS, _event_json(event, max(watermark, book.watermark))
-        else:  # the batch is stored as it came (no need to encode it again)
+        elif not duplicates:  # the batch is stored as it came (no need to encode it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)
@@ -425,6 +465,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         advanced = book.advance(watermark)
         self._store(advanced.changes)
+        for order_id in self._ledger(bucket).expire(watermark):
+            self.seen_orders.remove(order_id)
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
         converted = advanced.closed.converted
@@ -598,7 +640,7 @@ class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
 
 def accounting_json(job: str, totals: tuple[int, ...], final: bool) -> str:
     row = dict(zip(COUNTS, totals, strict=True))
-    row["processed"] = row["used"] - row["late"]
+    row["processed"] = row["used"] - row["late"] - row["duplicate_orders"]
     return orjson.dumps({"job": job, **row, "final": final}).decode()
 
 
@@ -638,7 +680,9 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(journey, per_conversion, params,
                                              refit_ms if data_driven else None, process_mode,
-                                             config.flink.user_buckets),
+                                             config.flink.user_buckets,
+                                             config.journey.duplicate_order_ms,
+                                             config.topics.spans),
                            output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
@@ -653,16 +697,20 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     # the decoder counts its own in its accounting
     late_on_arrival = attributed.get_side_output(LATE_EVENTS)
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
+    duplicates = attributed.get_side_output(DUPLICATE_ORDERS)
     accounting = (decoded.get_side_output(ACCOUNTING)
-                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1, 0, 0),
+                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1, 0, 0, 0),
                                              output_type=Types.PICKLED_BYTE_ARRAY())
-                         .name("count-late").uid("count-late"))
+                         .name("count-late").uid("count-late"),
+                         duplicates.map(lambda _: (0, 0, 0, 0, 1, 0, 0, 0, 1),
+                                        output_type=Types.PICKLED_BYTE_ARRAY())
+                         .name("count-duplicates").uid("count-duplicate-orders"))
                   .key_by(lambda _: 0, key_type=Types.INT())
                   .process(RunAccounting("attribution",
                                          int(config.flink.accounting_every_s * 1000)),
                            output_type=Types.STRING())
                   .name("run-accounting").uid("run-accounting"))
-    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS), late,
+    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS).union(duplicates), late,
                       attributed.get_side_output(CONVERSIONS), accounting)
 
 

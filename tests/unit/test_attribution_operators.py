@@ -6,7 +6,9 @@ from state an earlier version stored."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import math
 import pickle
 from collections.abc import Iterator
@@ -21,12 +23,13 @@ from pipelines.flink_job import (
     CONVERSIONS,
     COUNTS,
     DEAD_LETTERS,
+    DUPLICATE_ORDERS,
     LATE_EVENTS,
     AttributeJourneys,
     DecodeOtlp,
     FitDataDrivenModels,
 )
-from pipelines.generator import emit, plan_events
+from pipelines.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.journey_wire import events_to_wire, state_to_wire
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from pipelines.kafka_frame import NO_TIME, frame, newest_start_ms
@@ -97,6 +100,7 @@ class Job:
         self.conversions = 0
         self.late = 0
         self.dead = 0
+        self.duplicates: list[dict[str, Any]] = []
         self.counts = [0] * len(COUNTS)
 
     def checkpoint(self) -> dict[str, Any]:
@@ -152,6 +156,10 @@ class Job:
                     self.conversions += 1
                 elif tag is LATE_EVENTS:
                     self.late += 1
+                elif tag is DUPLICATE_ORDERS:  # counted as the job's graph counts them
+                    self.duplicates.append(json.loads(value))
+                    self.counts[COUNTS.index("dead_lettered")] += 1
+                    self.counts[COUNTS.index("duplicate_orders")] += 1
                 continue
             self.credits += credit_messages.decode(out)
 
@@ -235,7 +243,7 @@ def test_the_operators_give_the_batch_reference_credits(stream):
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
     assert job.conversions > 0 and job.late == plan.late_count
-    messages_, records_in, used, other, dead, late, gpu_calls, tracing = job.counts
+    messages_, records_in, used, other, dead, late, gpu_calls, tracing, _ = job.counts
     assert (messages_, dead, late) == (len(messages), job.dead, plan.late_count)
     assert records_in == used + other + dead
     assert other == gpu_calls + tracing and gpu_calls > 0 and tracing > 0
@@ -306,3 +314,58 @@ def test_a_restore_under_another_bucket_count_is_refused_with_the_reason(stream)
     restored.attribute.buckets = 2 * BUCKETS
     with pytest.raises(ValueError, match=r"flink.user_buckets: 4, the config says 8"):
         run(restored, messages[40:])
+
+
+def _messages(events: list[PlannedEvent]) -> list[bytes]:
+    sink = CollectingProducer()
+    emit(Plan(events=events), KafkaSpanExporter("unused:0", producer=sink), sink.append,
+         batch_size=len(events))
+    return sink.values
+
+
+def test_an_order_sent_again_is_credited_once():
+    """The same order in another message, in a later batch, twice in one message, and
+    after a restore from a checkpoint: one set of credits, every copy a dead letter."""
+    t0 = 1_790_000_000 * 10**9
+    minute = 60 * 10**9
+    users = [PlannedEvent("touchpoint", f"u{i}", t0 + i * minute, "email", "spring")
+             for i in range(10)]
+    orders = [PlannedEvent("conversion", f"u{i}", t0 + i * minute + minute // 2,
+                           order_id=f"o{i}", revenue=10.0 + i) for i in range(10)]
+    plan = Plan(events=[e for pair in zip(users, orders, strict=True) for e in pair])
+    stream: list[list[bytes]] = []
+    for i in range(10):
+        stream.append(_messages([users[i], orders[i]] + ([orders[i]] if i == 8 else [])))
+        if i in (1, 3):
+            stream.append(_messages([orders[i]]))  # the next message
+        if i == 5:
+            stream.append(_messages([orders[3]]))  # a later batch, within the lateness
+    copies = 1 + 1 + 1 + 1 + 1  # o1, o3 twice, o8 in its own message, o5 after the restore
+    first = Job()
+    for group in stream[:8]:
+        for message in group:
+            first.feed(message)
+    restored = Job(first.checkpoint())
+    for message in _messages([orders[5]]):  # after the restart
+        restored.feed(message)
+    for group in stream[8:]:
+        for message in group:
+            restored.feed(message)
+    finish(restored)
+    expected = keyed([c._asdict() for c in reference_credits(plan, PER_CONVERSION, REFIT_MS
+                                                             / 1000)
+                      if c.model in PER_CONVERSION])
+    got = keyed([c for c in first.credits + restored.credits if c["model"] in PER_CONVERSION])
+    assert got == expected
+    duplicates = first.duplicates + restored.duplicates
+    assert len(duplicates) == copies
+    assert sorted(json.loads(base64.b64decode(d["payload_base64"]))["order_id"]
+                  for d in duplicates) == ["o1", "o3", "o3", "o5", "o8"]
+    assert {d["reason"] for d in duplicates} == {"duplicate_order"}
+    counts = dict(zip(COUNTS, [a + b for a, b in zip(first.counts, restored.counts,
+                                                       strict=True)], strict=True))
+    assert counts["duplicate_orders"] == copies
+    # a duplicate is used, dead-lettered and not processed (flink_job.accounting_json)
+    processed = counts["used"] - counts["late"] - counts["duplicate_orders"]
+    assert counts["records_in"] == processed + counts["dead_lettered"] + counts["late"] \
+        + counts["other"]

@@ -91,7 +91,7 @@ def test_the_decoding_operator_never_raises_and_counts_every_record(payload):
     for value in (frame(payload, 2, 9, 0), frame(None, 2, 10, 0), payload[:20]):
         outputs = list(operator.process_element(value, None))
         (counts,) = [out[1] for out in outputs if out[0] is ACCOUNTING]
-        messages, records_in, used, other, dead, late, gpu, tracing = counts
-        assert messages == 1 and records_in == used + other + dead
+        messages, records_in, used, other, dead, late, gpu, tracing, duplicates = counts
+        assert messages == 1 and records_in == used + other + dead and duplicates == 0
         assert other == gpu + tracing
         assert dead == sum(out[0] is DEAD_LETTERS for out in outputs)

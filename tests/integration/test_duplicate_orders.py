@@ -1,0 +1,66 @@
+"""An order sent again — in another message, a later batch, twice in one request, on
+another partition — is credited once by the Flink job; every copy is a dead letter with
+reason duplicate_order, and the credits topic and the warehouse agree."""
+
+from __future__ import annotations
+
+import math
+
+from pipelines.flink_job import run_job
+from pipelines.generator import Plan, emit
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.kafka_io import ensure_topics, producer
+from pipelines.warehouse import Warehouse
+from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
+
+USERS = 12
+
+
+def encoded(events) -> list[bytes]:
+    sink = CollectingProducer()
+    emit(Plan(events=list(events)), KafkaSpanExporter("unused:0", producer=sink), sink.append,
+         batch_size=len(events))
+    return sink.values
+
+
+def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, tmp_path):
+    touches = [touch(f"u{i}", T0 + i * 60 * S, "email") for i in range(USERS)]
+    orders = [order(f"u{i}", T0 + i * 60 * S + 30 * S, f"o{i}", 10.0 + i) for i in range(USERS)]
+    stream: list[bytes] = []
+    for i in range(USERS):
+        stream += encoded([touches[i], orders[i], *([orders[i]] if i == 8 else [])])
+        if i in (1, 3):
+            stream += encoded([orders[i]])  # the next message
+        if i == 5:
+            stream += encoded([orders[3]])  # a later batch, within the allowed lateness
+    spans = topic("spans") + "-dups"
+    ensure_topics(kafka, [spans], partitions=4)
+    raw = producer(kafka)
+    for i, value in enumerate(stream):
+        raw.send(spans, value, partition=i % 4)  # copies land on other partitions too
+    raw.flush()
+    raw.close()
+
+    config = job_config.replace("topics", spans=spans).replace("flink", parallelism=2)
+    config = config.replace("attribution", models=("last_click", "linear"))
+    run_job(config, kafka, env=flink.environment(config))
+
+    rows = credit_rows(kafka, config.topics.credits)
+    assert sorted((r["model"], r["order_id"]) for r in rows) == sorted(
+        (model, f"o{i}") for model in ("last_click", "linear") for i in range(USERS))
+    revenue = {model: sum(r["revenue"] for r in rows if r["model"] == model)
+               for model in ("last_click", "linear")}
+    assert all(math.isclose(v, sum(10.0 + i for i in range(USERS))) for v in revenue.values())
+    dead = messages(kafka, config.topics.dead_letter)
+    assert sorted(d["reason"] for d in dead) == ["duplicate_order"] * 4
+    (report,) = [r for r in messages(kafka, config.topics.accounting) if r["final"]]
+    assert report["duplicate_orders"] == 4 and report["processed"] == 2 * USERS
+    conversions = messages(kafka, config.topics.conversions)
+    assert sorted(c["order_id"] for c in conversions) == sorted(f"o{i}" for i in range(USERS))
+
+    warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
+    warehouse.load_credits(kafka, config.topics.credits)
+    totals = {model: (orders_, revenue_) for model, orders_, _, revenue_ in warehouse.totals()}
+    assert {m: (n, round(r, 6)) for m, (n, r) in totals.items()} == {
+        m: (USERS, round(v, 6)) for m, v in revenue.items()}
+    warehouse.close()

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from udfs.order_ledger import DAY_MS, EXPIRE_EVERY_MS, OrderLedger
+
+
+def ids(*values: str) -> np.ndarray:
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def test_a_second_copy_is_a_duplicate_in_another_batch_and_in_the_same_one():
+    ledger = OrderLedger(30 * DAY_MS)
+    keep, added = ledger.admit(ids("o1", "o2"), np.array([10, 20]))
+    assert keep.tolist() == [True, True] and added == {"o1": 10, "o2": 20}
+    keep, added = ledger.admit(ids("o3", "o1", "o3"), np.array([30, 99, 31]))
+    assert keep.tolist() == [True, False, False] and added == {"o3": 30}
+    assert ledger.seen["o1"] == 10  # the first copy's time is kept
+
+
+def test_orders_are_forgotten_once_the_horizon_has_passed_them():
+    ledger = OrderLedger(DAY_MS, [("old", 0), ("new", DAY_MS)])
+    assert ledger.expire(DAY_MS + 1) == ["old"]
+    assert ledger.expire(DAY_MS + 2) == []  # walked at most once per EXPIRE_EVERY_MS
+    assert ledger.expire(2 * DAY_MS + EXPIRE_EVERY_MS) == ["new"]
+    keep, _ = ledger.admit(ids("old"), np.array([5]))
+    assert keep.tolist() == [True]
+    with pytest.raises(ValueError, match="must be positive"):
+        OrderLedger(0)

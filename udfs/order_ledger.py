@@ -1,0 +1,53 @@
+"""An order counts once: the order ids seen in a horizon of event time, so that an order sent
+again (a retried export, a replayed message) is recognised as a duplicate and not credited a
+second time.
+
+Engine-free: the streaming job keeps one ledger per user bucket and mirrors what it adds and
+forgets into keyed state (pipelines/flink_job.py); the first copy to arrive is the one kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+DAY_MS = 86_400_000
+# expiry walks every remembered order: at most once per this much event time
+EXPIRE_EVERY_MS = 3_600_000
+
+
+class OrderLedger:
+    def __init__(self, horizon_ms: int, seen: Iterable[tuple[str, int]] = ()) -> None:
+        if horizon_ms <= 0:
+            raise ValueError(f"the duplicate-order horizon must be positive, got {horizon_ms}")
+        self.horizon_ms = horizon_ms
+        self.seen: dict[str, int] = dict(seen)  # order id -> event time of its first copy
+        self.expired_to = -(2**62)
+
+    def admit(self, order_ids: np.ndarray, ts_ms: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+        """Which of these orders (in arrival order) are first copies, and the ids newly
+        remembered (id -> time). A second copy inside the same batch is a duplicate too."""
+        keep = np.ones(len(order_ids), bool)
+        added: dict[str, int] = {}
+        seen = self.seen
+        for at, (order_id, ts) in enumerate(zip(order_ids.tolist(), ts_ms.tolist(),
+                                                strict=True)):
+            if order_id in seen:
+                keep[at] = False
+            else:
+                seen[order_id] = added[order_id] = ts
+        return keep, added
+
+    def expire(self, watermark: int) -> list[str]:
+        """Forget orders whose first copy is more than the horizon behind `watermark` (a copy
+        of one arriving later is late by then); the ids forgotten. Walks the ledger at most
+        once per EXPIRE_EVERY_MS of event time."""
+        if watermark - self.expired_to < EXPIRE_EVERY_MS:
+            return []
+        self.expired_to = watermark
+        cutoff = watermark - self.horizon_ms
+        gone = [order_id for order_id, ts in self.seen.items() if ts < cutoff]
+        for order_id in gone:
+            del self.seen[order_id]
+        return gone
