@@ -34,10 +34,12 @@ def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
 
 
 def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
-                 group_suffix: str = "", framed_max_future_ms: int | None = None) -> KafkaSource:
+                 group_suffix: str = "", framed_max_future_ms: int | None = None,
+                 signal: str = "TRACES") -> KafkaSource:
     """Each record's value as bytes; with `framed_max_future_ms`, each record framed
-    (pipelines.kafka_frame: partition, offset, event time, null values kept; span starts
-    further ahead of the clock than that are not event time)."""
+    (pipelines.kafka_frame: partition, offset, event time, null values kept; times further
+    ahead of the clock than that are not event time) with the event time of its `signal`
+    (TRACES: the newest span start, METRICS: the newest data point)."""
     starting = {
         "earliest": KafkaOffsetsInitializer.earliest(),
         "latest": KafkaOffsetsInitializer.latest(),
@@ -55,7 +57,8 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
         builder = builder.set_value_only_deserializer(ByteArraySchema())
     else:
         builder._j_builder.setDeserializer(
-            _job_classes().io.seedance.flink.FramedOtlpDeserializer(framed_max_future_ms))
+            _job_classes().io.seedance.flink.FramedOtlpDeserializer(framed_max_future_ms,
+                                                                   signal))
     for key, value in _kafka_properties(config).items():
         builder = builder.set_property(key, value)
     if config.input.bounded:
@@ -64,8 +67,8 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
 
 
 def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
-    """Watermarks made per Kafka partition inside the source, from each record's newest span
-    start (io.seedance.flink.FramedEventTime): a subtask's watermark is the minimum over its
+    """Watermarks made per Kafka partition inside the source, from each framed record's event
+    time (io.seedance.flink.FramedEventTime): a subtask's watermark is the minimum over its
     partitions, and a partition silent for `event_time.idleness_s` stops holding it back."""
     jvm = _job_classes()
     millis = jvm.java.time.Duration.ofMillis

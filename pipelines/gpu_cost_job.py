@@ -1,7 +1,8 @@
 """The GPU cost job on PyFlink: GPU samples + GPU-backed spans -> cost per call and idle.
 
 ingest     otlp_metrics (GPU samples) and otlp_spans (GPU-backed calls), each with its own
-           event-time watermarks (samples: their time; calls: their start)
+           event-time watermarks made per Kafka partition in the source (samples: their
+           time; calls: their start; pipelines/kafka_frame.py)
 link       calls that name only a pod get the GPU of the latest sample naming that pod
            (keyed by pod); calls that stay unlinked past link_timeout are dead-lettered
 cost       keyed by GPU UUID: when the watermark passes a sample, its interval is priced
@@ -13,13 +14,13 @@ write      one JSON row per (call, interval) and per idle interval to `gpu_costs
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pyflink.common import Duration, JobExecutionResult, Types, WatermarkStrategy
-from pyflink.common.watermark_strategy import TimestampAssigner
+from pyflink.common import JobExecutionResult, Types
 from pyflink.datastream import (
     DataStream,
     KeyedProcessFunction,
@@ -35,12 +36,15 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.config import StreamingJobConfig
-from pipelines.flink_kafka import build_sink, build_source, run_pipeline
-from pipelines.otlp_codec import dead_letter_json, decode_spans
+from pipelines.flink_kafka import build_sink, build_source, otlp_event_time, run_pipeline
+from pipelines.kafka_frame import unframe
+from pipelines.otlp_codec import MAX_FUTURE_S, dead_letter_json, decode_spans
 from pipelines.otlp_metrics import decode_samples
 from schemas.gpu import GpuSample, load_catalog, sample_problem
 from schemas.records import DeadLetter, GpuCall
 from udfs.gpu_cost import allocate_intervals
+
+log = logging.getLogger(__name__)
 
 DEAD_LETTERS = OutputTag("gpu-dead-letters", Types.STRING())
 LATE = OutputTag("gpu-late", Types.STRING())
@@ -76,13 +80,26 @@ def batches(kind: str, items: Iterable[Any], key: Callable[[Any], str],
 
 
 class DecodeSamples(ProcessFunction):  # type: ignore[misc]
+    """A framed metrics record (pipelines/kafka_frame.py) -> GPU samples in batches by
+    routing key; anything unusable is a dead letter with its partition and offset."""
+
     def __init__(self, source: str) -> None:
         self.source = source
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        samples, letters = decode_samples(value)
+        try:
+            record = unframe(value)
+            samples, letters = ([], [DeadLetter("null_value", "the record's value is null",
+                                                b"")]) if record.value is None \
+                else decode_samples(record.value)
+        except Exception as error:  # noqa: BLE001 - one record must never stop the job
+            log.exception("decoding a GPU metrics record failed")
+            record, samples = None, []
+            letters = [DeadLetter("decoder_error", f"{type(error).__name__}: {error}",
+                                  bytes(value))]
+        where = (None, None) if record is None else (record.partition, record.offset)
         for letter in letters:
-            yield DEAD_LETTERS, dead_letter_json(letter, self.source)
+            yield DEAD_LETTERS, dead_letter_json(letter, self.source, *where)
         valid = []
         for sample in samples:
             problem = sample_problem(sample)
@@ -96,16 +113,17 @@ class DecodeSamples(ProcessFunction):  # type: ignore[misc]
 
 
 class DecodeCalls(ProcessFunction):  # type: ignore[misc]
-    """GPU-backed calls from the span topic (other spans are the attribution job's)."""
+    """GPU-backed calls from the span topic, framed (other spans, and the dead letters of
+    unusable records, are the attribution job's)."""
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        calls = [r for r in decode_spans(value).records if isinstance(r, GpuCall)]
+        try:
+            record = unframe(value)
+        except ValueError:
+            return  # not a record of the framed source: the attribution job reports it
+        calls = [r for r in decode_spans(record.value).records if isinstance(r, GpuCall)] \
+            if record.value is not None else []
         yield from batches("calls", calls, route_key, lambda c: c.start_ms)
-
-
-class BatchTime(TimestampAssigner):  # type: ignore[misc]
-    def extract_timestamp(self, value: Batch, record_timestamp: int) -> int:
-        return value.ts_ms
 
 
 class LinkCalls(KeyedProcessFunction):  # type: ignore[misc]
@@ -269,24 +287,21 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
 def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                        bootstrap: str) -> None:
     gpu = config.gpu
-    slack = Duration.of_millis(int(config.event_time.max_out_of_orderness_s * 1000))
-    idle = Duration.of_millis(int(config.event_time.idleness_s * 1000))
-    raw_metrics = env.from_source(build_source(config, bootstrap, gpu.metrics_topic, "-gpu"),
-                                  WatermarkStrategy.no_watermarks(), "otlp-metrics") \
+    # event time and watermarks are made in the sources, per Kafka partition (a sample's
+    # time, a span's start): a partition read ahead of another never makes the other late
+    max_future_ms = int(MAX_FUTURE_S * 1000)
+    raw_metrics = env.from_source(build_source(config, bootstrap, gpu.metrics_topic, "-gpu",
+                                               max_future_ms, "METRICS"),
+                                  otlp_event_time(config), "otlp-metrics") \
         .uid("source-otlp-metrics")
-    raw_spans = env.from_source(build_source(config, bootstrap, config.topics.spans, "-gpu"),
-                                WatermarkStrategy.no_watermarks(), "otlp-spans-gpu") \
+    raw_spans = env.from_source(build_source(config, bootstrap, config.topics.spans, "-gpu",
+                                             max_future_ms, "TRACES"),
+                                otlp_event_time(config), "otlp-spans-gpu") \
         .uid("source-otlp-spans-gpu")
-    samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
+    timed_samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
         .name("decode-gpu-samples").uid("decode-gpu-samples")
-    calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls").uid("decode-gpu-calls")
-    # each input keeps its own watermark; the union follows the slower one
-    timed_samples = samples.assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
-        .with_timestamp_assigner(BatchTime())).name("sample-time").uid("sample-time")
-    timed_calls = calls.assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_bounded_out_of_orderness(slack).with_idleness(idle)
-        .with_timestamp_assigner(BatchTime())).name("call-time").uid("call-time")
+    timed_calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls") \
+        .uid("decode-gpu-calls")
     linked = (timed_samples.union(timed_calls)
               .key_by(lambda batch: batch.key, key_type=Types.STRING())
               .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))
@@ -297,7 +312,8 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
                                  int(gpu.max_gap_s * 1000), int(gpu.emit_every_s * 1000)),
                       output_type=Types.STRING())
              .name("cost-per-gpu").uid("cost-per-gpu"))
-    dead = samples.get_side_output(DEAD_LETTERS).union(linked.get_side_output(DEAD_LETTERS))
+    dead = timed_samples.get_side_output(DEAD_LETTERS) \
+        .union(linked.get_side_output(DEAD_LETTERS))
     write(costs, dead, costs.get_side_output(LATE), config, bootstrap)
 
 

@@ -62,17 +62,44 @@ class _Malformed(Exception):
     pass
 
 
-def newest_start_ms(value: bytes | None, max_ms: int, min_ms: int = MIN_EVENT_MS) -> int:
-    """The newest span start (ms) in [min_ms, max_ms] of an OTLP trace request, protobuf or
-    JSON; NO_TIME when there is none or the bytes are unreadable."""
+class Signal(NamedTuple):
+    """Where an OTLP request's times are: the fields descended at each depth (any of a set),
+    the time's field (fixed64 ns) there, and its OTLP/JSON keys."""
+
+    path: tuple[frozenset[int], ...]
+    time_field: int
+    json: re.Pattern[bytes]
+
+
+def _json_time(*keys: str) -> re.Pattern[bytes]:
+    names = "|".join(keys).encode()
+    return re.compile(rb'"(?:' + names + rb')"[ \t\r\n]*:[ \t\r\n]*'
+                      rb'(?:"([0-9]{1,19})"|([0-9]{1,19})(?![0-9.eE]))')
+
+
+# request.resource_spans(1).scope_spans(2).spans(2).start_time_unix_nano(7)
+TRACES = Signal((frozenset({1}), frozenset({2}), frozenset({2})), 7,
+                _json_time("startTimeUnixNano", "start_time_unix_nano"))
+# request.resource_metrics(1).scope_metrics(2).metrics(2).{gauge(5), sum(7), histogram(9),
+# exponential_histogram(10), summary(11)}.data_points(1).time_unix_nano(3)
+METRICS = Signal((frozenset({1}), frozenset({2}), frozenset({2}),
+                  frozenset({5, 7, 9, 10, 11}), frozenset({1})), 3,
+                 _json_time("timeUnixNano", "time_unix_nano"))
+
+
+def newest_start_ms(value: bytes | None, max_ms: int, min_ms: int = MIN_EVENT_MS,
+                    signal: Signal = TRACES) -> int:
+    """The newest event time (ms) in [min_ms, max_ms] of an OTLP request, protobuf or JSON
+    — a trace request's newest span start, a metrics request's newest data point; NO_TIME
+    when there is none or the bytes are unreadable."""
     if not value:
         return NO_TIME
     if value.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
-        found = _json_newest(value, min_ms, max_ms)
+        found = _json_newest(value, min_ms, max_ms, signal)
         if found != NO_TIME or value[:1] != b"\n":
             return found
     try:
-        return _proto_newest(value, 0, len(value), 0, min_ms, max_ms)
+        return _proto_newest(value, 0, len(value), 0, min_ms, max_ms, signal)
     except _Malformed:
         return NO_TIME
 
@@ -91,11 +118,9 @@ def _varint(b: bytes, at: int, end: int) -> tuple[int, int]:
     raise _Malformed
 
 
-# request.resource_spans(1) -> scope_spans(2) -> spans(2) -> start_time_unix_nano(7)
-_PATH = (1, 2, 2)
-
-
-def _proto_newest(b: bytes, at: int, end: int, depth: int, min_ms: int, max_ms: int) -> int:
+def _proto_newest(b: bytes, at: int, end: int, depth: int, min_ms: int, max_ms: int,
+                  signal: Signal) -> int:
+    leaf = depth == len(signal.path)
     newest = NO_TIME
     start = NO_TIME
     while at < end:
@@ -106,16 +131,16 @@ def _proto_newest(b: bytes, at: int, end: int, depth: int, min_ms: int, max_ms: 
         elif wire == 1:
             if end - at < 8:
                 raise _Malformed
-            if depth == 3 and field == 7:
+            if leaf and field == signal.time_field:
                 start = int.from_bytes(b[at:at + 8], "little")
             at += 8
         elif wire == 2:
             length, at = _varint(b, at, end)
             if length > end - at:
                 raise _Malformed
-            if depth < 3 and field == _PATH[depth]:
+            if not leaf and field in signal.path[depth]:
                 newest = max(newest, _proto_newest(b, at, at + length, depth + 1, min_ms,
-                                                   max_ms))
+                                                   max_ms, signal))
             at += length
         elif wire == 5:
             if end - at < 4:
@@ -123,7 +148,7 @@ def _proto_newest(b: bytes, at: int, end: int, depth: int, min_ms: int, max_ms: 
             at += 4
         else:
             raise _Malformed
-    if depth == 3:
+    if leaf:
         return _in_range(start // 1_000_000 if start != NO_TIME else NO_TIME, min_ms, max_ms)
     return newest
 
@@ -132,13 +157,9 @@ def _in_range(ms: int, min_ms: int, max_ms: int) -> int:
     return ms if ms != NO_TIME and min_ms <= ms <= max_ms else NO_TIME
 
 
-_JSON_START = re.compile(rb'"(?:startTimeUnixNano|start_time_unix_nano)"[ \t\r\n]*:[ \t\r\n]*'
-                         rb'(?:"([0-9]{1,19})"|([0-9]{1,19})(?![0-9.eE]))')
-
-
-def _json_newest(value: bytes, min_ms: int, max_ms: int) -> int:
+def _json_newest(value: bytes, min_ms: int, max_ms: int, signal: Signal) -> int:
     newest = NO_TIME
-    for quoted, bare in _JSON_START.findall(value):
+    for quoted, bare in signal.json.findall(value):
         ns = int(quoted or bare)
         if ns < 2**63:
             newest = max(newest, _in_range(ns // 1_000_000, min_ms, max_ms))

@@ -9,8 +9,10 @@ import pytest
 
 from pipelines.generator import emit, plan_events
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_frame import NEVER, NO_TIME, frame, newest_start_ms, unframe
+from pipelines.kafka_frame import METRICS, NEVER, NO_TIME, frame, newest_start_ms, unframe
 from pipelines.otlp_codec import decode_spans
+from pipelines.otlp_metrics import encode_samples
+from tests.integration.test_gpu_cost_job import H100, T0, sample
 from tests.unit.test_otlp_codec import json_looking_protobuf
 
 FAR = 2**62
@@ -63,11 +65,36 @@ def test_the_event_time_is_the_newest_span_start(messages):
     assert newest_start_ms(messages[0], max_ms=946_684_800_001) == NO_TIME
 
 
+def metrics_messages() -> list[bytes]:
+    from google.protobuf.json_format import MessageToJson
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+
+    out = [encode_samples([sample(T0 + i * 10_000, "GPU-A", H100)]) for i in range(1, 30)]
+    return out + [MessageToJson(ExportMetricsServiceRequest.FromString(m)).encode()
+                  for m in out[:10]]
+
+
+def test_a_metrics_record_has_the_time_of_its_newest_data_point():
+    for i, message in enumerate(metrics_messages()[:29], start=1):
+        assert newest_start_ms(message, FAR, signal=METRICS) == T0 + i * 10_000
+    assert newest_start_ms(metrics_messages()[29], FAR, signal=METRICS) == T0 + 10_000  # JSON
+    assert newest_start_ms(metrics_messages()[0], FAR) == NO_TIME  # no spans in it
+
+
 def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(messages):
     from pipelines.flink_kafka import _job_classes
 
-    event_time = _job_classes().io.seedance.flink.OtlpEventTime
+    jvm = _job_classes()
+    event_time = jvm.io.seedance.flink.OtlpEventTime
     for seed, message in enumerate(messages + damaged(messages, 400, seed=11)):
         max_ms = FAR if seed % 3 else 1_790_000_000_000  # sometimes cut inside the data
         assert event_time.newestStartMs(message, 946_684_800_000, max_ms) == \
             newest_start_ms(message, max_ms), seed
+    metrics = metrics_messages()
+    signal = jvm.io.seedance.flink.OtlpEventTime.Signal.METRICS
+    for seed, message in enumerate(metrics + damaged(metrics, 200, seed=12)):
+        max_ms = FAR if seed % 3 else T0 + 150_000
+        assert event_time.newestMs(message, signal, 946_684_800_000, max_ms) == \
+            newest_start_ms(message, max_ms, signal=METRICS), seed

@@ -16,6 +16,8 @@ import org.apache.flink.util.Collector;
  * was null (a tombstone is dead-lettered, not dropped), the record's own event time (its newest
  * span start, which {@link FramedEventTime} hands to the per-partition watermark generators) and
  * the newest event time of its partition before it (the bound lateness is decided against).
+ * Trace records' event time is their newest span start, metrics records' their newest data
+ * point.
  *
  * <p>Header, big-endian ({@value #HEADER_BYTES} bytes): version (1 byte), flags (1 byte: 1 =
  * null value), partition (int32), offset (int64), Kafka timestamp (int64), event time ms
@@ -34,11 +36,19 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
     private static final long MIN_MS = 946_684_800_000L; // 2000-01-01T00:00:00Z
 
     private final long maxFutureMs;
+    private final OtlpEventTime.Signal signal;
     private transient Map<Integer, Long> newestByPartition;
 
-    /** @param maxFutureMs start times further ahead of this clock are not event time */
+    /** Trace records: @param maxFutureMs start times further ahead of this clock are not
+     * event time */
     public FramedOtlpDeserializer(long maxFutureMs) {
+        this(maxFutureMs, "TRACES");
+    }
+
+    /** @param signal TRACES or METRICS: where a record's event time is */
+    public FramedOtlpDeserializer(long maxFutureMs, String signal) {
         this.maxFutureMs = maxFutureMs;
+        this.signal = OtlpEventTime.Signal.valueOf(signal);
     }
 
     @Override
@@ -47,7 +57,7 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
             newestByPartition = new HashMap<>();
         }
         byte[] value = record.value();
-        long eventTime = OtlpEventTime.newestStartMs(value, MIN_MS,
+        long eventTime = OtlpEventTime.newestMs(value, signal, MIN_MS,
                 System.currentTimeMillis() + maxFutureMs);
         Long before = newestByPartition.get(record.partition());
         long newestBefore = before == null ? OtlpEventTime.NONE : before;

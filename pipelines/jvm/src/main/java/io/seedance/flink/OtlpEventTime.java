@@ -3,31 +3,60 @@ package io.seedance.flink;
 import java.nio.charset.StandardCharsets;
 
 /**
- * The newest span start time in one OTLP trace message (an ExportTraceServiceRequest as
- * otlp_proto or otlp_json), read without a protobuf or JSON library: all the source needs to
- * stamp a Kafka record with its event time, so that watermarks are generated per partition
- * where the records are read.
+ * The newest event time in one OTLP message — a trace request's newest span start, a metrics
+ * request's newest data point — as otlp_proto or otlp_json, read without a protobuf or JSON
+ * library: all the source needs to stamp a Kafka record with its event time, so that
+ * watermarks are generated per partition where the records are read.
  *
- * <p>Only start times inside [minMs, maxMs] count (the range the decoders accept; a clock far
- * off would otherwise drag the watermark with it). Anything unreadable gives {@link #NONE}: a
+ * <p>Only times inside [minMs, maxMs] count (the range the decoders accept; a clock far off
+ * would otherwise drag the watermark with it). Anything unreadable gives {@link #NONE}: a
  * message without a time does not move the watermark, and the decoder dead-letters it.
  */
 public final class OtlpEventTime {
     public static final long NONE = Long.MIN_VALUE;
     private static final long NS_PER_MS = 1_000_000L;
 
+    /** Where a signal's times are: the fields to descend at each depth, the time's field. */
+    public enum Signal {
+        // request.resource_spans(1).scope_spans(2).spans(2).start_time_unix_nano(7)
+        TRACES(new int[][] {{1}, {2}, {2}}, 7, "startTimeUnixNano", "start_time_unix_nano"),
+        // request.resource_metrics(1).scope_metrics(2).metrics(2).{gauge(5), sum(7),
+        // histogram(9), exponential_histogram(10), summary(11)}.data_points(1).time_unix_nano(3)
+        METRICS(new int[][] {{1}, {2}, {2}, {5, 7, 9, 10, 11}, {1}}, 3, "timeUnixNano",
+                "time_unix_nano");
+
+        final int[][] path;
+        final int timeField;
+        final byte[][] jsonKeys;
+
+        Signal(int[][] path, int timeField, String camel, String snake) {
+            this.path = path;
+            this.timeField = timeField;
+            this.jsonKeys = new byte[][] {
+                ("\"" + camel + "\"").getBytes(StandardCharsets.US_ASCII),
+                ("\"" + snake + "\"").getBytes(StandardCharsets.US_ASCII),
+            };
+        }
+    }
+
     private OtlpEventTime() {}
 
+    /** The newest span start (a trace request's event time). */
     public static long newestStartMs(byte[] value, long minMs, long maxMs) {
+        return newestMs(value, Signal.TRACES, minMs, maxMs);
+    }
+
+    public static long newestMs(byte[] value, Signal signal, long minMs, long maxMs) {
         if (value == null || value.length == 0) {
             return NONE;
         }
         if (looksLikeJson(value)) {
-            long fromJson = json(value, minMs, maxMs);
+            long fromJson = json(value, signal, minMs, maxMs);
             // "\n{" also opens a protobuf request whose first resource is 123 bytes long
-            return fromJson != NONE || value[0] != 0x0A ? fromJson : proto(value, minMs, maxMs);
+            return fromJson != NONE || value[0] != 0x0A ? fromJson
+                    : proto(value, signal, minMs, maxMs);
         }
-        return proto(value, minMs, maxMs);
+        return proto(value, signal, minMs, maxMs);
     }
 
     static boolean looksLikeJson(byte[] value) {
@@ -40,7 +69,7 @@ public final class OtlpEventTime {
         return false;
     }
 
-    // --- protobuf: request.resource_spans(1).scope_spans(2).spans(2).start_time_unix_nano(7)
+    // --- protobuf
 
     private static final class Malformed extends Exception {
         private static final long serialVersionUID = 1L;
@@ -112,81 +141,60 @@ public final class OtlpEventTime {
         }
     }
 
-    private static long proto(byte[] value, long minMs, long maxMs) {
-        Wire wire = new Wire(value);
-        long newest = NONE;
+    private static long proto(byte[] value, Signal signal, long minMs, long maxMs) {
         try {
-            while (wire.at < value.length) {
-                long tag = wire.varint(value.length);
-                if (tag == ((1 << 3) | 2)) {
-                    newest = Math.max(newest, resourceSpans(wire, wire.lengthEnd(value.length),
-                            minMs, maxMs));
-                } else {
-                    wire.skip((int) (tag & 7), value.length);
-                }
-            }
+            return walk(new Wire(value), value.length, 0, signal, minMs, maxMs);
         } catch (Malformed e) {
             return NONE;
         }
-        return newest;
     }
 
-    private static long resourceSpans(Wire wire, int end, long minMs, long maxMs)
-            throws Malformed {
+    /** The newest time under the message ending at `end`, at `depth` of the signal's path. */
+    private static long walk(Wire wire, int end, int depth, Signal signal, long minMs,
+                             long maxMs) throws Malformed {
+        boolean leaf = depth == signal.path.length;
         long newest = NONE;
+        long time = NONE;
         while (wire.at < end) {
             long tag = wire.varint(end);
-            if (tag == ((2 << 3) | 2)) {
-                newest = Math.max(newest, scopeSpans(wire, wire.lengthEnd(end), minMs, maxMs));
+            int field = (int) (tag >>> 3);
+            int wireType = (int) (tag & 7);
+            if (leaf && field == signal.timeField && wireType == 1 && tag >>> 3 == field) {
+                time = wire.fixed64(end); // the last one wins, as protobuf parsers do
+            } else if (!leaf && wireType == 2 && tag >>> 3 == field
+                    && contains(signal.path[depth], field)) {
+                newest = Math.max(newest, walk(wire, wire.lengthEnd(end), depth + 1, signal,
+                        minMs, maxMs));
             } else {
-                wire.skip((int) (tag & 7), end);
+                wire.skip(wireType, end);
             }
+        }
+        if (leaf) {
+            return inRange(time == NONE ? NONE : Long.divideUnsigned(time, NS_PER_MS), minMs,
+                    maxMs);
         }
         return newest;
     }
 
-    private static long scopeSpans(Wire wire, int end, long minMs, long maxMs)
-            throws Malformed {
-        long newest = NONE;
-        while (wire.at < end) {
-            long tag = wire.varint(end);
-            if (tag == ((2 << 3) | 2)) {
-                newest = Math.max(newest, span(wire, wire.lengthEnd(end), minMs, maxMs));
-            } else {
-                wire.skip((int) (tag & 7), end);
+    private static boolean contains(int[] fields, int field) {
+        for (int f : fields) {
+            if (f == field) {
+                return true;
             }
         }
-        return newest;
-    }
-
-    private static long span(Wire wire, int end, long minMs, long maxMs) throws Malformed {
-        long start = NONE;
-        while (wire.at < end) {
-            long tag = wire.varint(end);
-            if (tag == ((7 << 3) | 1)) {
-                start = wire.fixed64(end); // the last one wins, as protobuf parsers do
-            } else {
-                wire.skip((int) (tag & 7), end);
-            }
-        }
-        return inRange(start == NONE ? NONE : Long.divideUnsigned(start, NS_PER_MS), minMs,
-                maxMs);
+        return false;
     }
 
     private static long inRange(long ms, long minMs, long maxMs) {
         return ms != NONE && ms >= minMs && ms <= maxMs ? ms : NONE;
     }
 
-    // --- JSON: every "startTimeUnixNano" (or "start_time_unix_nano") that holds an integer
+    // --- JSON: every time key of the signal ("startTimeUnixNano" or "start_time_unix_nano"
+    // for traces) that holds an integer
 
-    private static final byte[][] KEYS = {
-        "\"startTimeUnixNano\"".getBytes(StandardCharsets.US_ASCII),
-        "\"start_time_unix_nano\"".getBytes(StandardCharsets.US_ASCII),
-    };
-
-    private static long json(byte[] value, long minMs, long maxMs) {
+    private static long json(byte[] value, Signal signal, long minMs, long maxMs) {
         long newest = NONE;
-        for (byte[] key : KEYS) {
+        for (byte[] key : signal.jsonKeys) {
             for (int at = indexOf(value, key, 0); at >= 0; at = indexOf(value, key, at + 1)) {
                 newest = Math.max(newest, inRange(integerAfterColon(value,
                         at + key.length), minMs, maxMs));
