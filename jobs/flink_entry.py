@@ -1,7 +1,7 @@
 """Entry point for a real Flink cluster:
 
     flink run --python jobs/flink_entry.py \\
-        [--job attribution|gpu-cost|roi] [--config jobs/config/streaming.yaml] \\
+        [--streaming-job attribution|gpu-cost|roi] [--config jobs/config/streaming.yaml] \\
         [--bootstrap broker:9092]
 
 The job's jars (the Kafka connector and the project's JVM classes, .cache/jars/flink after
@@ -32,7 +32,10 @@ JOBS = {"attribution": ("seedance-attribution", build_pipeline),
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--job", choices=sorted(JOBS), default="attribution")
+    # not `--job`: the `flink` client takes an abbreviation of its own options, so a
+    # `--job` after `--python FILE` is read as `--jobmanager` and never reaches this script
+    parser.add_argument("--streaming-job", dest="job", choices=sorted(JOBS),
+                        default="attribution")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()

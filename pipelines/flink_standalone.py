@@ -167,7 +167,7 @@ class StandaloneFlink:
                 "--pyClientExecutable", sys.executable, "--pyExecutable", sys.executable]
         if savepoint:
             args += ["--fromSavepoint", savepoint]
-        args += ["--python", str(ENTRY), "--job", job, "--config", str(config_file),
+        args += ["--python", str(ENTRY), "--streaming-job", job, "--config", str(config_file),
                  "--bootstrap", bootstrap]
         done = self._run(args, timeout_s=180)
         found = re.search(r"JobID ([0-9a-f]{32})", done.stdout)

@@ -6,6 +6,7 @@ stop with savepoint and restart at another parallelism, lose and repeat nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from pipelines.config import StreamingJobConfig
 from pipelines.flink_standalone import StandaloneFlink
 from pipelines.generator import emit, plan_events
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_io import ensure_topics, producer
+from pipelines.kafka_io import ensure_topics, producer, read_all
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 
@@ -145,3 +146,44 @@ def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
         time.sleep(1)
     cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
     assert_reference_results(kafka, config, plan)
+
+
+def test_the_three_jobs_run_on_the_cluster_from_4_partition_topics(
+        kafka, flink, cluster, job_config, topic, tmp_path):
+    """attribution -> GPU cost -> ROI, each submitted with `flink run` at parallelism 2,
+    every input topic of 4 partitions: the ROI of the hand-checked scenario, and the GPU
+    costs of a MiniCluster run on one partition."""
+    from tests.integration.test_gpu_partitions import run_shape, telemetry
+    from tests.integration.test_roi_job import DAY, SCENARIO, latest, send
+
+    sink = CollectingProducer()
+    emit(SCENARIO, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=2)
+    spans, metrics = topic("spans") + "-p4", topic("metrics") + "-p4"
+    ensure_topics(kafka, [spans, metrics], partitions=PARTITIONS)
+    publish(kafka, spans, sink.values)
+    samples, calls = telemetry()
+    publish(kafka, metrics, samples)
+    publish(kafka, spans, calls, first=len(sink.values))
+    config = job_config.replace("topics", spans=spans)
+    config = config.replace("attribution", models=("last_click", "linear"))
+    config = config.replace("gpu", metrics_topic=metrics, costs_topic=topic("costs"),
+                            metrics_dead_letter=topic("metrics-dlq"), nominal_interval_s=10.0,
+                            max_gap_s=60.0, link_timeout_s=60.0)
+    config = config.replace("flink", parallelism=2)
+    config_file = write_config(config, tmp_path / "jobs.yaml")
+    for job in ("attribution", "gpu-cost"):
+        cluster.wait_for_job(cluster.submit(job, config_file, kafka))
+    send(kafka, config.topics.ad_spend, [
+        {"platform": "google_ads", "account": "1", "campaign": "display-campaign",
+         "day": DAY, "amount": 90.0, "currency": "USD"}])
+    cluster.wait_for_job(cluster.submit("roi", config_file, kafka))
+
+    rows = latest(messages(kafka, config.topics.roi))
+    credits = credit_rows(kafka, config.topics.credits)
+    assert sorted({r["order_id"] for r in credits}) == ["oA", "oB", "oB0"]
+    display = rows["roi", "last_click", DAY, "channel", None, "display"]
+    assert (display["revenue"], display["ad_spend"]) == pytest.approx((180.0, 90.0))
+    costs = sorted(tuple(sorted((k, str(v)) for k, v in json.loads(value).items()))
+                   for _, value in read_all(kafka, config.gpu.costs_topic))
+    reference, _ = run_shape(kafka, flink, job_config, topic, 1, 1)
+    assert costs == reference and len(costs) > 200
