@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -126,7 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Running the ROI job on {bootstrap}: {topics.credits} + {topics.conversions} + "
               f"{topics.ad_spend} + {gpu.costs_topic} -> {topics.roi} (dead letters: "
               f"{topics.roi_dead_letter}); {until}")
-        with resume_hint(config, "seedance-roi"):
+        with resume_hint(config, "seedance-roi", args.verbose):
             run_roi_job(config, bootstrap)
         return 0
     if args.job == "gpu-cost":
@@ -136,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"Running the GPU cost job on {bootstrap}: {gpu.metrics_topic} + "
               f"{config.topics.spans} -> {gpu.costs_topic} (dead letters: "
               f"{gpu.metrics_dead_letter}); {until}")
-        with resume_hint(config, "seedance-gpu-cost"):
+        with resume_hint(config, "seedance-gpu-cost", args.verbose):
             run_gpu_job(config, bootstrap)
         return 0
     from pipelines.flink_job import run_job
@@ -144,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
           f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
           f"late: {config.topics.late}); {until}")
-    with resume_hint(config, "seedance-attribution"):
+    with resume_hint(config, "seedance-attribution", args.verbose):
         run_job(config, bootstrap)
     from pipelines.accounting import adds_up, format_report, latest_report
 
@@ -157,23 +158,52 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def resume_hint(config: StreamingJobConfig, job_name: str) -> Iterator[None]:
-    """A job that fails while resuming from a checkpoint: say which, and how to start afresh."""
-    from py4j.protocol import Py4JJavaError
+def resume_hint(config: StreamingJobConfig, job_name: str,
+                verbose: bool = False) -> Iterator[None]:
+    """A job that fails, or whose Flink JVM dies: one line with the root cause and where its
+    state is (the Java trace is logged, and printed with -v). Never advice to drop state: a
+    restart resumes journeys and offsets together from the newest checkpoint."""
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
-    from pipelines.flink_kafka import checkpoint_root, latest_checkpoint
+    from pipelines.flink_kafka import checkpoint_root
 
-    checkpoint = latest_checkpoint(checkpoint_root(config, job_name)) \
-        if config.flink.resume else None
+    where = checkpoint_root(config, job_name)
     try:
         yield
     except Py4JJavaError as error:
-        if checkpoint is None:
-            raise
-        first = str(error.java_exception).splitlines()[0]
-        raise CliError(f"the job failed after resuming from {checkpoint} ({first}); if the "
-                       "job or its topics changed since, start afresh with `flink.resume: "
-                       "false` in the config or remove that checkpoint folder") from None
+        if verbose:
+            traceback.print_exc()
+        raise CliError(f"the {job_name} job failed: {root_cause(error)}. Its checkpoints are "
+                       f"kept in {where}; `seedance run` again resumes from the newest "
+                       "(-v prints the Java trace)") from None
+    except (Py4JNetworkError, Py4JError, ConnectionError) as error:
+        if verbose:
+            traceback.print_exc()
+        raise CliError(f"the Flink JVM running {job_name} exited ({type(error).__name__}); its "
+                       f"checkpoints are kept in {where}; `seedance run` again resumes from "
+                       "the newest") from None
+
+
+# failures that follow another (a task already gone when an event reached it): never the
+# reason to show
+_CONSEQUENCES = ("TaskNotRunningException",)
+
+
+def root_cause(error: Exception) -> str:
+    """The innermost Java exception's first line that is not merely a consequence (for a
+    Python operator's failure, the Python exception), at most 600 characters."""
+    try:
+        chain, cause = [], error.java_exception  # type: ignore[attr-defined]
+        while cause is not None and len(chain) < 50:
+            chain.append(str(cause.toString()))
+            cause = cause.getCause() if cause.getCause() != cause else None
+        telling = [c for c in chain if not any(name in c.split(":")[0]
+                                                for name in _CONSEQUENCES)]
+        text = (telling or chain)[-1]
+    except Exception:  # noqa: BLE001 - the JVM may be gone: say what we can
+        text = str(error)
+    line = " ".join(text.split())
+    return line if len(line) <= 600 else line[:600] + "..."
 
 
 def cmd_load(args: argparse.Namespace) -> int:
@@ -193,8 +223,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         spend_rows = warehouse.load_spend(bootstrap, config.topics.ad_spend, config.roi.currency)
     finally:
         warehouse.close()
-    print(f"loaded {rows} credit rows, {gpu_rows} GPU cost rows, {roi_rows} ROI rows and "
-          f"{spend_rows} spend records into {redacted_url(warehouse.url)}")
+    print(f"loaded {rows} credit messages (tables of credit rows), {gpu_rows} GPU cost rows, "
+          f"{roi_rows} ROI rows and {spend_rows} spend records into "
+          f"{redacted_url(warehouse.url)}")
     return 0
 
 
@@ -436,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
         # kafka-python logs every refused connection while a broker starts; failures that
         # matter reach the user as errors anyway.
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
+        # py4j logs every call of a JVM that died, hundreds of lines; the error says it once
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
     except (CliError, ConfigError, StackError, InputError, FileNotFoundError,
