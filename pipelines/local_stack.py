@@ -1,6 +1,8 @@
 """The local Kafka broker: a single-node KRaft broker run from the jars in .cache/jars.
 
-It listens on loopback ports chosen free at start, keeps its data under the state folder,
+It listens on loopback ports chosen free at its first start and kept for its data after
+that (a broker started again, after a crash or `down`, answers where it did, so clients and
+a running job reconnect by themselves), keeps its data under the state folder,
 and records its bootstrap address and process id in `<state>/kafka/stack.json` so that
 other commands find it and `down` stops exactly the process that `up` started.
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipelines.paths import SETUP_HINT, jars_home
+
+log = logging.getLogger(__name__)
 
 BROKER_PROPERTIES = """\
 process.roles=broker,controller
@@ -92,6 +98,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _java() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
@@ -161,7 +177,7 @@ class LocalKafka:
             return running
         java, classpath = _java(), _classpath()
         self.home.mkdir(parents=True, exist_ok=True)
-        port, controller_port = _free_port(), _free_port()
+        port, controller_port = self._ports()
         self.config.write_text(BROKER_PROPERTIES.format(
             port=port, controller_port=controller_port, data_dir=self.data_dir))
         log4j = self.home / "log4j2.yaml"
@@ -193,6 +209,19 @@ class LocalKafka:
             self.down()
             raise
         return info
+
+    def _ports(self) -> tuple[int, int]:
+        """The ports a broker of this home had (kept with its data, so that clients, and a
+        running job, reconnect to a restarted broker by themselves), or free ones."""
+        if (self.data_dir / "meta.properties").exists() and self.config.exists():
+            found = re.search(r"listeners=PLAINTEXT://127\.0\.0\.1:(\d+),"
+                              r"CONTROLLER://127\.0\.0\.1:(\d+)", self.config.read_text())
+            if found and all(_port_is_free(int(p)) for p in found.groups()):
+                return int(found.group(1)), int(found.group(2))
+            if found:
+                log.warning("the broker's earlier ports %s are taken: new ports, clients "
+                            "must be pointed at the new address", found.groups())
+        return _free_port(), _free_port()
 
     def down(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker this home started. Returns False if none was running."""
