@@ -7,6 +7,7 @@ journeys and writes one row per model and channel (and campaign).
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.text_files import TextFileError, read_text_strictly
 from udfs.journey_table import (
     PATH_SEPARATOR,
     JourneyTable,
@@ -63,9 +65,13 @@ def read_table(path: Path, numeric: tuple[str, ...] = ()) -> tuple[pd.DataFrame,
         return pd.read_parquet(path).astype(object).where(lambda f: f.notna(), None), 1
     if suffix in (".csv", ".txt"):
         try:
-            header = pd.read_csv(path, nrows=0).columns
+            text = read_text_strictly(path)
+        except TextFileError as error:
+            raise InputError(str(error)) from None
+        try:
+            header = pd.read_csv(io.StringIO(text), nrows=0).columns
             types = {c: str for c in header if c not in numeric}
-            return pd.read_csv(path, dtype=types, keep_default_na=False), 2
+            return pd.read_csv(io.StringIO(text), dtype=types, keep_default_na=False), 2
         except pd.errors.ParserError as error:
             raise InputError(f"{path}: not valid CSV: {error}") from None
     raise InputError(f"{path}: unsupported file type {suffix!r} (use .csv or .parquet)")

@@ -11,11 +11,14 @@ and sends it; errors name the file, line and field.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import NamedTuple
+
+from pipelines.text_files import TextFileError, read_text_strictly
 
 FIELDS = ("platform", "account", "campaign", "day", "amount", "currency")
 
@@ -79,15 +82,27 @@ def parse_message(value: bytes) -> SpendRecord:
 def read_csv(path: Path) -> list[SpendRecord]:
     """Every row of a spend CSV, or SpendError naming file:line: field."""
     records = []
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle)
-        absent = [f for f in FIELDS if f not in (reader.fieldnames or [])]
-        if absent:
-            raise SpendError(f"{path}:1: missing column(s) {', '.join(absent)}; "
-                             f"expected {', '.join(FIELDS)}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                records.append(validate(row))
-            except SpendError as error:
-                raise SpendError(f"{path}:{line}: {error}") from None
+    try:
+        text = read_text_strictly(Path(path))
+    except TextFileError as error:
+        raise SpendError(str(error)) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    absent = [f for f in FIELDS if f not in (reader.fieldnames or [])]
+    if absent:
+        raise SpendError(f"{path}:1: missing column(s) {', '.join(absent)}; "
+                         f"expected {', '.join(FIELDS)}")
+    line = reader.line_num + 1  # a record's first line (a quoted field may span lines)
+    for row in reader:
+        try:
+            columns = len(reader.fieldnames or [])
+            if None in row:  # more fields than the header: one would shift into another
+                raise SpendError(f"has {columns + len(row[None])} fields, the header "
+                                 f"{columns}")
+            if any(value is None for value in row.values()):
+                raise SpendError(f"has {sum(v is not None for v in row.values())} fields, "
+                                 f"the header {columns}")
+            records.append(validate(row))
+        except SpendError as error:
+            raise SpendError(f"{path}:{line}: {error}") from None
+        line = reader.line_num + 1
     return records

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipelines.text_files import TextFileError, read_text_strictly
 from schemas.gpu import DCGM_FIELDS, LABELS, GpuSample
 
 
@@ -88,21 +89,24 @@ def replay_source(path: Path, interval_s: float) -> Iterator[list[GpuSample]]:
     if not path.exists():
         raise GpuSourceError(f"replay file not found: {path}")
     batch: list[GpuSample] = []
-    with path.open() as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                sample = GpuSample(**{**_empty(int(row["ts_ms"]), {}), **row})
-            except (ValueError, KeyError, TypeError) as error:
-                raise GpuSourceError(f"{path}:{number}: not a GPU sample: {error}") from None
-            if batch and sample.ts_ms != batch[0].ts_ms:
-                yield batch
-                batch = []
-                if interval_s > 0:
-                    time.sleep(interval_s)
-            batch.append(sample)
+    try:
+        text = read_text_strictly(path)
+    except TextFileError as error:
+        raise GpuSourceError(str(error)) from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            sample = GpuSample(**{**_empty(int(row["ts_ms"]), {}), **row})
+        except (ValueError, KeyError, TypeError) as error:
+            raise GpuSourceError(f"{path}:{number}: not a GPU sample: {error}") from None
+        if batch and sample.ts_ms != batch[0].ts_ms:
+            yield batch
+            batch = []
+            if interval_s > 0:
+                time.sleep(interval_s)
+        batch.append(sample)
     if batch:
         yield batch
 

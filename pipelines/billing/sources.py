@@ -9,6 +9,7 @@ topic[partition]@offset) for error messages and for the audit column of the resu
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pipelines.billing.records import (
     iso_utc,
     timestamp,
 )
+from pipelines.text_files import TextFileError, read_text_strictly
 
 FORMATS = ("google_ads", "meta", "generic", "focus")
 Located = tuple[str, dict[str, Any]]
@@ -169,22 +171,29 @@ def parse_message(value: bytes, where: str, options: ParseOptions,
 
 # --- readers -------------------------------------------------------------------------
 
+def _text(path: Path) -> str:
+    try:
+        return read_text_strictly(path)
+    except TextFileError as error:
+        where, _, problem = str(error).partition(": ")
+        raise BillingError(where, [problem]) from None
+
+
 def _csv(path: Path) -> tuple[list[str], list[Located]]:
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.DictReader(handle)
-        records: list[Located] = []
-        line = 1
-        for row in reader:
-            records.append((f"{path}:{line + 1}", {k: v for k, v in row.items() if k}))
-            line = reader.line_num
-        return list(reader.fieldnames or []), records
+    reader = csv.DictReader(io.StringIO(_text(path), newline=""))
+    records: list[Located] = []
+    line = 1
+    for row in reader:
+        records.append((f"{path}:{line + 1}", {k: v for k, v in row.items() if k}))
+        line = reader.line_num
+    return list(reader.fieldnames or []), records
 
 
 def _json(path: Path, lines: bool) -> list[Located]:
-    text = path.read_text(encoding="utf-8")
+    text = _text(path)
     if lines:
         out: list[Located] = []
-        for number, line in enumerate(text.splitlines(), 1):
+        for number, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:

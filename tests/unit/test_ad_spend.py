@@ -53,3 +53,33 @@ def test_csv_errors_name_file_line_and_field(tmp_path, capsys):
     path.write_text("platform,campaign,day,amount\n")
     with pytest.raises(SpendError, match=r"spend.csv:1: missing column\(s\) account, currency"):
         read_csv(path)
+
+
+HEADER = b"platform,account,campaign,day,amount,currency\n"
+
+
+@pytest.mark.parametrize("body, message", [
+    # not UTF-8 (a Latin-1 export): the file, the line and the column
+    (HEADER + b"meta,act_1,caf\xe9,2026-10-01,10,USD\n",
+     r"spend.csv:2: byte 0xe9 at column 15 is not UTF-8"),
+    # a NUL byte (a binary file, a UTF-16 export)
+    (HEADER + b"meta,act_1,c\x00,2026-10-01,10,USD\n", r"spend.csv:2: a NUL character"),
+    # one field too many: it would shift every later field by one
+    (HEADER + b"meta,act_1,c,x,2026-10-01,10,USD\n", r"spend.csv:2: has 7 fields, the header 6"),
+    (HEADER + b"meta,act_1,c,2026-10-01,10\n", r"spend.csv:2: has 5 fields, the header 6"),
+    # a record over several lines (a quoted newline) is named by its first line
+    (HEADER + b'meta,act_1,"two\nlines",2026-10-01,10,USD\n'
+     b'meta,act_1,c,2026-10-02,ten,USD\n', r"spend.csv:4: field 'amount'"),
+    (HEADER + b'meta,act_1,"two\nlines",2026-10-01,lots,USD\n', r"spend.csv:2: field 'amount'"),
+])
+def test_csv_input_is_read_strictly(tmp_path, body, message):
+    path = tmp_path / "spend.csv"
+    path.write_bytes(body)
+    with pytest.raises(SpendError, match=message):
+        read_csv(path)
+
+
+def test_a_byte_order_mark_is_allowed(tmp_path):
+    path = tmp_path / "spend.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + HEADER + b"meta,act_1,c,2026-10-01,10,USD\n")
+    assert [r.campaign for r in read_csv(path)] == ["c"]

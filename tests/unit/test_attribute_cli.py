@@ -99,6 +99,11 @@ def test_input_problems_are_reported_plainly(tmp_path, capsys):
     assert main(["attribute", "--input", str(paths), "--format", "paths",
                  "--models", "magic", "--out", str(tmp_path / "o.csv")]) == 2
     assert "unknown attribution model(s) magic" in capsys.readouterr().err
+    latin = tmp_path / "l.csv"
+    latin.write_bytes(b"path,conversions,non_conversions\ncaf\xe9,1,0\n")
+    assert main(["attribute", "--input", str(latin), "--format", "paths",
+                 "--out", str(tmp_path / "o.csv")]) == 2
+    assert "l.csv:2: byte 0xe9 at column 4 is not UTF-8" in capsys.readouterr().err
 
 
 def test_paths_with_a_broken_row_and_skip_invalid(tmp_path, capsys):

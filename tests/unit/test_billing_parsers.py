@@ -276,3 +276,15 @@ def test_segment_rows_of_one_campaign_day_add_up(tmp_path):
     (row,) = read_file(write(tmp_path, "g.json", json.dumps({"results": rows}))).ads
     assert (row.spend, row.conversions, row.revenue) == (2.0, 3.0, 0.0)
     assert row.source.endswith("(+1 rows)")
+
+
+def test_billing_files_that_are_not_utf8_text_are_located(tmp_path):
+    latin = tmp_path / "g.csv"
+    latin.write_bytes(b"customer.id,campaign.id,segments.date,metrics.cost_micros\n"
+                      b"1,caf\xe9,2025-03-01,100\n")
+    with pytest.raises(BillingError, match=r"(?s)g.csv:2.*byte 0xe9 at column 6 is not UTF-8"):
+        read_file(f"google_ads:{latin}")
+    nul = tmp_path / "m.json"
+    nul.write_bytes(b'{"data": []}\n\x00')
+    with pytest.raises(BillingError, match=r"(?s)m.json:2.*NUL character"):
+        read_file(f"meta:{nul}")

@@ -98,3 +98,10 @@ def test_probe_lines_and_cost_warnings():
         "memory bandwidth saturated (95 % > 90 %)"]
     assert warnings_for(saturated, Thresholds(mem_bandwidth_pct=99)) == []
     assert "ranker-0" in describe(saturated, load_catalog(), Thresholds())
+
+
+def test_a_replay_that_is_not_utf8_text_is_located(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b'{"ts_ms": 1, "gpu_uuid": "g"}\n{"gpu_uuid": "\xff"}\n')
+    with pytest.raises(GpuSourceError, match=r"bad.jsonl:2: byte 0xff at column 15"):
+        list(replay_source(bad, 0))
