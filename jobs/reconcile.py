@@ -236,6 +236,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         log.removeHandler(lines)
         log.propagate = True
     print_summary(result, config)
+    delivery = result.delivery
+    failed = sum(delivery.failed.values()) if delivery else 0
+    if failed:
+        print(f"seedance: error: {failed} alert deliveries failed (recorded; the next run "
+              "retries them)", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -280,6 +286,11 @@ def print_summary(result: ReconcileResult, config: ReconcileConfig) -> None:
         sinks = ", ".join(f"{s} {alert[f'{s}_status']}" for s in ("log", "kafka", "webhook")
                           if alert[f"{s}_status"] != "disabled")
         print(f"  {alert['kind'].upper():<7} {summary(alert)} [{sinks}]")
+    if result.delivery:
+        d = result.delivery
+        print(f"delivery: log {d.sent['log']} sent; kafka {d.sent['kafka']} sent, "
+              f"{d.failed['kafka']} failed; webhook {d.sent['webhook']} sent, "
+              f"{d.failed['webhook']} failed, {d.retries} retries")
     if result.delivery and result.delivery.errors:
         print("undelivered (retried by the next run):")
         for error in result.delivery.errors[:10]:

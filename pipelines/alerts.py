@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -91,6 +92,23 @@ class Delivery:
     permanent: bool = False  # a 4xx other than 408/429: retrying the same body is futile
 
 
+def redacted(text: str, url: str) -> str:
+    """`text` with what of the webhook `url` can carry a token (its path, query and any
+    password: Slack-style and ?token= URLs alike) replaced by ***; the host stays."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return text.replace(url, "***") if url else text
+    out = text.replace(url, f"{parts.scheme}://{host}{port}/***")
+    tail = parts.path + (f"?{parts.query}" if parts.query else "")
+    for piece in (tail, parts.query, parts.path, parts.password or "", parts.username or ""):
+        if len(piece) > 1:
+            out = out.replace(piece, "/***" if piece.startswith("/") else "***")
+    return out
+
+
 class WebhookSink:
     """POST JSON with retries and doubling backoff on timeouts, connection errors, 408,
     429 and 5xx. Once one alert has used up its retries, the sink is down for the run."""
@@ -120,7 +138,8 @@ class WebhookSink:
                 if response.status_code < 500 and response.status_code not in (408, 429):
                     return Delivery(False, attempt, error, permanent=True)
             except requests.RequestException as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                # requests names the URL in its errors: never print or store a token
+                error = redacted(f"{type(exc).__name__}: {exc}", self.url)
             if attempt <= self.retries:
                 self.sleep(self.backoff_s * 2 ** (attempt - 1))
         self.down = f"webhook failed {self.retries + 1} times ({error})"
@@ -171,6 +190,7 @@ class DispatchReport:
     sent: dict[str, int] = field(default_factory=lambda: {"log": 0, "kafka": 0, "webhook": 0})
     failed: dict[str, int] = field(default_factory=lambda: {"kafka": 0, "webhook": 0})
     errors: list[str] = field(default_factory=list)
+    retries: int = 0  # webhook attempts after the first, in this run
 
 
 def dispatch(store: ReconcileStore, config: AlertsSection, bootstrap: str = "",
@@ -217,6 +237,7 @@ def _record(store: ReconcileStore, report: DispatchReport, alert: dict[str, Any]
     columns: dict[str, object] = {f"{sink}_status": status}
     if sink == "webhook":
         columns["webhook_attempts"] = int(alert["webhook_attempts"]) + result.attempts
+        report.retries += max(0, result.attempts - 1)
     if not result.ok:
         columns["last_error"] = f"{sink}: {result.error}"[:500]
         report.failed[sink] += 1

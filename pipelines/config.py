@@ -14,6 +14,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from pipelines.config_secrets import readable_secret
 from udfs.attribution import validate_models
 
 # The YAML lives with the other operator-facing files in jobs/config/.
@@ -269,6 +270,9 @@ def read_yaml(source: Path) -> dict[str, Any]:
         raise ConfigError(f"{source}: not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {data!r}")
+    problem = readable_secret(Path(source), data)
+    if problem:
+        raise ConfigError(problem)
     return data
 
 

@@ -14,7 +14,12 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def state_home() -> Path:
-    return Path(os.environ.get("SEEDANCE_HOME", PROJECT_ROOT / ".seedance")).resolve()
+    """The state folder (broker data, checkpoints, the embedded warehouse): created readable
+    by its owner alone (0700) when it does not exist yet."""
+    home = Path(os.environ.get("SEEDANCE_HOME", PROJECT_ROOT / ".seedance")).resolve()
+    if not home.exists():
+        home.mkdir(parents=True, mode=0o700, exist_ok=True)
+    return home
 
 
 def jars_home() -> Path:

@@ -9,6 +9,7 @@ offset in the same database transaction as the rows, so a crash never loses or d
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import time
@@ -68,6 +69,16 @@ def redacted_url(url: str) -> str:
         return url
     return (f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
             + (f"#{parts.fragment}" if parts.fragment else ""))
+
+
+def _private_file(path: Path) -> None:
+    """Create the warehouse file readable by its owner alone (it holds revenue, costs and
+    alert errors), and a new folder for it likewise (0600, 0700); an existing one is left
+    as its owner set it. SQLite's journal and WAL files take the database file's mode."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def _sqlite_path(url: str) -> Path:
@@ -155,7 +166,7 @@ class Warehouse:
         if self.url.startswith("sqlite:///"):
             self.dialect = "sqlite"
             self.path = _sqlite_path(self.url)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private_file(self.path)
             # no implicit transactions: transaction() says where they begin and end
             self._conn = sqlite3.connect(self.path, isolation_level=None)
         elif scheme in ("postgresql", "postgres"):

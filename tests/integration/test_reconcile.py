@@ -433,3 +433,31 @@ def test_billing_topic_is_staged_once_and_a_bad_message_is_reported(kafka, topic
         assert store.their_ad_rows(DAY, DAY)[0][:4] == ("tiktok", "7", "c", DAY)
         again = stage_topic(store, kafka, billing, ParseOptions())  # from the stored offsets
         assert (again.messages, again.invalid) == (0, [])
+
+
+def test_an_undelivered_alert_fails_the_run_and_its_url_token_stays_hidden(
+        kafka, topic, tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+    seed_ours(url)
+    report = google_report(tmp_path, "google.json", 93.0, time.time())
+    config_file = tmp_path / "reconcile.yaml"
+    config_file.write_text(f"alerts:\n  topic: {topic('alerts')}\n"
+                           "  webhook:\n    retries: 2\n    backoff_s: 0.01\n"
+                           "currency:\n  reporting: USD\n  rates: {EUR: 1.0}\n")
+    dead = "http://127.0.0.1:9/services/T000/B000/TOKENSECRET?token=s3cr3t"  # nothing listens
+    monkeypatch.setenv("SEEDANCE_WAREHOUSE_URL", url)
+    monkeypatch.setenv("SEEDANCE_WEBHOOK_URL", dead)
+    monkeypatch.setenv("SEEDANCE_WEBHOOK_SECRET", SECRET.reveal())
+    argv = ["reconcile", "--date", DAY, "--billing", f"google_ads:{report}", "--config",
+            str(config_file), "--bootstrap", kafka]
+    assert main(argv) == 1  # an alert that reached no one is a failed run
+    out, err = capsys.readouterr()
+    assert "webhook 0 sent, 1 failed, 2 retries" in out
+    assert "1 alert deliveries failed" in err
+    for secret in ("TOKENSECRET", "s3cr3t"):
+        assert secret not in out + err
+    with sqlite3.connect(tmp_path / "warehouse.db") as db:
+        (error,) = db.execute("SELECT last_error FROM alerts").fetchone()
+    assert error.startswith("webhook:") and "TOKENSECRET" not in error and "s3cr3t" not in error
