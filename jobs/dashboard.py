@@ -16,6 +16,7 @@ class DashboardRequest:
     warehouse_url: str
     host: str = "127.0.0.1"
     port: int = 8050
+    allowed_hosts: tuple[str, ...] = ()
 
 
 def run(request: DashboardRequest) -> int:
@@ -25,7 +26,8 @@ def run(request: DashboardRequest) -> int:
     from pipelines.warehouse import Warehouse, redacted_url
 
     Warehouse(request.warehouse_url).close()
-    server = make_dashboard_server(request.warehouse_url, request.host, request.port)
+    server = make_dashboard_server(request.warehouse_url, request.host, request.port,
+                                   request.allowed_hosts)
     print(f"Dashboard on http://{request.host}:{server.server_port}/ over "
           f"{redacted_url(request.warehouse_url)} (Ctrl-C to stop)", flush=True)
     try:
@@ -45,6 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default loopback; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host name the dashboard answers (repeatable); loopback names and "
+                        "the --host address always are. Behind a proxy: its public name")
     p.set_defaults(func=cmd_dashboard)
 
 
@@ -54,4 +59,5 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from pipelines.warehouse import Warehouse
 
     url = args.warehouse or load_config(Path(args.config) if args.config else None).warehouse.url
-    return run(DashboardRequest(url or Warehouse().url, args.host, args.port))
+    return run(DashboardRequest(url or Warehouse().url, args.host, args.port,
+                                tuple(args.allowed_host)))

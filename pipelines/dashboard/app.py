@@ -1,7 +1,10 @@
-"""The dashboard as a WSGI application, and a small threaded server for it (stdlib only).
+"""The dashboard as a WSGI application, served by waitress.
 
 Routes: `/` (to the ROI view), `/<view>` (HTML), `/csv/<table>.csv` (the rows a table shows,
-same filters), `/healthz` (the warehouse answers). Read-only: only GET and HEAD.
+same filters), `/healthz` (the warehouse answers). Read-only: only GET and HEAD. Every
+response carries security headers (a Content-Security-Policy without script, nosniff, no
+framing, no referrer); a request whose Host is not an allowed name is refused (DNS
+rebinding); exported cells that a spreadsheet would run as a formula are neutralised.
 """
 
 from __future__ import annotations
@@ -13,12 +16,11 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psycopg
+from waitress.server import create_server
 
 from pipelines.dashboard import pages
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
@@ -44,10 +46,11 @@ class DashboardApp:
     DDL, which a page view should not repeat. A connection that failed is dropped, so the
     next request reconnects (e.g. after a database restart)."""
 
-    def __init__(self, warehouse_url: str) -> None:
+    def __init__(self, warehouse_url: str, allowed_hosts: Iterable[str] = ()) -> None:
         self.warehouse_url = warehouse_url
         self.source = redacted_url(warehouse_url)  # the only form of the URL ever shown
         self._local = threading.local()
+        self.allowed_hosts = {h.lower() for h in (*LOOPBACK_NAMES, *allowed_hosts)}
 
     def _warehouse(self) -> Warehouse:
         warehouse: Warehouse | None = getattr(self._local, "warehouse", None)
@@ -63,6 +66,10 @@ class DashboardApp:
                 warehouse.close()
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if _host_name(environ.get("HTTP_HOST", "")) not in self.allowed_hosts:
+            # a page answering any Host is open to DNS rebinding from a browser
+            return _respond(start_response, "400 Bad Request", "text/plain",
+                            b"host not allowed: start the dashboard with --allowed-host NAME\n")
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/")
         if method not in ("GET", "HEAD"):
@@ -128,12 +135,37 @@ class DashboardApp:
                         [("Content-Disposition", f'attachment; filename="{name}{suffix}.csv"')])
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+# a text cell a spreadsheet would evaluate as a formula (campaign names come from ad
+# platforms and telemetry: anyone can name one "=HYPERLINK(...)")
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+SECURITY_HEADERS = [
+    # no script at all; the page's own stylesheet is inline, its charts inline SVG
+    ("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; "
+     "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+]
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8050
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 def _csv_value(value: object) -> object:
     """15 significant digits: full precision less the noise of summing floats
     (6361.410000000001 -> 6361.41), so a spreadsheet re-sums what the page shows; None as
-    an empty field."""
+    an empty field; text a spreadsheet would run as a formula behind a quote."""
     if value is None:
         return ""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
     return float(f"{value:.15g}") if isinstance(value, float) else value
 
 
@@ -141,44 +173,43 @@ def _respond(start_response: StartResponse, status: str, content_type: str, body
              headers: list[tuple[str, str]] | None = None) -> list[bytes]:
     start_response(status, [("Content-Type", content_type),
                             ("Content-Length", str(len(body))),
-                            ("Cache-Control", "no-store"), *(headers or [])])
+                            ("Cache-Control", "no-store"), *SECURITY_HEADERS, *(headers or [])])
     return [body]
 
 
-class _PooledServer(WSGIServer):
-    """Requests handled by a fixed pool of threads: each keeps its warehouse connection
-    (DashboardApp), and a burst of requests cannot open unbounded connections."""
+WORKERS = 4  # threads running the app (each with one warehouse connection)
 
-    workers = 4
 
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="dashboard")
+class DashboardServer:
+    """waitress: its event loop holds any number of idle or slow connections (closed after
+    `channel_timeout`) apart from a fixed pool of worker threads that run the app, so no
+    client can hang the pages; each worker keeps its warehouse connection (DashboardApp)."""
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self._pool.submit(self._handle, request, client_address)
+    def __init__(self, app: DashboardApp, host: str, port: int, threads: int = WORKERS,
+                 channel_timeout_s: int = 30, connection_limit: int = 500) -> None:
+        self._server = create_server(
+            app, host=host, port=port, threads=threads, channel_timeout=channel_timeout_s,
+            connection_limit=connection_limit, ident="seedance-dashboard",
+            expose_tracebacks=False)
 
-    def _handle(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
+    @property
+    def server_port(self) -> int:
+        return int(self._server.effective_port)  # type: ignore[union-attr]
+
+    def serve_forever(self) -> None:
+        self._server.run()
+
+    def shutdown(self) -> None:
+        self._server.close()
 
     def server_close(self) -> None:
-        super().server_close()
-        if hasattr(self, "_pool"):
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(Exception):
+            self._server.close()
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
-        log.info("%s %s", self.address_string(), format % args)
-
-
-def make_dashboard_server(warehouse_url: str, host: str = "127.0.0.1",
-                          port: int = 8050) -> WSGIServer:
-    """A started-but-not-serving server (port 0 picks a free port: see server_port)."""
-    return make_server(host, port, DashboardApp(warehouse_url), server_class=_PooledServer,
-                       handler_class=_QuietHandler)
+def make_dashboard_server(warehouse_url: str, host: str = "127.0.0.1", port: int = 8050,
+                          allowed_hosts: Iterable[str] = ()) -> DashboardServer:
+    """A started-but-not-serving server (port 0 picks a free port: see server_port). Host
+    headers allowed: loopback names, the bound address, and `allowed_hosts`."""
+    bound = () if host in ("0.0.0.0", "::", "") else (host,)
+    return DashboardServer(DashboardApp(warehouse_url, (*bound, *allowed_hosts)), host, port)

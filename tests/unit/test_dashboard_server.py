@@ -1,0 +1,118 @@
+"""The dashboard's server against hostile clients on loopback: idle connections cannot hang
+it, a burst of requests gets answers, every response carries the security headers, a
+foreign Host is refused, and exported cells cannot run as spreadsheet formulas."""
+
+from __future__ import annotations
+
+import csv
+import io
+import socket
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from pipelines.dashboard import app as app_module
+from pipelines.warehouse import ROI_COLUMNS, Warehouse
+from tests.unit.test_dashboard_queries import roi_row, url, warehouse  # noqa: F401 (fixtures)
+
+
+@pytest.fixture
+def server(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+    served = app_module.make_dashboard_server(url, "127.0.0.1", 0)
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{served.server_port}"
+    finally:
+        served.shutdown()
+        served.server_close()
+
+
+def get(address: str, path: str, host: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(address + path,
+                                     headers={"Host": host} if host else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_idle_connections_do_not_block_the_health_check(server):
+    port = int(server.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
+    idle[0].sendall(b"GET /roi HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and one half a request
+    try:
+        started = time.monotonic()
+        status, _, body = get(server, "/healthz")
+        assert (status, body) == (200, b"ok\n")
+        assert time.monotonic() - started < 2
+    finally:
+        for conn in idle:
+            conn.close()
+
+
+def test_two_thousand_requests_from_twenty_clients(server, capsys):
+    paths = ["/healthz", "/roi", "/models", "/csv/roi_by_channel.csv"]
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def client(n: int) -> None:
+        for i in range(100):
+            started = time.perf_counter()
+            try:
+                status, _, _ = get(server, paths[(n + i) % len(paths)])
+                if status != 200:
+                    errors.append(str(status))
+            except OSError as error:
+                errors.append(repr(error))
+            latencies.append(time.perf_counter() - started)
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(20)]
+    started = time.perf_counter()
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    p50, p99 = statistics.median(latencies), latencies[int(len(latencies) * 0.99)]
+    with capsys.disabled():
+        print(f"\ndashboard: 2,000 requests, 20 clients, {elapsed:.1f} s, "
+              f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, {len(errors)} errors")
+    assert errors == [] and len(latencies) == 2000
+    assert p99 < 5
+
+
+def test_every_response_carries_the_security_headers(server):
+    for path in ("/roi", "/csv/roi_by_channel.csv", "/nope"):
+        _, headers, _ = get(server, path)
+        csp = headers["Content-Security-Policy"]
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+        assert "script-src" not in csp  # no script allowed at all (default-src 'none')
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert headers["Referrer-Policy"] == "no-referrer"
+    _, _, page = get(server, "/roi")
+    assert b"<script" not in page
+
+
+def test_a_foreign_host_is_refused(server):
+    status, _, body = get(server, "/roi", host="evil.example")
+    assert status == 400 and b"host not allowed" in body
+    assert get(server, "/healthz", host="localhost:8050")[0] == 200
+
+
+def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):  # noqa: F811
+    warehouse.upsert("roi_daily", ROI_COLUMNS, 4, [
+        roi_row("last_click", "2026-10-03", "channel", name, 1, 10, 1, 0)
+        for name in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "plain")])
+    status, _, body = get(server, "/csv/roi_by_channel.csv")
+    assert status == 200
+    cells = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+    for dangerous in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)"):
+        assert "'" + dangerous in cells and dangerous not in cells
+    assert "plain" in cells
