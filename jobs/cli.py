@@ -113,14 +113,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     until = "stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"
     from pipelines.kafka_io import ensure_topics
+    from pipelines.kafka_security import for_python
 
     topics, gpu = config.topics, config.gpu
+    client = for_python(dict(config.kafka.properties))  # the job's own clients are Java
     ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late,
                               topics.conversions, topics.accounting]
                   + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
                      if args.job == "gpu-cost" else [])
                   + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
-                     if args.job == "roi" else []))
+                     if args.job == "roi" else []), client=client)
     if args.job == "roi":
         from pipelines.roi_job import run_roi_job
 
@@ -149,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_job(config, bootstrap)
     from pipelines.accounting import adds_up, format_report, latest_report
 
-    report = latest_report(bootstrap, topics.accounting)
+    report = latest_report(bootstrap, topics.accounting, client)
     if report:
         print(format_report(report, topics.dead_letter, topics.late))
         if not adds_up(report):
@@ -207,11 +209,12 @@ def root_cause(error: Exception) -> str:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from pipelines.kafka_security import for_python
     from pipelines.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
-    warehouse = Warehouse(config.warehouse.url)
+    warehouse = Warehouse(config.warehouse.url, for_python(dict(config.kafka.properties)))
     try:
         if args.follow:
             print(f"loading {config.topics.credits} into {redacted_url(warehouse.url)} as it "

@@ -13,9 +13,10 @@ from typing import Any
 from pipelines.kafka_io import read_all
 
 
-def latest_report(bootstrap: str, topic: str) -> dict[str, Any] | None:
+def latest_report(bootstrap: str, topic: str,
+                  client: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The newest totals row (read_committed), or None if the job published none yet."""
-    rows = [json.loads(value) for _, value in read_all(bootstrap, topic)]
+    rows = [json.loads(value) for _, value in read_all(bootstrap, topic, client=client)]
     return rows[-1] if rows else None
 
 

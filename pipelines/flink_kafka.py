@@ -23,6 +23,7 @@ from pyflink.java_gateway import get_gateway
 from pyflink.util.java_utils import add_jars_to_context_class_loader
 
 from pipelines.config import StreamingJobConfig
+from pipelines.kafka_security import for_flink
 from pipelines.paths import flink_connector_jars, state_home
 from pipelines.py4j_routing import route_by_gateway
 
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
-    return dict(config.kafka.properties)
+    # the connector relocates the Kafka client: class names in the settings follow it
+    return for_flink(dict(config.kafka.properties))
 
 
 def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,

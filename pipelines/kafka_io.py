@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -16,9 +17,11 @@ TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
-                  config: dict[str, str] | None = None) -> None:
-    """Create the topics that are missing (`config`: topic settings beyond TOPIC_CONFIG)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+                  config: dict[str, str] | None = None,
+                  client: dict[str, Any] | None = None) -> None:
+    """Create the topics that are missing (`config`: topic settings beyond TOPIC_CONFIG;
+    `client`: kafka-python settings, pipelines.kafka_security.for_python)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
     try:
         existing = set(admin.list_topics())
         missing = [NewTopic(t, partitions, 1, topic_configs={**TOPIC_CONFIG, **(config or {})})
@@ -28,7 +31,7 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
                 admin.create_topics(missing)
     finally:
         admin.close()
-    _wait_for_leaders(bootstrap, topics)
+    _wait_for_leaders(bootstrap, topics, client=client)
 
 
 def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
@@ -47,8 +50,9 @@ def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> N
     ensure_topics(bootstrap, topics, partitions)
 
 
-def _wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 30) -> None:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+def _wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 30,
+                      client: dict[str, Any] | None = None) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **(client or {}))
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -64,10 +68,11 @@ def producer(bootstrap: str, **config: object) -> KafkaProducer:
 
 
 def read_all(bootstrap: str, topic: str, read_committed: bool = True,
-             timeout_s: float = 30.0) -> Iterator[tuple[bytes | None, bytes]]:
+             timeout_s: float = 30.0,
+             client: dict[str, Any] | None = None) -> Iterator[tuple[bytes | None, bytes]]:
     """Every (key, value) of a topic from the beginning up to its current end."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **(client or {}),
         isolation_level="read_committed" if read_committed else "read_uncommitted")
     try:
         partitions = [TopicPartition(topic, p)

@@ -90,6 +90,9 @@ class BrokerInfo:
     data_dir: str
     log_file: str
     started_at: float
+    # with a secured listener (LocalKafka(scram_user=...)): TLS + SASL/SCRAM-SHA-512
+    secure_bootstrap: str = ""
+    ca_file: str = ""
 
 
 def _free_port() -> int:
@@ -148,12 +151,34 @@ def _is_our_broker(pid: int, config: Path) -> bool:
     return str(config).encode() in cmdline
 
 
-class LocalKafka:
-    """A KRaft broker whose state lives in `home` (data, config, logs, stack.json)."""
+SECURE_PROPERTIES = """\
+# a second listener for clients: TLS with SASL/SCRAM-SHA-512 (users made at format time)
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port},\
+SASL_SSL://127.0.0.1:{secure_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{secure_port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PKCS12
+ssl.keystore.location={keystore}
+ssl.keystore.password={store_password}
+ssl.key.password={store_password}
+"""
 
-    def __init__(self, home: Path, heap_mb: int = 512) -> None:
+
+class LocalKafka:
+    """A KRaft broker whose state lives in `home` (data, config, logs, stack.json).
+
+    `scram_user=(name, password)` adds a client listener with TLS (a certificate for
+    127.0.0.1 made with keytool at first start; `ca_file` is what clients trust) and
+    SASL/SCRAM-SHA-512 for that user, beside the plain one the tools use on loopback."""
+
+    def __init__(self, home: Path, heap_mb: int = 512,
+                 scram_user: tuple[str, str] | None = None) -> None:
         self.home = Path(home)
         self.heap_mb = heap_mb
+        self.scram_user = scram_user
         self.config = self.home / "server.properties"
         self.state_file = self.home / "stack.json"
         self.data_dir = self.home / "data"
@@ -178,8 +203,21 @@ class LocalKafka:
         java, classpath = _java(), _classpath()
         self.home.mkdir(parents=True, exist_ok=True)
         port, controller_port = self._ports()
-        self.config.write_text(BROKER_PROPERTIES.format(
-            port=port, controller_port=controller_port, data_dir=self.data_dir))
+        properties = BROKER_PROPERTIES.format(port=port, controller_port=controller_port,
+                                              data_dir=self.data_dir)
+        secure_port, ca_file, scram = 0, "", []
+        if self.scram_user:
+            secure_port = _free_port()
+            keystore, ca_file, store_password = self._tls_material(java)
+            properties = "\n".join(line for line in properties.splitlines() if not line
+                                   .startswith(("listeners=", "advertised.listeners=",
+                                                "listener.security.protocol.map=")))
+            properties += "\n" + SECURE_PROPERTIES.format(
+                port=port, controller_port=controller_port, secure_port=secure_port,
+                keystore=keystore, store_password=store_password)
+            name, password = self.scram_user
+            scram = ["--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]"]
+        self.config.write_text(properties)
         log4j = self.home / "log4j2.yaml"
         log4j.write_text(LOG4J2)
         jvm = [java, f"-Xmx{self.heap_mb}m", f"-Xms{min(self.heap_mb, 256)}m",
@@ -189,7 +227,7 @@ class LocalKafka:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             formatted = subprocess.run(
                 [*jvm, "kafka.tools.StorageTool", "format", "-t", _new_cluster_id(),
-                 "-c", str(self.config)],
+                 "-c", str(self.config), *scram],
                 capture_output=True, text=True, check=False)
             if formatted.returncode != 0:
                 raise StackError("formatting the Kafka storage failed:\n"
@@ -201,7 +239,9 @@ class LocalKafka:
                 start_new_session=True)  # survives the CLI; stopped by `down`
         info = BrokerInfo(pid=process.pid, bootstrap=f"127.0.0.1:{port}",
                           controller_port=controller_port, data_dir=str(self.data_dir),
-                          log_file=str(self.log_file), started_at=time.time())
+                          log_file=str(self.log_file), started_at=time.time(),
+                          secure_bootstrap=f"127.0.0.1:{secure_port}" if secure_port else "",
+                          ca_file=ca_file)
         self.state_file.write_text(json.dumps(asdict(info), indent=2))
         try:
             wait_until_ready(info.bootstrap, timeout_s, process)
@@ -209,6 +249,30 @@ class LocalKafka:
             self.down()
             raise
         return info
+
+    def _tls_material(self, java: str) -> tuple[str, str, str]:
+        """(keystore, CA certificate as PEM, store password): a self-signed certificate for
+        127.0.0.1 and localhost, made once with the JDK's keytool."""
+        folder = self.home / "tls"
+        keystore, ca_file = folder / "broker.p12", folder / "ca.pem"
+        password_file = folder / "store-password"
+        if not keystore.exists():
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            password_file.write_text(uuid.uuid4().hex)
+            password_file.chmod(0o600)
+            keytool = str(Path(java).parent / "keytool")
+            password = password_file.read_text()
+            for args in (["-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize",
+                          "2048", "-validity", "365", "-dname", "CN=localhost",
+                          "-ext", "SAN=ip:127.0.0.1,dns:localhost", "-storetype", "PKCS12",
+                          "-keystore", str(keystore), "-storepass", password],
+                         ["-exportcert", "-rfc", "-alias", "broker", "-keystore",
+                          str(keystore), "-storepass", password, "-file", str(ca_file)]):
+                made = subprocess.run([keytool, *args], capture_output=True, text=True,
+                                      check=False)
+                if made.returncode != 0:
+                    raise StackError(f"keytool failed: {made.stdout}{made.stderr}")
+        return str(keystore), str(ca_file), password_file.read_text()
 
     def _ports(self) -> tuple[int, int]:
         """The ports a broker of this home had (kept with its data, so that clients, and a

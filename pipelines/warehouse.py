@@ -157,8 +157,10 @@ class Warehouse:
     of plain Python values, statements outside `transaction()` commit on their own.
     """
 
-    def __init__(self, url: str = "") -> None:
+    def __init__(self, url: str = "", kafka_client: dict[str, Any] | None = None) -> None:
         self.url = url or default_url()
+        # kafka-python settings of the loader's consumers (security: kafka_security.for_python)
+        self.kafka_client: dict[str, Any] = dict(kafka_client or {})
         self.path: Path | None = None  # the SQLite file, None on PostgreSQL
         self._depth = 0  # open transaction() blocks
         self._conn: Any
@@ -356,7 +358,8 @@ class Warehouse:
         """Load `topic` up to its end (or forever with follow) through `apply`, which writes
         a batch of messages; returns the number of messages loaded."""
         client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                               enable_auto_commit=False, isolation_level="read_committed")
+                               enable_auto_commit=False, isolation_level="read_committed",
+                               **self.kafka_client)
         loaded = 0
         try:
             partitions = [TopicPartition(topic, p)
