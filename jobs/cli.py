@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 import traceback
@@ -163,21 +164,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 def resume_hint(config: StreamingJobConfig, job_name: str,
                 verbose: bool = False) -> Iterator[None]:
     """A job that fails, or whose Flink JVM dies: one line with the root cause and where its
-    state is (the Java trace is logged, and printed with -v). Never advice to drop state: a
-    restart resumes journeys and offsets together from the newest checkpoint."""
+    state is (the Java trace with -v). A restart resumes journeys and offsets together from
+    the newest checkpoint; only a checkpoint that cannot be restored gets the way out, with
+    what it costs."""
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
-    from pipelines.flink_kafka import checkpoint_root
+    from pipelines.flink_kafka import checkpoint_root, latest_checkpoint
 
     where = checkpoint_root(config, job_name)
+    resumed = latest_checkpoint(where) if config.flink.resume else None
     try:
         yield
     except Py4JJavaError as error:
         if verbose:
             traceback.print_exc()
-        raise CliError(f"the {job_name} job failed: {root_cause(error)}. Its checkpoints are "
-                       f"kept in {where}; `seedance run` again resumes from the newest "
-                       "(-v prints the Java trace)") from None
+        cause = root_cause(error)
+        if resumed is not None and _RESTORE_WORDS.search(cause):
+            raise CliError(
+                f"the {job_name} job failed after resuming from {resumed}: {cause}. That "
+                "checkpoint cannot be restored here (written by another version or "
+                "config?): restore it with the code and config that wrote it, or start "
+                "without it (`flink.resume: false`, or another checkpoint_dir) knowing that "
+                "its journeys in progress and order history are then not carried over "
+                "(-v prints the Java trace)") from None
+        raise CliError(f"the {job_name} job failed: {cause}. Its checkpoints are kept in "
+                       f"{where}; `seedance run` again resumes from the newest (-v prints "
+                       "the Java trace)") from None
     except (Py4JNetworkError, Py4JError, ConnectionError) as error:
         if verbose:
             traceback.print_exc()
@@ -189,6 +201,10 @@ def resume_hint(config: StreamingJobConfig, job_name: str,
 # failures that follow another (a task already gone when an event reached it): never the
 # reason to show
 _CONSEQUENCES = ("TaskNotRunningException",)
+# what a failure to restore a checkpoint says (Flink's metadata loader, state serializers,
+# the journeys' own bucket-count check)
+_RESTORE_WORDS = re.compile(r"checkpoint|savepoint|metadata|restor|magic number|"
+                            r"state migration|serializer|user_buckets", re.I)
 
 
 def root_cause(error: Exception) -> str:
