@@ -203,8 +203,9 @@ def resume_hint(config: StreamingJobConfig, job_name: str,
 _CONSEQUENCES = ("TaskNotRunningException",)
 # what a failure to restore a checkpoint says (Flink's metadata loader, state serializers,
 # the journeys' own bucket-count check)
-_RESTORE_WORDS = re.compile(r"checkpoint|savepoint|metadata|restor|magic number|"
-                            r"state migration|serializer|user_buckets", re.I)
+_RESTORE_WORDS = re.compile(r"magic number|rollback to checkpoint|cannot map (checkpoint|"
+                            r"savepoint)|could not restore|restore (operation|state)|"
+                            r"StateMigrationException|incompatible|user_buckets", re.I)
 
 
 def root_cause(error: Exception) -> str:
