@@ -21,6 +21,7 @@ from typing import NamedTuple
 from pipelines.text_files import TextFileError, read_text_strictly
 
 FIELDS = ("platform", "account", "campaign", "day", "amount", "currency")
+MAX_AMOUNT = 1e12  # per campaign and day (as an order's revenue: schemas/telemetry.py)
 
 
 class SpendRecord(NamedTuple):
@@ -61,6 +62,10 @@ def validate(data: dict[str, object]) -> SpendRecord:
         raise SpendError(f"field 'amount' is not a number: {raw_amount!r}")
     if amount < 0:
         raise SpendError(f"field 'amount' is negative: {amount}")
+    if amount > MAX_AMOUNT:  # a unit error or garbage: it would overflow every sum it joins
+        raise SpendError(f"field 'amount' is beyond the maximum of {MAX_AMOUNT:g}: {amount:g}")
+    if any("\0" in value for value in text.values()):
+        raise SpendError("a field holds a NUL character")
     currency = text["currency"].upper()
     if len(currency) != 3 or not currency.isalpha():
         raise SpendError(f"field 'currency' is not an ISO 4217 code: {text['currency']!r}")

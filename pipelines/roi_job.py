@@ -85,7 +85,7 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             yield from self._items(value)
         except SpendError as error:
             yield DEAD_LETTERS, _dead_letter(self.topic, str(error), value)
-        except (ValueError, KeyError, TypeError) as error:
+        except Exception as error:  # noqa: BLE001 - one record must never stop the job
             yield DEAD_LETTERS, _dead_letter(self.topic, f"unreadable row: {error!r}", value)
 
     def _items(self, value: bytes) -> Iterator[Item]:

@@ -83,3 +83,10 @@ def test_a_byte_order_mark_is_allowed(tmp_path):
     path = tmp_path / "spend.csv"
     path.write_bytes(b"\xef\xbb\xbf" + HEADER + b"meta,act_1,c,2026-10-01,10,USD\n")
     assert [r.campaign for r in read_csv(path)] == ["c"]
+
+
+def test_amounts_beyond_any_sum_and_nul_characters_are_refused():
+    with pytest.raises(SpendError, match=r"field 'amount' is beyond the maximum of 1e\+12"):
+        validate({**GOOD, "amount": 1e308})
+    with pytest.raises(SpendError, match="NUL character"):
+        validate({**GOOD, "campaign": "c\x00"})
