@@ -10,7 +10,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pipelines.generator import SeededIds
+from pipelines.generator import Plan, SeededIds, emit
+from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
 
 
 def make_spans(specs: Sequence[tuple[str, dict[str, object], int]
@@ -28,3 +29,12 @@ def make_spans(specs: Sequence[tuple[str, dict[str, object], int]
         span.end(end_time=end[0] if end else start + 1_000_000)
     provider.shutdown()
     return list(memory.get_finished_spans())
+
+
+def encoded(plan: Plan, batch_size: int = 8, encoding: str = "otlp_proto") -> list[bytes]:
+    """A plan's Kafka messages as the project's span exporter writes them (malformed ones
+    between batches), collected instead of sent."""
+    sink = CollectingProducer()
+    emit(plan, KafkaSpanExporter("unused:0", producer=sink, encoding=encoding), sink.append,
+         batch_size=batch_size)
+    return sink.values

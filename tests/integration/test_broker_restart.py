@@ -11,13 +11,13 @@ import signal
 import time
 
 from pipelines.flink_job import build_pipeline
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import plan_events
 from pipelines.kafka_io import ensure_topics, producer
 from pipelines.local_stack import LocalKafka
 from tests.integration.test_flink_cluster import wait_for_credits
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
+from tests.spans import encoded
 
 REFIT_S = 6 * 3600.0
 
@@ -41,9 +41,7 @@ def drain(job, folder) -> None:
 
 def test_the_job_rides_out_a_broker_killed_and_started_again(flink, job_config, tmp_path):
     plan = plan_events(300, seed=23)
-    sink = CollectingProducer()
-    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
-    values = sink.values
+    values = encoded(plan)
 
     broker = LocalKafka(tmp_path / "kafka")
     bootstrap = broker.up().bootstrap

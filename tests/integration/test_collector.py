@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.flink_job import run_job
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import plan_events
 from pipelines.kafka_io import ensure_topics, read_all
 from pipelines.otlp_codec import decode_spans
 from pipelines.paths import PROJECT_ROOT
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
+from tests.spans import encoded
 
 COLLECTOR = PROJECT_ROOT / ".cache" / "otelcol" / "dist" / "otelcol-seedance"
 DOCS = PROJECT_ROOT / "docs" / "operations.md"
@@ -74,9 +74,7 @@ def post_otlp(port: int, body: bytes) -> None:
 
 def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic, tmp_path):
     plan = plan_events(300, seed=17)
-    sink = CollectingProducer()
-    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
-    requests = [v for v in sink.values if v not in plan.malformed]  # HTTP refuses those
+    requests = [v for v in encoded(plan) if v not in plan.malformed]  # HTTP refuses those
 
     spans = topic("spans") + "-otelcol"
     ensure_topics(kafka, [spans], partitions=4)

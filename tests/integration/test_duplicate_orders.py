@@ -7,20 +7,17 @@ from __future__ import annotations
 import math
 
 from pipelines.flink_job import run_job
-from pipelines.generator import Plan, emit
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import Plan
 from pipelines.kafka_io import ensure_topics, producer
 from pipelines.warehouse import Warehouse
 from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
+from tests.spans import encoded
 
 USERS = 12
 
 
-def encoded(events) -> list[bytes]:
-    sink = CollectingProducer()
-    emit(Plan(events=list(events)), KafkaSpanExporter("unused:0", producer=sink), sink.append,
-         batch_size=len(events))
-    return sink.values
+def messages_of(events) -> list[bytes]:
+    return encoded(Plan(events=list(events)), batch_size=len(events))
 
 
 def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, tmp_path):
@@ -28,11 +25,11 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
     orders = [order(f"u{i}", T0 + i * 60 * S + 30 * S, f"o{i}", 10.0 + i) for i in range(USERS)]
     stream: list[bytes] = []
     for i in range(USERS):
-        stream += encoded([touches[i], orders[i], *([orders[i]] if i == 8 else [])])
+        stream += messages_of([touches[i], orders[i], *([orders[i]] if i == 8 else [])])
         if i in (1, 3):
-            stream += encoded([orders[i]])  # the next message
+            stream += messages_of([orders[i]])  # the next message
         if i == 5:
-            stream += encoded([orders[3]])  # a later batch, within the allowed lateness
+            stream += messages_of([orders[3]])  # a later batch, within the allowed lateness
     spans = topic("spans") + "-dups"
     ensure_topics(kafka, [spans], partitions=4)
     raw = producer(kafka)

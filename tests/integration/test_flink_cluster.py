@@ -17,11 +17,11 @@ import yaml
 
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_standalone import StandaloneFlink
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import plan_events
 from pipelines.kafka_io import ensure_topics, producer, read_all
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
+from tests.spans import encoded
 
 PARTITIONS = 4
 REFIT_S = 6 * 3600.0
@@ -40,9 +40,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def telemetry() -> tuple[Any, list[bytes]]:
     plan = plan_events(600, seed=12)
-    sink = CollectingProducer()
-    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
-    return plan, sink.values
+    return plan, encoded(plan)
 
 
 def streaming_config(job_config: StreamingJobConfig, topic, tmp_path: Path,
@@ -101,15 +99,22 @@ def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) 
     assert len(late) == plan.late_count
 
 
-def test_a_taskmanager_killed_mid_stream_loses_and_repeats_nothing(
-        kafka, cluster, job_config, topic, tmp_path, telemetry):
-    plan, values = telemetry
-    config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
+def first_half_running(kafka, cluster, config, config_file, values) -> tuple[str, int]:
+    """The first half of the stream published and the job running on it, some credits
+    committed: (job id, where the second half starts)."""
     half = len(values) // 2
     publish(kafka, config.topics.spans, values[:half])
     job = cluster.submit("attribution", config_file, kafka)
     cluster.wait_for_job(job, ("RUNNING",))
     wait_for_credits(kafka, config.topics.credits)
+    return job, half
+
+
+def test_a_taskmanager_killed_mid_stream_loses_and_repeats_nothing(
+        kafka, cluster, job_config, topic, tmp_path, telemetry):
+    plan, values = telemetry
+    config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
+    job, half = first_half_running(kafka, cluster, config, config_file, values)
 
     cluster.kill_task_manager(0)  # SIGKILL: no goodbye to the JobManager
     publish(kafka, config.topics.spans, values[half:], first=half)
@@ -130,11 +135,7 @@ def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
         kafka, cluster, job_config, topic, tmp_path, telemetry):
     plan, values = telemetry
     config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=1)
-    half = len(values) // 2
-    publish(kafka, config.topics.spans, values[:half])
-    job = cluster.submit("attribution", config_file, kafka)
-    cluster.wait_for_job(job, ("RUNNING",))
-    wait_for_credits(kafka, config.topics.credits)
+    job, half = first_half_running(kafka, cluster, config, config_file, values)
     savepoint = cluster.stop_with_savepoint(job, tmp_path / "savepoints")
 
     publish(kafka, config.topics.spans, values[half:], first=half)
@@ -156,14 +157,13 @@ def test_the_three_jobs_run_on_the_cluster_from_4_partition_topics(
     from tests.integration.test_gpu_partitions import run_shape, telemetry
     from tests.integration.test_roi_job import DAY, SCENARIO, latest, send
 
-    sink = CollectingProducer()
-    emit(SCENARIO, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=2)
+    scenario = encoded(SCENARIO, batch_size=2)
     spans, metrics = topic("spans") + "-p4", topic("metrics") + "-p4"
     ensure_topics(kafka, [spans, metrics], partitions=PARTITIONS)
-    publish(kafka, spans, sink.values)
+    publish(kafka, spans, scenario)
     samples, calls = telemetry()
     publish(kafka, metrics, samples)
-    publish(kafka, spans, calls, first=len(sink.values))
+    publish(kafka, spans, calls, first=len(scenario))
     config = job_config.replace("topics", spans=spans)
     config = config.replace("attribution", models=("last_click", "linear"))
     config = config.replace("gpu", metrics_topic=metrics, costs_topic=topic("costs"),

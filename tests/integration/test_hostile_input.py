@@ -12,12 +12,12 @@ import math
 import random
 
 from pipelines.flink_job import run_job
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import plan_events
 from pipelines.kafka_io import ensure_topics, producer, read_all
 from pipelines.otlp_codec import DEAD_LETTER_PAYLOAD_BYTES
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
+from tests.spans import encoded
 
 MB = 2**20
 ZIPKIN = json.dumps([{"traceId": "5b8efff798038103d269b633813fc60c", "id": "eee19b7ec3c1b174",
@@ -35,9 +35,7 @@ def test_bad_records_are_dead_letters_and_the_job_runs_on(kafka, flink, job_conf
     bad = {"random": rng.randbytes(1000), "900 kB": rng.randbytes(900_000),
            "5 MB": rng.randbytes(5 * MB), "null": None, "zipkin": ZIPKIN, "jaeger": JAEGER}
     plan = plan_events(150, seed=8)
-    sink = CollectingProducer()
-    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
-    good = sink.values
+    good = encoded(plan)
 
     spans = topic("spans") + "-big"
     ensure_topics(kafka, [spans], partitions=4, config={"max.message.bytes": str(8 * MB)})

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from pipelines.flink_job import run_job
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.generator import plan_events
 from pipelines.kafka_io import ensure_topics, producer
 from tests.integration.test_flink_job import credit_rows, messages
+from tests.spans import encoded
 
 SHAPES = [(1, 1), (4, 1), (8, 1), (1, 2), (4, 2), (8, 2)]  # (partitions, parallelism)
 REFIT_S = 6 * 3600.0
@@ -23,9 +23,7 @@ REFIT_S = 6 * 3600.0
 @pytest.fixture(scope="module")
 def telemetry() -> tuple[Any, list[bytes]]:
     plan = plan_events(400, seed=33)
-    sink = CollectingProducer()
-    emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=8)
-    return plan, sink.values
+    return plan, encoded(plan)
 
 
 def publish(kafka: str, topic: str, values: list[bytes], partitions: int) -> None:
