@@ -79,8 +79,7 @@ def decode_events(payload: bytes | None, buckets: int, encoding: str = "auto",
             encoding == "otlp_proto" or (encoding == "auto"
                                          and sniff_encoding(payload) == "otlp_proto")):
         scanned = _otlp_scan.scan(payload, latest_ns, buckets)
-        # a request without spans is the general rules' to dead-letter (otlp_codec)
-        if scanned is not None and scanned[0]:
+        if scanned is not None:
             return _from_scan(payload, scanned, latest_ns, buckets)
     decoded = decode_spans(payload, encoding, gpu_calls=False)
     return _from_records(decoded, np.arange(len(decoded.records)), buckets)
@@ -108,7 +107,7 @@ def decode_packed(payload: bytes | None, buckets: int,
         return None
     latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
     scanned = _otlp_scan.scan_packed(payload, latest_ns, buckets)
-    if scanned is None or not scanned[0]:  # no spans: the general rules dead-letter it
+    if scanned is None:
         return None
     spans, unbuilt, ignored, ts_ms, by_bucket = scanned
     return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)

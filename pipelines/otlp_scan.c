@@ -29,6 +29,7 @@
  * schemas.events.pack (a column of strings as one str joined by NUL, numbers as bytes),
  * so that no Python object is made per event. None (use scan) for anything else: a span
  * for the general path, a value holding a NUL, bytes scan gives up on.
+ * Both give None for a request without spans: the general rules dead-letter it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -772,6 +773,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Cursor c = {(const uint8_t *)payload.buf, (const uint8_t *)payload.buf + payload.len};
     int rc = scan_request(&st, c);
     PyBuffer_Release(&payload);
+    if (rc == 0 && st.spans == 0) rc = 1; /* no spans: the general rules dead-letter it */
     if (rc < 0) {
         scan_free(&st);
         return NULL;
@@ -834,6 +836,7 @@ static PyObject *scan_packed(PyObject *self, PyObject *args) {
     Cursor c = {(const uint8_t *)payload.buf, (const uint8_t *)payload.buf + payload.len};
     int rc = scan_request(&st, c);
     PyBuffer_Release(&payload);
+    if (rc == 0 && st.spans == 0) rc = 1; /* no spans: the general rules dead-letter it */
     if (rc) {
         scan_free(&st);
         if (rc < 0) return NULL;
