@@ -108,6 +108,18 @@ COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late",
           "other_gpu_calls", "other_tracing_spans", "duplicate_orders")
 
 
+def counted(**counts: int) -> tuple[int, ...]:
+    """An accounting record: the COUNTS named, the rest 0."""
+    unknown = counts.keys() - set(COUNTS)
+    if unknown:
+        raise KeyError(f"not an accounting count: {', '.join(sorted(unknown))}")
+    return tuple(counts.get(name, 0) for name in COUNTS)
+
+
+ONE_LATE = counted(late=1)
+ONE_DUPLICATE_ORDER = counted(dead_lettered=1, duplicate_orders=1)
+
+
 Event = Touchpoint | Conversion
 Batch = tuple[int, int, bytes]
 """One message's events of one user bucket: (bucket, newest event time, the events as
@@ -191,7 +203,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         yield DEAD_LETTERS, dead_letter_json(letter, self.source,
                                              None if record is None else record.partition,
                                              None if record is None else record.offset)
-        yield ACCOUNTING, (1, 1, 0, 0, 1, 0, 0, 0, 0)
+        yield ACCOUNTING, counted(messages=1, records_in=1, dead_lettered=1)
 
     def _decode(self, record: Framed) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
@@ -207,8 +219,10 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 for bucket, (batch_newest, events) in decoded.buckets.items():
                     out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
                 used = len(decoded.ts_ms)
-                out.append((ACCOUNTING, (1, decoded.spans, used, decoded.spans - used, 0, 0,
-                                         decoded.unbuilt_gpu_calls, decoded.ignored, 0)))
+                out.append((ACCOUNTING, counted(
+                    messages=1, records_in=decoded.spans, used=used,
+                    other=decoded.spans - used, other_gpu_calls=decoded.unbuilt_gpu_calls,
+                    other_tracing_spans=decoded.ignored)))
                 yield from out
                 return
             decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
@@ -230,8 +244,10 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 out.append((bucket, newest(events), pack(events)))
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
-        out.append((ACCOUNTING, (1, records_in, used, records_in - used - dead, dead,
-                                 late_count, decoded.unbuilt_gpu_calls, decoded.ignored, 0)))
+        out.append((ACCOUNTING, counted(
+            messages=1, records_in=records_in, used=used, other=records_in - used - dead,
+            dead_lettered=dead, late=late_count, other_gpu_calls=decoded.unbuilt_gpu_calls,
+            other_tracing_spans=decoded.ignored)))
         # emitted only once the whole record is decoded: a failure half-way leaves nothing
         # of it behind but its dead letter
         yield from out
@@ -699,10 +715,10 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
     duplicates = attributed.get_side_output(DUPLICATE_ORDERS)
     accounting = (decoded.get_side_output(ACCOUNTING)
-                  .union(late_on_arrival.map(lambda _: (0, 0, 0, 0, 0, 1, 0, 0, 0),
+                  .union(late_on_arrival.map(lambda _: ONE_LATE,
                                              output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"),
-                         duplicates.map(lambda _: (0, 0, 0, 0, 1, 0, 0, 0, 1),
+                         duplicates.map(lambda _: ONE_DUPLICATE_ORDER,
                                         output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-duplicates").uid("count-duplicate-orders"))
                   .key_by(lambda _: 0, key_type=Types.INT())

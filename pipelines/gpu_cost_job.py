@@ -298,11 +298,11 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
                                              max_future_ms, "TRACES"),
                                 otlp_event_time(config), "otlp-spans-gpu") \
         .uid("source-otlp-spans-gpu")
-    timed_samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
+    samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
         .name("decode-gpu-samples").uid("decode-gpu-samples")
-    timed_calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls") \
+    calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls") \
         .uid("decode-gpu-calls")
-    linked = (timed_samples.union(timed_calls)
+    linked = (samples.union(calls)
               .key_by(lambda batch: batch.key, key_type=Types.STRING())
               .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))
               .name("link-calls-to-gpus").uid("link-calls-to-gpus"))
@@ -312,7 +312,7 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
                                  int(gpu.max_gap_s * 1000), int(gpu.emit_every_s * 1000)),
                       output_type=Types.STRING())
              .name("cost-per-gpu").uid("cost-per-gpu"))
-    dead = timed_samples.get_side_output(DEAD_LETTERS) \
+    dead = samples.get_side_output(DEAD_LETTERS) \
         .union(linked.get_side_output(DEAD_LETTERS))
     write(costs, dead, costs.get_side_output(LATE), config, bootstrap)
 

@@ -25,6 +25,7 @@ from pipelines.flink_job import (
     DEAD_LETTERS,
     DUPLICATE_ORDERS,
     LATE_EVENTS,
+    ONE_DUPLICATE_ORDER,
     AttributeJourneys,
     DecodeOtlp,
     FitDataDrivenModels,
@@ -158,8 +159,8 @@ class Job:
                     self.late += 1
                 elif tag is DUPLICATE_ORDERS:  # counted as the job's graph counts them
                     self.duplicates.append(json.loads(value))
-                    self.counts[COUNTS.index("dead_lettered")] += 1
-                    self.counts[COUNTS.index("duplicate_orders")] += 1
+                    self.counts = [a + b for a, b in zip(self.counts, ONE_DUPLICATE_ORDER,
+                                                         strict=True)]
                 continue
             self.credits += credit_messages.decode(out)
 
