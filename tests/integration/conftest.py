@@ -80,12 +80,13 @@ def warehouse_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[st
 
 @pytest.fixture
 def topic(kafka: str, request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """Factory of fresh topic names, unique per test (and created on the broker)."""
+    """Factory of fresh topic names, unique per test (and created on the broker, with
+    `partitions` and topic settings beyond the default ones)."""
 
-    def make(purpose: str) -> str:
+    def make(purpose: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{request.node.name[:40]}-{purpose}-{next(_topic_ids)}".replace("[", "_") \
             .replace("]", "_")
-        ensure_topics(kafka, [name])
+        ensure_topics(kafka, [name], partitions, config)
         return name
 
     return make

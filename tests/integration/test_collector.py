@@ -18,7 +18,7 @@ import pytest
 
 from pipelines.flink_job import run_job
 from pipelines.generator import plan_events
-from pipelines.kafka_io import ensure_topics, read_all
+from pipelines.kafka_io import read_all
 from pipelines.otlp_codec import decode_spans
 from pipelines.paths import PROJECT_ROOT
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
@@ -76,8 +76,7 @@ def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic,
     plan = plan_events(300, seed=17)
     requests = [v for v in encoded(plan) if v not in plan.malformed]  # HTTP refuses those
 
-    spans = topic("spans") + "-otelcol"
-    ensure_topics(kafka, [spans], partitions=4)
+    spans = topic("spans", 4)
     port = free_port()
     config = tmp_path / "collector.yaml"
     config.write_text(documented_config(kafka, spans, port))

@@ -8,7 +8,7 @@ import math
 
 from pipelines.flink_job import run_job
 from pipelines.generator import Plan
-from pipelines.kafka_io import ensure_topics, producer
+from pipelines.kafka_io import producer
 from pipelines.warehouse import Warehouse
 from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
 from tests.spans import encoded
@@ -30,8 +30,7 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
             stream += messages_of([orders[i]])  # the next message
         if i == 5:
             stream += messages_of([orders[3]])  # a later batch, within the allowed lateness
-    spans = topic("spans") + "-dups"
-    ensure_topics(kafka, [spans], partitions=4)
+    spans = topic("spans", 4)
     raw = producer(kafka)
     for i, value in enumerate(stream):
         raw.send(spans, value, partition=i % 4)  # copies land on other partitions too

@@ -18,7 +18,7 @@ import yaml
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_standalone import StandaloneFlink
 from pipelines.generator import plan_events
-from pipelines.kafka_io import ensure_topics, producer, read_all
+from pipelines.kafka_io import producer, read_all
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 from tests.spans import encoded
@@ -45,9 +45,7 @@ def telemetry() -> tuple[Any, list[bytes]]:
 
 def streaming_config(job_config: StreamingJobConfig, topic, tmp_path: Path,
                      parallelism: int) -> tuple[StreamingJobConfig, Path]:
-    spans = topic("spans") + "-p4"
-    ensure_topics(_bootstrap[0], [spans], partitions=PARTITIONS)
-    config = job_config.replace("topics", spans=spans)
+    config = job_config.replace("topics", spans=topic("spans", PARTITIONS))
     config = config.replace("input", bounded=False)
     config = config.replace("flink", parallelism=parallelism, restart_attempts=20,
                             restart_delay_s=2.0)
@@ -58,14 +56,6 @@ def streaming_config(job_config: StreamingJobConfig, topic, tmp_path: Path,
 def write_config(config: StreamingJobConfig, path: Path) -> Path:
     path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
     return path
-
-
-_bootstrap: list[str] = []
-
-
-@pytest.fixture(autouse=True)
-def _remember_kafka(kafka: str) -> None:
-    _bootstrap[:] = [kafka]
 
 
 def publish(kafka: str, topic: str, values: list[bytes], first: int = 0) -> None:
@@ -158,8 +148,7 @@ def test_the_three_jobs_run_on_the_cluster_from_4_partition_topics(
     from tests.integration.test_roi_job import DAY, SCENARIO, latest, send
 
     scenario = encoded(SCENARIO, batch_size=2)
-    spans, metrics = topic("spans") + "-p4", topic("metrics") + "-p4"
-    ensure_topics(kafka, [spans, metrics], partitions=PARTITIONS)
+    spans, metrics = topic("spans", PARTITIONS), topic("metrics", PARTITIONS)
     publish(kafka, spans, scenario)
     samples, calls = telemetry()
     publish(kafka, metrics, samples)

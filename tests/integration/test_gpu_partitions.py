@@ -10,7 +10,7 @@ import random
 
 from pipelines.gpu_cost_job import run_gpu_job
 from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_io import ensure_topics, producer, read_all
+from pipelines.kafka_io import producer, read_all
 from pipelines.otlp_metrics import encode_samples
 from tests.integration.test_gpu_cost_job import H100, L40S, T0, S, sample
 from tests.spans import make_spans
@@ -40,9 +40,7 @@ def telemetry() -> tuple[list[bytes], list[bytes]]:
 
 
 def run_shape(kafka, flink, job_config, topic, partitions, parallelism):
-    metrics_topic, spans_topic = topic("metrics") + f"-p{partitions}", \
-        topic("spans") + f"-p{partitions}"
-    ensure_topics(kafka, [metrics_topic, spans_topic], partitions=partitions)
+    metrics_topic, spans_topic = topic("metrics", partitions), topic("spans", partitions)
     metrics, spans = telemetry()
     raw = producer(kafka)
     for name, values in ((metrics_topic, metrics), (spans_topic, spans)):

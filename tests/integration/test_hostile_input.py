@@ -13,7 +13,7 @@ import random
 
 from pipelines.flink_job import run_job
 from pipelines.generator import plan_events
-from pipelines.kafka_io import ensure_topics, producer, read_all
+from pipelines.kafka_io import producer, read_all
 from pipelines.otlp_codec import DEAD_LETTER_PAYLOAD_BYTES
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
@@ -37,8 +37,7 @@ def test_bad_records_are_dead_letters_and_the_job_runs_on(kafka, flink, job_conf
     plan = plan_events(150, seed=8)
     good = encoded(plan)
 
-    spans = topic("spans") + "-big"
-    ensure_topics(kafka, [spans], partitions=4, config={"max.message.bytes": str(8 * MB)})
+    spans = topic("spans", 4, {"max.message.bytes": str(8 * MB)})
     raw = producer(kafka, max_request_size=8 * MB)
     step = len(good) // (len(bad) + 1)
     values = list(good)

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.flink_job import run_job
 from pipelines.generator import plan_events
-from pipelines.kafka_io import ensure_topics, producer
+from pipelines.kafka_io import producer
 from tests.integration.test_flink_job import credit_rows, messages
 from tests.spans import encoded
 
@@ -37,9 +37,7 @@ def publish(kafka: str, topic: str, values: list[bytes], partitions: int) -> Non
 
 
 def run_shape(kafka, flink, job_config, topic, values, partitions, parallelism):
-    spans = topic(f"spans-p{partitions}")
-    ensure_topics(kafka, [spans + "x"], partitions=partitions)  # a fresh topic of n partitions
-    spans += "x"
+    spans = topic("spans", partitions)
     config = job_config.replace("topics", spans=spans, credits=topic("credits"),
                                 dead_letter=topic("dlq"), late=topic("late"),
                                 conversions=topic("conversions"), accounting=topic("acc"))
