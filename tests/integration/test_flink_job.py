@@ -143,9 +143,13 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
 
 
 @pytest.mark.parametrize("encoding", ["otlp_json"])
-def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, encoding):
-    # every model; data-driven ones refitted every 6 hours, so many periods are exercised
+def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, topic,
+                                                           encoding):
+    # every model; data-driven ones refitted every 6 hours, so many periods are exercised;
+    # three partitions (the exporter spreads its messages over them) read by two subtasks
     job_config = job_config.replace("attribution", refit_every_s=6 * 3600.0)
+    job_config = job_config.replace("topics", spans=topic("spans", 3))
+    job_config = job_config.replace("flink", parallelism=2)
     plan = plan_events(400, seed=21)
     publish(kafka, job_config.topics.spans, plan, encoding=encoding)
     run_job(job_config, kafka, env=flink.environment(job_config))
