@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from pipelines.backfill_config import BackfillConfig, load_backfill_config
-from pipelines.backfill_frames import BackfillSettings, BackfillWindow, ComputedDays
+from pipelines.backfill_frames import BackfillWindow, ComputedDays
 from pipelines.backfill_roi import (
     COST_COLUMNS,
     CREDIT_ROW,
@@ -37,6 +37,7 @@ from pipelines.backfill_roi import (
 )
 from pipelines.config import ConfigError, StreamingJobConfig
 from pipelines.warehouse import Warehouse, redacted_url
+from udfs.settings import ComputeSettings
 
 BACKFILL_DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "backfill.sql"
 
@@ -128,7 +129,7 @@ def write_day(warehouse: Warehouse, day: str, credits: list[tuple[object, ...]],
             before_commit(day)  # tests simulate a crash here: the day must roll back
 
 
-def compute_days(request: BackfillRequest, window: BackfillWindow, settings: BackfillSettings,
+def compute_days(request: BackfillRequest, window: BackfillWindow, settings: ComputeSettings,
                  streaming: StreamingJobConfig, costs: pd.DataFrame, run_id: str,
                  progress: Callable[[str], None], spark: Any = None) -> ComputedDays:
     """Run the configured engine over the window."""
@@ -175,7 +176,7 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     """Recompute and replace the requested days (see the module docstring)."""
     days = day_range(request.date_from, request.date_to)
     streaming = request.streaming or request.config.streaming()
-    settings = BackfillSettings.from_config(streaming)
+    settings = streaming.computation
     run_id = request.run_id or f"{days[0]}..{days[-1]}"
     summary = BackfillSummary(run_id)
     warehouse = Warehouse(streaming.warehouse.url)
@@ -214,7 +215,7 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     return summary
 
 
-def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: BackfillSettings,
+def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: ComputeSettings,
                 computed: ComputedDays, todo: list[str], run_id: str,
                 summary: BackfillSummary, progress: Callable[[str], None],
                 before_commit: Callable[[str], None] | None) -> None:

@@ -28,22 +28,20 @@ import numpy as np
 import pandas as pd
 
 from pipelines.archive import DAY_MS, day_of, day_start_ms
-from pipelines.config import StreamingJobConfig
 from pipelines.otlp_codec import decode_spans
 from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
-from udfs.attribution import PER_CONVERSION_MODELS
-from udfs.data_driven import DATA_DRIVEN_MODELS, FittedModels, PathCounts, period_end
+from udfs.data_driven import FittedModels, PathCounts, period_end
 from udfs.journey_table import JourneyTable
 from udfs.journeys import (
     ClosedJourney,
     ConvertedJourney,
-    JourneyConfig,
     JourneyState,
     close_stale,
     expire,
     step,
 )
-from udfs.models import ModelParams, touch_weights
+from udfs.models import touch_weights
+from udfs.settings import ComputeSettings
 
 FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey closes
 PATH_SEPARATOR = "\x1f"  # between channel names in a path key (never inside a name)
@@ -93,45 +91,11 @@ def weight_column(model: str) -> str:
 
 
 @dataclass(frozen=True)
-class BackfillSettings:
-    """What the stream's config says about the computation (it must be the stream's own
-    config, or the backfill computes something else)."""
-
-    journey: JourneyConfig
-    models: tuple[str, ...]
-    params: ModelParams
-    period_ms: int
-    link_window_ms: int
-    stage_weights: Mapping[str, float]
-    currency: str
-
-    @classmethod
-    def from_config(cls, config: StreamingJobConfig) -> BackfillSettings:
-        j, a, roi = config.journey, config.attribution, config.roi
-        weights = roi.stage_weights
-        return cls(JourneyConfig(j.lookback_days, j.max_touches, j.winback_days, j.history_days),
-                   a.models, ModelParams(half_life_days=a.half_life_days,
-                                         markov_order=a.markov_order),
-                   int(a.refit_every_s * 1000), int(roi.link_window_days * DAY_MS),
-                   {"new": weights.new, "repeat": weights.repeat,
-                    "winback": weights.winback, "unknown": weights.unknown},
-                   roi.currency)
-
-    @property
-    def per_conversion(self) -> tuple[str, ...]:
-        return tuple(m for m in self.models if m in PER_CONVERSION_MODELS)
-
-    @property
-    def data_driven(self) -> tuple[str, ...]:
-        return tuple(m for m in self.models if m in DATA_DRIVEN_MODELS)
-
-
-@dataclass(frozen=True)
 class BackfillWindow:
     """The days to recompute and the event-time bounds of what they need."""
 
     days: tuple[str, ...]  # sorted YYYY-MM-DD
-    settings: BackfillSettings
+    settings: ComputeSettings
 
     @cached_property
     def day_set(self) -> frozenset[str]:
@@ -149,7 +113,7 @@ class BackfillWindow:
     @property
     def count_until_ms(self) -> int:
         """Journeys closed up to here feed the fits (the end of the last day's period)."""
-        return period_end(self.end_ms, self.settings.period_ms)
+        return period_end(self.end_ms, self.settings.refit_every_ms)
 
     @property
     def claims_from_ms(self) -> int:
@@ -226,7 +190,7 @@ def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.Data
 class _JourneyRows:
     """Column lists of the journeys a window needs."""
 
-    def __init__(self, settings: BackfillSettings, window: BackfillWindow) -> None:
+    def __init__(self, settings: ComputeSettings, window: BackfillWindow) -> None:
         self.settings = settings
         self.window = window
         self.columns: dict[str, list[object]] = {name: [] for name in JOURNEY_COLUMNS}
@@ -258,7 +222,7 @@ class _JourneyRows:
                             else journey.user_id)
         c["converted"].append(isinstance(journey, ConvertedJourney))
         c["close_ts_ms"].append(close)
-        c["period_end_ms"].append(period_end(close, self.settings.period_ms))
+        c["period_end_ms"].append(period_end(close, self.settings.refit_every_ms))
         c["path"].append(PATH_SEPARATOR.join(t.channel for t in touches)
                          if counted or in_days else "")
         c["counted"].append(counted)
@@ -291,7 +255,7 @@ class _JourneyRows:
         return typed(pd.DataFrame(self.columns), JOURNEY_COLUMNS)
 
 
-def closed_journeys(events: pd.DataFrame, settings: BackfillSettings,
+def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
                     window: BackfillWindow) -> pd.DataFrame:
     """The journeys the window needs, of the users in `events` (ordered by SORT_KEY, so
     each user's events are together and in the stream's order)."""
@@ -327,7 +291,7 @@ def closed_journeys(events: pd.DataFrame, settings: BackfillSettings,
     return rows.frame()
 
 
-def journeys_of_batches(batches: Iterable[pd.DataFrame], settings: BackfillSettings,
+def journeys_of_batches(batches: Iterable[pd.DataFrame], settings: ComputeSettings,
                         window: BackfillWindow) -> Iterator[pd.DataFrame]:
     """`closed_journeys` over consecutive batches of one ordered stream of events (Spark's
     Arrow batches of a partition): a user cut by a batch boundary waits for the next."""
@@ -424,7 +388,7 @@ def concat_credits(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return typed(pd.concat(frames, ignore_index=True), CREDIT_COLUMNS)
 
 
-def conversion_credits(conversions: pd.DataFrame, settings: BackfillSettings) -> pd.DataFrame:
+def conversion_credits(conversions: pd.DataFrame, settings: ComputeSettings) -> pd.DataFrame:
     """Credits of converted journeys (rows with touches) under the per-conversion models."""
     if not len(conversions) or not settings.per_conversion:
         return concat_credits([])
@@ -435,7 +399,7 @@ def conversion_credits(conversions: pd.DataFrame, settings: BackfillSettings) ->
                            for model in settings.per_conversion])
 
 
-def data_driven_credits(conversions: pd.DataFrame, settings: BackfillSettings) -> pd.DataFrame:
+def data_driven_credits(conversions: pd.DataFrame, settings: ComputeSettings) -> pd.DataFrame:
     """Credits of converted journeys under the data-driven models, from the weights fitted
     for their period and path (the `w_<model>` columns, see `fit_weights`)."""
     if not len(conversions) or not settings.data_driven:
@@ -467,7 +431,7 @@ def _path_weights(fitted: FittedModels, path: tuple[str, ...],
 
 
 def fit_weights(counts: pd.DataFrame, needed: pd.DataFrame,
-                settings: BackfillSettings) -> pd.DataFrame:
+                settings: ComputeSettings) -> pd.DataFrame:
     """Per (period, path) in `needed`: each data-driven model's per-touch weights, fitted as
     the stream fits them when that period closes -- on the counts of every journey closed
     up to its end (`counts`: period_end_ms, path, conversions, non_conversions)."""

@@ -12,7 +12,6 @@ import pandas as pd
 from pipelines.archive import read_kind
 from pipelines.backfill_frames import (
     SORT_KEY,
-    BackfillSettings,
     BackfillWindow,
     ComputedDays,
     closed_journeys,
@@ -25,6 +24,7 @@ from pipelines.backfill_frames import (
     path_counts,
 )
 from pipelines.backfill_roi import exploded_claims, link_costs
+from udfs.settings import ComputeSettings
 
 CHUNK_ROWS = 200_000  # events per closed_journeys call: bounds the row lists held at once
 
@@ -37,7 +37,7 @@ def read_archive_events(root: Path | str, window: BackfillWindow) -> pd.DataFram
     return events.sort_values(SORT_KEY, kind="stable", ignore_index=True)
 
 
-def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: BackfillSettings,
+def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: ComputeSettings,
                    costs: pd.DataFrame, progress: Callable[[str], None] = print
                    ) -> ComputedDays:
     """Credits and linked GPU cost of the window's days from events in SORT_KEY order."""
@@ -64,7 +64,7 @@ def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: Backf
                         {"events": float(len(events)), "journeys": float(len(journeys))})
 
 
-def compute_from_archive(root: Path | str, window: BackfillWindow, settings: BackfillSettings,
+def compute_from_archive(root: Path | str, window: BackfillWindow, settings: ComputeSettings,
                          costs: pd.DataFrame, progress: Callable[[str], None] = print
                          ) -> ComputedDays:
     return compute_events(read_archive_events(root, window), window, settings, costs, progress)

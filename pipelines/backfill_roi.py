@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from pipelines.archive import DAY_MS, day_of
-from pipelines.backfill_frames import BackfillSettings
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
+from udfs.settings import ComputeSettings
 
 CLAIM_COLUMNS = ["trace_id", "order_id", "conversion_ts_ms"]
 COST_COLUMNS = ["trace_id", "ts_ms", "cost"]
@@ -58,7 +58,7 @@ def first_claims(claims: pd.DataFrame) -> pd.DataFrame:
     return ordered.drop_duplicates("trace_id")[CLAIM_COLUMNS].reset_index(drop=True)
 
 
-def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: BackfillSettings,
+def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSettings,
                days: Collection[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """GPU call costs (trace_id, ts_ms = interval end, cost) -> (compute: day, order_id,
     cost of linked cost by conversion day; unlinked: day, cost), for `days` only."""
@@ -83,7 +83,7 @@ def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: BackfillSett
 
 
 def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
-             unlinked: float, settings: BackfillSettings
+             unlinked: float, settings: ComputeSettings
              ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The roi_daily and roi_unallocated rows of one day (warehouse column order)."""
     if not len(credits) and not len(spend) and not len(compute) and not unlinked:
@@ -91,7 +91,7 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
     result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
                                                           "amount"]],
                      compute[["order_id", "cost"]], settings.models,
-                     dict(settings.stage_weights), unlinked)
+                     settings.stage_weights, unlinked)
     roi = [(r.model, day, r.dimension, r.key, float(r.conversions), float(r.revenue),
             float(r.ad_spend), float(r.compute_cost), None if math.isnan(r.roi) else
             float(r.roi), settings.currency) for r in result.roi.itertuples(index=False)]

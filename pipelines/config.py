@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -16,6 +17,10 @@ import yaml
 
 from pipelines.config_secrets import readable_secret
 from udfs.attribution import validate_models
+from udfs.journeys import DAY_MS, JourneyConfig
+from udfs.lifecycle import STAGES, StageWeights
+from udfs.models import ModelParams
+from udfs.settings import ComputeSettings
 
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "jobs" / "config" / "streaming.yaml"
@@ -69,25 +74,11 @@ class EventTimeConfig:
 
 
 @dataclass(frozen=True)
-class JourneySection:
-    lookback_days: float = 30.0
-    max_touches: int | None = None
-    winback_days: float = 90.0
-    history_days: float = 730.0
-    # an order id seen again within this much event time is a duplicate (null: the lookback)
-    duplicate_order_days: float | None = None
-
-    @property
-    def duplicate_order_ms(self) -> int:
-        return int((self.duplicate_order_days or self.lookback_days) * 86_400_000)
-
-
-@dataclass(frozen=True)
 class AttributionConfig:
     models: tuple[str, ...] = ("last_click", "first_click", "linear", "position_based",
                                "time_decay", "shapley_simplified", "shapley", "markov")
-    half_life_days: float = 7.0
-    markov_order: int = 1
+    half_life_days: float = ModelParams.half_life_days
+    markov_order: int = ModelParams.markov_order
     refit_every_s: float = 86400.0
 
 
@@ -118,14 +109,6 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
-class StageWeights:
-    new: float = 0.6
-    repeat: float = 0.3
-    winback: float = 0.1
-    unknown: float = 0.2
-
-
-@dataclass(frozen=True)
 class RoiConfig:
     currency: str = "USD"
     stage_weights: StageWeights = StageWeights()
@@ -144,7 +127,7 @@ class StreamingJobConfig:
     topics: TopicsConfig = TopicsConfig()
     input: InputConfig = InputConfig()
     event_time: EventTimeConfig = EventTimeConfig()
-    journey: JourneySection = JourneySection()
+    journey: JourneyConfig = JourneyConfig()
     attribution: AttributionConfig = AttributionConfig()
     flink: FlinkConfig = FlinkConfig()
     gpu: GpuConfig = GpuConfig()
@@ -173,25 +156,16 @@ class StreamingJobConfig:
              "must not be negative"),
             (self.event_time.watermark_interval_s > 0, "event_time.watermark_interval_s",
              "must be positive"),
-            (self.journey.lookback_days > 0, "journey.lookback_days", "must be positive"),
-            (self.journey.duplicate_order_days is None or self.journey.duplicate_order_days > 0,
-             "journey.duplicate_order_days", "must be positive or null"),
-            (self.journey.history_days >= self.journey.winback_days, "journey.history_days",
-             "must be at least journey.winback_days"),
             (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
             (self.gpu.emit_every_s > 0, "gpu.emit_every_s", "must be positive"),
             (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",
              "must be at least gpu.nominal_interval_s"),
-            (self.journey.max_touches is None or self.journey.max_touches >= 1,
-             "journey.max_touches", "must be at least 1 or null"),
             (self.attribution.half_life_days > 0, "attribution.half_life_days",
              "must be positive"),
             (self.attribution.markov_order >= 1, "attribution.markov_order",
              "must be at least 1"),
             (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
              "must be at least 1 second"),
-            (all(w >= 0 for w in dataclasses.astuple(self.roi.stage_weights)),
-             "roi.stage_weights", "must not be negative"),
             (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
         ]
@@ -202,6 +176,21 @@ class StreamingJobConfig:
             validate_models(self.attribution.models)
         except ValueError as error:
             raise ConfigError(f"attribution.models: {error}") from None
+        if not self.attribution.models:
+            raise ConfigError("attribution.models must name at least one model")
+        self.computation  # noqa: B018 (built now, so a bad combination fails at load time)
+
+    @cached_property
+    def computation(self) -> ComputeSettings:
+        """What the stream, the backfill and `seedance attribute` compute with."""
+        attribution, roi = self.attribution, self.roi
+        return ComputeSettings(
+            journey=self.journey, models=attribution.models,
+            params=ModelParams(half_life_days=attribution.half_life_days,
+                               markov_order=attribution.markov_order),
+            refit_every_ms=int(attribution.refit_every_s * 1000),
+            stage_weights=roi.stage_weights,
+            link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency)
 
     def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
         """A copy with some keys of one section changed (used by CLI flags and tests)."""
@@ -209,7 +198,15 @@ class StreamingJobConfig:
         return dataclasses.replace(self, **{section: updated})
 
 
+# Sections that, when given, must give every key: half a set of stage weights filled up
+# with defaults (or an empty one read as the defaults) is a mistake nobody would notice.
+_COMPLETE: dict[type, tuple[str, ...]] = {StageWeights: STAGES}
+
+
 def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None and cls in _COMPLETE:
+        raise ConfigError(f"{where[:-1]} is empty; give every one of "
+                          f"{', '.join(_COMPLETE[cls])} (or leave the key out for the defaults)")
     if data is None:
         return cls()
     if not isinstance(data, dict):
@@ -220,6 +217,10 @@ def _build(cls: type, data: Any, where: str) -> Any:
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(where + k for k in unknown)}; "
                           f"known: {', '.join(sorted(known))}")
+    missing = [k for k in _COMPLETE.get(cls, ()) if k not in data]
+    if missing:
+        raise ConfigError(f"{where[:-1]} must give every one of {', '.join(_COMPLETE[cls])}; "
+                          f"missing {', '.join(missing)}")
     values: dict[str, Any] = {}
     for name, raw in data.items():
         hint = hints[name]
@@ -228,7 +229,10 @@ def _build(cls: type, data: Any, where: str) -> Any:
             values[name] = _build(hint, raw, key + ".")
         else:
             values[name] = _coerce(hint, raw, key)
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as error:  # the section's own rules; their messages start with a key
+        raise ConfigError(f"{where}{error}") from None
 
 
 def _coerce(hint: Any, raw: Any, key: str) -> Any:
@@ -243,12 +247,13 @@ def _coerce(hint: Any, raw: Any, key: str) -> Any:
         return raw
     if hint is str:
         return str(raw)
-    if hint is float or hint is int or text.startswith("int"):
+    whole = hint is int or text.startswith("int")
+    if whole or hint is float or text.startswith("float"):
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise ConfigError(f"{key} must be a number, got {raw!r}")
-        if (hint is int or text.startswith("int")) and raw != int(raw):
+        if whole and raw != int(raw):
             raise ConfigError(f"{key} must be a whole number, got {raw!r}")
-        return int(raw) if hint is not float else float(raw)
+        return int(raw) if whole else float(raw)
     if text.startswith("tuple"):
         if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
             raise ConfigError(f"{key} must be a list of names, got {raw!r}")

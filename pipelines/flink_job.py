@@ -73,9 +73,8 @@ from pipelines.otlp_events import (
 )
 from schemas.events import EventColumns, newest, pack, records_of, size, take, unpack
 from schemas.records import Conversion, DeadLetter, Touchpoint
-from udfs.attribution import PER_CONVERSION_MODELS, per_conversion_credit_rows
+from udfs.attribution import per_conversion_credit_rows
 from udfs.data_driven import (
-    DATA_DRIVEN_MODELS,
     PathCounts,
     Period,
     closed_by_period,
@@ -683,21 +682,16 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
                                      config.flink.user_buckets)) \
         .name("decode-otlp").uid("decode-otlp")
-    journey = JourneyConfig(config.journey.lookback_days, config.journey.max_touches,
-                            config.journey.winback_days, config.journey.history_days)
-    attribution = config.attribution
-    params = ModelParams(half_life_days=attribution.half_life_days,
-                         markov_order=attribution.markov_order)
-    refit_ms = int(attribution.refit_every_s * 1000)
-    per_conversion = tuple(m for m in attribution.models if m in PER_CONVERSION_MODELS)
-    data_driven = tuple(m for m in attribution.models if m in DATA_DRIVEN_MODELS)
+    settings = config.computation
+    per_conversion, data_driven = settings.per_conversion, settings.data_driven
+    params = settings.params
     process_mode = config.flink.python_execution_mode == "process"
     attributed = (decoded
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
-                  .process(AttributeJourneys(journey, per_conversion, params,
-                                             refit_ms if data_driven else None, process_mode,
-                                             config.flink.user_buckets,
-                                             config.journey.duplicate_order_ms,
+                  .process(AttributeJourneys(settings.journey, per_conversion, params,
+                                             settings.refit_every_ms if data_driven else None,
+                                             process_mode, config.flink.user_buckets,
+                                             settings.journey.duplicate_order_ms,
                                              config.topics.spans),
                            output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))

@@ -43,6 +43,7 @@ from pipelines import credit_messages, table_messages
 from pipelines.ad_spend import SpendError, parse_message
 from pipelines.config import StreamingJobConfig
 from pipelines.flink_kafka import build_sink, build_source, run_pipeline
+from udfs.lifecycle import StageWeights
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
 DAY_MS = 86_400_000
@@ -182,7 +183,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
     """Per UTC day: its credits, spend, linked and unlinked compute; reported when the
     watermark passes the day, and again whenever input for it arrives later."""
 
-    def __init__(self, models: tuple[str, ...], weights: dict[str, float],
+    def __init__(self, models: tuple[str, ...], weights: StageWeights,
                  retention_ms: int, currency: str) -> None:
         self.models = models
         self.weights = weights
@@ -250,8 +251,10 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                        bootstrap: str) -> None:
     topics, roi = config.topics, config.roi
-    slack_ms = int((config.event_time.max_out_of_orderness_s
-                    + max(config.attribution.refit_every_s, config.gpu.emit_every_s)) * 1000)
+    settings = config.computation
+    # credits arrive up to a refit period behind event time, GPU costs an emit period
+    slack_ms = int(config.event_time.max_out_of_orderness_s * 1000) \
+        + max(settings.credit_lag_ms, int(config.gpu.emit_every_s * 1000))
     idle = Duration.of_millis(int(config.event_time.idleness_s * 1000))
     inputs = [("credit", topics.credits), ("conversion", topics.conversions),
               ("gpu", config.gpu.costs_topic), ("spend", topics.ad_spend)]
@@ -261,7 +264,7 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         raw = env.from_source(build_source(config, bootstrap, topic, "-roi"),
                               WatermarkStrategy.no_watermarks(), f"{kind}-source") \
             .uid(f"roi-source-{kind}")
-        decoded = raw.process(DecodeInputs(kind, topic, roi.currency)) \
+        decoded = raw.process(DecodeInputs(kind, topic, settings.currency)) \
             .name(f"decode-{kind}").uid(f"roi-decode-{kind}")
         decoded_streams.append(decoded)
         timed.append(decoded.assign_timestamps_and_watermarks(
@@ -271,14 +274,12 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     credits, claims, costs, spend = timed
     linked = (claims.union(costs)
               .key_by(lambda item: item[1], key_type=Types.STRING())
-              .process(LinkTraceCosts(int(roi.link_window_days * DAY_MS)))
+              .process(LinkTraceCosts(settings.link_window_ms))
               .name("link-trace-costs").uid("roi-link-trace-costs"))
-    weights = {"new": roi.stage_weights.new, "repeat": roi.stage_weights.repeat,
-               "winback": roi.stage_weights.winback, "unknown": roi.stage_weights.unknown}
     rows = (credits.union(spend, linked)
             .key_by(lambda item: item[1], key_type=Types.STRING())
-            .process(RoiPerDay(config.attribution.models, weights,
-                               int(roi.retention_days * DAY_MS), roi.currency),
+            .process(RoiPerDay(settings.models, settings.stage_weights,
+                               int(roi.retention_days * DAY_MS), settings.currency),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi")) \

@@ -37,7 +37,6 @@ from pipelines.backfill_frames import (
     EVENT_COLUMNS,
     JOURNEY_COLUMNS,
     SORT_KEY,
-    BackfillSettings,
     BackfillWindow,
     ComputedDays,
     concat_credits,
@@ -54,6 +53,7 @@ from pipelines.backfill_roi import CLAIM_COLUMNS, link_costs
 from pipelines.otlp_codec import MAX_FUTURE_S
 from pipelines.paths import jars_home
 from pipelines.py4j_routing import route_by_gateway
+from udfs.settings import ComputeSettings
 
 ARROW_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
 
@@ -194,7 +194,7 @@ def kafka_events(spark: SparkSession, bootstrap: str, topic: str, encoding: str,
 
 # --- transform ---------------------------------------------------------------------------
 
-def journeys_frame(events: DataFrame, settings: BackfillSettings, window: BackfillWindow,
+def journeys_frame(events: DataFrame, settings: ComputeSettings, window: BackfillWindow,
                    partitions: int) -> DataFrame:
     """The journeys the window needs (JOURNEY_COLUMNS): each user's events in one
     partition, in the stream's order, through the journey step."""
@@ -208,7 +208,7 @@ def journeys_frame(events: DataFrame, settings: BackfillSettings, window: Backfi
 
 
 def fitted_weights(spark: SparkSession, journeys: DataFrame, conversions: DataFrame,
-                   settings: BackfillSettings, progress: Callable[[str], None]) -> DataFrame:
+                   settings: ComputeSettings, progress: Callable[[str], None]) -> DataFrame:
     """The data-driven weights (period_end_ms, path, w_<model>) of the paths converting on
     the window's days, each fitted on the counts of every journey closed by the end of its
     period. The counts are small: summed in Spark, collected, broadcast; the periods are
@@ -236,7 +236,7 @@ def fitted_weights(spark: SparkSession, journeys: DataFrame, conversions: DataFr
         .groupBy("fit_group").applyInPandas(fit, schema)
 
 
-def credits_frame(spark: SparkSession, journeys: DataFrame, settings: BackfillSettings,
+def credits_frame(spark: SparkSession, journeys: DataFrame, settings: ComputeSettings,
                   progress: Callable[[str], None]) -> DataFrame:
     """Credit rows (CREDIT_COLUMNS) of the conversions on the window's days."""
     conversions = journeys.where(F.col("in_days"))
@@ -268,7 +268,7 @@ def claims_of_costs(spark: SparkSession, journeys: DataFrame,
 # --- run -----------------------------------------------------------------------------------
 
 def compute(spark: SparkSession, events: DataFrame, window: BackfillWindow,
-            settings: BackfillSettings, costs: pd.DataFrame, work_dir: str,
+            settings: ComputeSettings, costs: pd.DataFrame, work_dir: str,
             progress: Callable[[str], None] = print) -> ComputedDays:
     """Compute the window's credits (staged in `work_dir`) and linked GPU cost."""
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)

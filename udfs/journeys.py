@@ -29,15 +29,23 @@ class JourneyConfig:
     max_touches: int | None = None  # keep only the last N touches of a journey
     winback_days: float = 90.0  # previous order older than this: a winback, else a repeat
     history_days: float = 730.0  # how long a user's last order is remembered
+    # an order id seen again within this much event time is a duplicate (None: the lookback)
+    duplicate_order_days: float | None = None
 
     def __post_init__(self) -> None:
-        if self.lookback_days <= 0:
+        # messages name the field: the job config reads its `journey` section into this class
+        if not self.lookback_days > 0:
             raise ValueError(f"lookback_days must be positive, got {self.lookback_days}")
         if self.max_touches is not None and self.max_touches < 1:
-            raise ValueError(f"max_touches must be at least 1, got {self.max_touches}")
+            raise ValueError(f"max_touches must be at least 1 or null, got {self.max_touches}")
+        if not self.winback_days > 0:
+            raise ValueError(f"winback_days must be positive, got {self.winback_days}")
         if self.history_days < self.winback_days:
             raise ValueError("history_days must be at least winback_days, or winbacks would "
                              "look like new customers")
+        if self.duplicate_order_days is not None and not self.duplicate_order_days > 0:
+            raise ValueError("duplicate_order_days must be positive or null, got "
+                             f"{self.duplicate_order_days}")
 
     # read for every event: computed once (a frozen dataclass still lets cached_property
     # fill the instance dict)
@@ -48,6 +56,10 @@ class JourneyConfig:
     @cached_property
     def history_ms(self) -> int:
         return int(self.history_days * DAY_MS)
+
+    @property
+    def duplicate_order_ms(self) -> int:
+        return int((self.duplicate_order_days or self.lookback_days) * DAY_MS)
 
     @cached_property
     def lifecycle(self) -> LifecycleConfig:

@@ -8,34 +8,60 @@ steer how costs are shared between conversions (see udfs/roi.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 STAGES = ("new", "repeat", "winback", "unknown")
-DEFAULT_WEIGHTS = {"new": 0.6, "repeat": 0.3, "winback": 0.1, "unknown": 0.2}
 DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True)
+class StageWeights:
+    """How much a conversion of each stage weighs when costs are shared (udfs/roi.py).
+
+    The one place their defaults and their rules live: the job config's `roi.stage_weights`
+    is read into this class, so what the YAML says is checked here too."""
+
+    new: float = 0.6
+    repeat: float = 0.3
+    winback: float = 0.1
+    unknown: float = 0.2
+
+    def __post_init__(self) -> None:
+        for stage, weight in self.as_mapping().items():
+            if isinstance(weight, bool) or not isinstance(weight, int | float) \
+                    or not math.isfinite(weight) or weight < 0:
+                raise ValueError(f"{stage} must be a non-negative number, got {weight!r}")
+
+    def as_mapping(self) -> dict[str, float]:
+        return {stage: getattr(self, stage) for stage in STAGES}
+
+    @classmethod
+    def of(cls, weights: Mapping[str, float]) -> StageWeights:
+        """From a mapping that must name every stage, and nothing else."""
+        missing = [s for s in STAGES if s not in weights]
+        unknown = [str(s) for s in weights if s not in STAGES]
+        if missing or unknown:
+            raise ValueError(f"stage weights need exactly {', '.join(STAGES)}"
+                             + (f"; missing {', '.join(missing)}" if missing else "")
+                             + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+        return cls(**{stage: weights[stage] for stage in STAGES})
+
+
+DEFAULT_WEIGHTS = StageWeights().as_mapping()
 
 
 @dataclass(frozen=True)
 class LifecycleConfig:
     winback_days: float = 90.0
-    weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
 
     def __post_init__(self) -> None:
-        if self.winback_days <= 0:
+        if not self.winback_days > 0:
             raise ValueError(f"winback_days must be positive, got {self.winback_days}")
-        missing = [s for s in STAGES if s not in self.weights]
-        unknown = [s for s in self.weights if s not in STAGES]
-        if missing or unknown:
-            raise ValueError(f"stage weights need exactly {', '.join(STAGES)}"
-                             + (f"; missing {', '.join(missing)}" if missing else "")
-                             + (f"; unknown {', '.join(unknown)}" if unknown else ""))
-        negative = [s for s, w in self.weights.items() if not w >= 0]
-        if negative:
-            raise ValueError(f"stage weights must be non-negative numbers: {', '.join(negative)}")
 
 
 def stage_of(user_id: str, previous_order_ms: int | None, order_ms: int,

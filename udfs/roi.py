@@ -15,13 +15,13 @@ Pure pandas: the Flink ROI job and the Spark backfill call `day_roi` on a day's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from udfs.lifecycle import DEFAULT_WEIGHTS
+from udfs.lifecycle import StageWeights
 
 CREDIT_COLUMNS = ["model", "order_id", "touch_index", "channel", "campaign", "stage", "credit",
                   "revenue"]
@@ -52,11 +52,11 @@ def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -
 
 
 def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
-            models: Sequence[str], stage_weights: Mapping[str, float] | None = None,
+            models: Sequence[str], stage_weights: StageWeights,
             unlinked_compute: float = 0.0) -> DayRoi:
     """ROI rows of one day from its credit rows, its spend rows and per-order compute
     (`models`: every model the day is reported for, credited or not)."""
-    weights = dict(stage_weights or DEFAULT_WEIGHTS)
+    weights = stage_weights.as_mapping()
     # frames built from rows (possibly none) carry no dtypes: make the numbers numbers
     credits = credits[CREDIT_COLUMNS].reset_index(drop=True) \
         .astype({"credit": float, "revenue": float, "touch_index": int})

@@ -23,6 +23,7 @@ from pipelines.config import AttributionConfig
 from pipelines.generator import plan_events
 from pipelines.warehouse import CREDIT_COLUMNS, ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
 from tests.reference import reference_credits
+from udfs.lifecycle import StageWeights
 from udfs.roi import day_roi
 
 RECONCILIATION_DDL = (Path(__file__).resolve().parents[2] / "schemas" / "sql"
@@ -100,7 +101,7 @@ def _roi_rows(credit_rows: list[tuple], spend: list[tuple], compute: dict[str, f
         orders = credits.order_id.unique()
         day_compute = pd.DataFrame({"order_id": orders, "cost": [compute[o] for o in orders]})
         result = day_roi(credits, spend_frame[spend_frame.day == day], day_compute, models,
-                         unlinked_compute=round(rng.uniform(0.0, 2.0), 4))
+                         StageWeights(), unlinked_compute=round(rng.uniform(0.0, 2.0), 4))
         for r in result.roi.itertuples(index=False):
             roi.append((r.model, day, r.dimension, r.key, float(r.conversions),
                         float(r.revenue), float(r.ad_spend), float(r.compute_cost),

@@ -14,7 +14,6 @@ from pipelines.archive import DAY_MS, tables_by_date, write_tables
 from pipelines.backfill_frames import (
     EVENT_COLUMNS,
     SORT_KEY,
-    BackfillSettings,
     BackfillWindow,
     closed_journeys,
     fit_weights,
@@ -52,7 +51,7 @@ def test_single_process_credits_equal_the_streams_batch_reference(tmp_path):
     plan = plan_events(300, seed=21)
     archive_plan(plan, tmp_path)
     config = load_config().replace("attribution", refit_every_s=86_400.0)
-    settings = BackfillSettings.from_config(config)
+    settings = config.computation
     window = BackfillWindow(all_days(date(2026, 10, 1), 46), settings)
     computed = compute_from_archive(tmp_path, window, settings, NO_COSTS, progress=print)
     got = pd.concat([computed.credits_of(day) for day in window.days])
@@ -77,7 +76,7 @@ def test_a_sub_range_gives_the_same_rows_as_the_whole(tmp_path, models):
     config = load_config().replace("attribution", refit_every_s=6 * 3600.0)
     if models:
         config = config.replace("attribution", models=models)
-    settings = BackfillSettings.from_config(config)
+    settings = config.computation
     days = all_days(date(2026, 10, 1), 46)
     whole = compute_from_archive(tmp_path, BackfillWindow(days, settings), settings, NO_COSTS,
                                  progress=print)
@@ -95,7 +94,7 @@ def test_a_sub_range_gives_the_same_rows_as_the_whole(tmp_path, models):
 
 def test_journeys_do_not_depend_on_batch_boundaries(tmp_path):
     archive_plan(plan_events(60, seed=3), tmp_path)
-    settings = BackfillSettings.from_config(load_config())
+    settings = load_config().computation
     window = BackfillWindow(all_days(date(2026, 10, 5), 30), settings)
     events = read_archive_events(tmp_path, window)
     whole = closed_journeys(events, settings, window)
@@ -123,7 +122,7 @@ D1 = int(datetime(2026, 10, 20, tzinfo=UTC).timestamp() * 1000)
 def test_an_order_history_older_than_history_days_is_forgotten_as_in_the_stream():
     config = load_config().replace("journey", winback_days=90.0, history_days=100.0) \
         .replace("attribution", models=("last_click",))
-    settings = BackfillSettings.from_config(config)
+    settings = config.computation
     window = BackfillWindow(("2026-10-20",), settings)
     history = settings.journey.history_ms
     journeys = closed_journeys(events(
@@ -140,7 +139,7 @@ def test_an_order_history_older_than_history_days_is_forgotten_as_in_the_stream(
 
 def test_the_window_reads_only_what_its_days_need():
     config = load_config().replace("attribution", models=("last_click", "linear"))
-    settings = BackfillSettings.from_config(config)
+    settings = config.computation
     window = BackfillWindow(("2026-10-20", "2026-10-21"), settings)
     link, lookback = settings.link_window_ms, settings.journey.lookback_ms
     assert window.end_ms == D1 + 2 * DAY_MS - 1
@@ -148,12 +147,12 @@ def test_the_window_reads_only_what_its_days_need():
     assert window.conversions_from_ms == D1 - settings.journey.history_ms - DAY_MS
     assert window.events_until_ms == window.end_ms + link
     # the data-driven models learn from every journey since the stream began
-    everything = BackfillWindow(window.days, BackfillSettings.from_config(load_config()))
+    everything = BackfillWindow(window.days, load_config().computation)
     assert everything.touches_from_ms is None and everything.conversions_from_ms is None
 
 
 def test_gpu_cost_goes_to_the_claiming_conversion_within_the_link_window():
-    settings = BackfillSettings.from_config(load_config())
+    settings = load_config().computation
     window = settings.link_window_ms
     claims = pd.DataFrame({"trace_id": ["t1", "t2", "t2"], "order_id": ["o1", "o2", "o0"],
                            "conversion_ts_ms": [D1 + 10, D1 + 20, D1 - 5 * DAY_MS]})
@@ -171,8 +170,8 @@ def test_gpu_cost_goes_to_the_claiming_conversion_within_the_link_window():
 
 
 def test_a_day_without_input_has_no_roi_rows_and_spend_alone_is_unallocated():
-    settings = BackfillSettings.from_config(load_config().replace(
-        "attribution", models=("last_click", "linear")))
+    settings = (load_config().replace(
+        "attribution", models=("last_click", "linear"))).computation
     no_credits = compute_events(events(), BackfillWindow(("2026-10-20",), settings), settings,
                                 NO_COSTS, progress=print).credits_of("2026-10-20")
     spend = pd.DataFrame({"platform": ["meta"], "account": ["1"], "campaign": ["c"],
@@ -188,7 +187,7 @@ def test_a_day_without_input_has_no_roi_rows_and_spend_alone_is_unallocated():
 
 @pytest.mark.parametrize("models", [("last_click",), ("markov", "shapley")])
 def test_a_conversion_without_touches_goes_to_unattributed(models):
-    settings = BackfillSettings.from_config(load_config().replace("attribution", models=models))
+    settings = (load_config().replace("attribution", models=models)).computation
     window = BackfillWindow(("2026-10-20",), settings)
     computed = compute_events(events(("u", D1 + 5, "order", "o1")), window, settings,
                               NO_COSTS, progress=print)
@@ -199,8 +198,8 @@ def test_a_conversion_without_touches_goes_to_unattributed(models):
 
 def test_fits_of_a_later_group_of_periods_start_from_the_same_cumulative_counts(tmp_path):
     archive_plan(plan_events(150, seed=8), tmp_path)
-    settings = BackfillSettings.from_config(
-        load_config().replace("attribution", refit_every_s=12 * 3600.0))
+    settings = (
+        load_config().replace("attribution", refit_every_s=12 * 3600.0)).computation
     window = BackfillWindow(all_days(date(2026, 10, 1), 46), settings)
     journeys = closed_journeys(read_archive_events(tmp_path, window), settings, window)
     counts = path_counts(journeys)
@@ -218,7 +217,7 @@ def test_fits_of_a_later_group_of_periods_start_from_the_same_cumulative_counts(
 def test_frames_of_no_rows_keep_types_arrow_can_convert():
     import pyarrow as pa
 
-    settings = BackfillSettings.from_config(load_config())
+    settings = load_config().computation
     empty = closed_journeys(events(), settings, BackfillWindow(("2026-10-20",), settings))
     assert len(empty) == 0
     pa.Array.from_pandas(empty.trace_ids, type=pa.list_(pa.string()))

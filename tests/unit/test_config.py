@@ -58,3 +58,40 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(tmp_path / "nope.yaml")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(write(tmp_path, "journey: [\n"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("roi:\n  stage_weights: {}\n", "roi.stage_weights must give every one of new, repeat, "
+                                    "winback, unknown; missing new, repeat, winback, unknown"),
+    ("roi:\n  stage_weights:\n", "roi.stage_weights is empty"),
+    ("roi:\n  stage_weights: {new: 1, repeat: 1, winback: 1}\n",
+     "roi.stage_weights must give every one of .*; missing unknown"),
+    ("roi:\n  stage_weights: {new: -0.5, repeat: 1, winback: 1, unknown: 1}\n",
+     r"roi.stage_weights.new must be a non-negative number, got -0.5"),
+    ("roi:\n  stage_weights: {new: 1, repeat: 1, winback: 1, unknown: 1, loyal: 1}\n",
+     r"unknown key\(s\) roi.stage_weights.loyal"),
+    ("journey:\n  lookback_days: 0\n", "journey.lookback_days must be positive"),
+    ("journey:\n  duplicate_order_days: -1\n", "journey.duplicate_order_days must be positive"),
+    ("journey:\n  winback_days: 100\n  history_days: 50\n",
+     "journey.history_days must be at least winback_days"),
+])
+def test_invalid_computation_settings_name_their_key(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_one_settings_value_carries_what_the_yaml_says(tmp_path):
+    config = load_config(write(tmp_path, (
+        "journey: {lookback_days: 7, max_touches: 3, duplicate_order_days: 2.5}\n"
+        "attribution: {models: [linear, markov], half_life_days: 2, refit_every_s: 3600}\n"
+        "roi: {stage_weights: {new: 1, repeat: 0.5, winback: 0.25, unknown: 0}}\n")))
+    settings = config.computation
+    assert settings.journey.lookback_ms == 7 * 86_400_000 and settings.journey.max_touches == 3
+    assert settings.journey.duplicate_order_ms == int(2.5 * 86_400_000)
+    assert (settings.per_conversion, settings.data_driven) == (("linear",), ("markov",))
+    assert (settings.params.half_life_days, settings.refit_every_ms) == (2.0, 3_600_000)
+    assert settings.stage_weights.as_mapping() == {"new": 1.0, "repeat": 0.5,
+                                                   "winback": 0.25, "unknown": 0.0}
+    assert settings.credit_lag_ms == 3_600_000  # the ROI job waits a refit period for credits
+    with pytest.raises(AttributeError):
+        settings.models = ("linear",)  # frozen: every engine gets the same value

@@ -4,7 +4,7 @@
 import pandas as pd
 import pytest
 
-from udfs.lifecycle import DAY_MS, LifecycleConfig, stage_of, stages_of_orders
+from udfs.lifecycle import DAY_MS, LifecycleConfig, StageWeights, stage_of, stages_of_orders
 
 
 def test_stage_rules():
@@ -22,10 +22,16 @@ def test_vectorised_stages_match_the_rule_in_any_row_order():
     assert got.tolist() == ["new", "new", "repeat", "winback", "unknown", "repeat"]
 
 
-def test_config_is_validated():
+def test_weights_are_validated():
     with pytest.raises(ValueError, match="missing winback"):
-        LifecycleConfig(weights={"new": 1, "repeat": 1, "unknown": 1})
-    with pytest.raises(ValueError, match="non-negative"):
-        LifecycleConfig(weights={"new": -1, "repeat": 1, "winback": 1, "unknown": 1})
+        StageWeights.of({"new": 1, "repeat": 1, "unknown": 1})
+    with pytest.raises(ValueError, match="unknown loyal"):
+        StageWeights.of({"new": 1, "repeat": 1, "winback": 1, "unknown": 1, "loyal": 1})
+    with pytest.raises(ValueError, match="new must be a non-negative number"):
+        StageWeights.of({"new": -1, "repeat": 1, "winback": 1, "unknown": 1})
+    with pytest.raises(ValueError, match="repeat must be a non-negative number"):
+        StageWeights(repeat=float("nan"))
+    with pytest.raises(ValueError, match="winback_days must be positive"):
+        LifecycleConfig(winback_days=0)
 
 

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from udfs.lifecycle import StageWeights
 from udfs.roi import CREDIT_COLUMNS, day_roi, with_withdrawn
 
 ROWS = [
@@ -33,7 +34,8 @@ def row(result, model, dimension, key):
 
 
 def test_hand_computed_day():
-    result = day_roi(CREDITS, SPEND, COMPUTE, ["last_click", "linear"], unlinked_compute=1.0)
+    result = day_roi(CREDITS, SPEND, COMPUTE, ["last_click", "linear"], StageWeights(),
+                     unlinked_compute=1.0)
     # last click: c1's 90 split new 0.6 : repeat 0.3 -> 60 / 30; c2 credited nothing
     search = row(result, "last_click", "channel", "search")
     assert (search.revenue, search.ad_spend, search.compute_cost) == pytest.approx(
@@ -54,14 +56,14 @@ def test_hand_computed_day():
 
 def test_a_day_without_conversions_leaves_everything_unallocated():
     no_rows = pd.DataFrame([], columns=CREDIT_COLUMNS)  # untyped, as built from no rows
-    result = day_roi(no_rows, SPEND, COMPUTE, ["markov"])
+    result = day_roi(no_rows, SPEND, COMPUTE, ["markov"], StageWeights())
     assert result.roi.empty
     assert result.unallocated.amount.sum() == pytest.approx(107.0)
 
 
 def test_zero_stage_weights_fall_back_to_credit():
     result = day_roi(CREDITS, SPEND, COMPUTE, ["linear"],
-                     {"new": 0.0, "repeat": 0.0, "winback": 0.0, "unknown": 0.0})
+                     StageWeights(0.0, 0.0, 0.0, 0.0))
     assert row(result, "linear", "channel", "search").ad_spend == pytest.approx(90 * 0.5 / 1.5)
 
 
@@ -82,7 +84,8 @@ def test_allocated_plus_unallocated_is_what_came_in(touches, spend, compute):
     spend_frame = pd.DataFrame([("p", "a", f"c{c}", a) for c, a in spend],
                                columns=["platform", "account", "campaign", "amount"])
     compute_frame = pd.DataFrame([(f"o{o}", c) for o, c in compute], columns=["order_id", "cost"])
-    result = day_roi(credits, spend_frame, compute_frame, ["m"], unlinked_compute=0.5)
+    result = day_roi(credits, spend_frame, compute_frame, ["m"], StageWeights(),
+                     unlinked_compute=0.5)
     channels = result.roi[result.roi.dimension == "channel"]
     spent_in = sum(a for _, a in spend)
     spent = channels.ad_spend.sum() + result.unallocated.query("kind == 'ad_spend'").amount.sum()

@@ -1,0 +1,58 @@
+"""What is computed, as one frozen value: the settings every engine takes.
+
+The stream (pipelines/flink), the backfill (Spark or pandas) and `seedance attribute` all
+compute with a `ComputeSettings`, built in one place from the job config's YAML
+(`StreamingJobConfig.computation`), so the three cannot disagree on lookback, models,
+refit period or stage weights. Its parts validate themselves; this class checks how they
+fit together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from udfs.attribution import PER_CONVERSION_MODELS
+from udfs.data_driven import DATA_DRIVEN_MODELS
+from udfs.journeys import DAY_MS, JourneyConfig
+from udfs.lifecycle import StageWeights
+from udfs.models import ModelParams, validate_models
+
+
+@dataclass(frozen=True)
+class ComputeSettings:
+    journey: JourneyConfig  # lookback, max touches, lifecycle windows, duplicate horizon
+    models: tuple[str, ...]  # reported models, in the order given
+    params: ModelParams  # time_decay's half-life, markov order
+    refit_every_ms: int  # the data-driven models are refitted when such a period closes
+    stage_weights: StageWeights  # how costs are shared between lifecycle stages
+    link_window_ms: int  # how far apart an order and the GPU calls it paid for may lie
+    currency: str  # of revenue, spend and compute in the ROI rows
+
+    def __post_init__(self) -> None:
+        validate_models(self.models)
+        if not self.models:
+            raise ValueError("models must name at least one model")
+        if self.refit_every_ms < 1000:
+            raise ValueError(f"the refit period must be at least 1 s, got {self.refit_every_ms} ms")
+        if self.link_window_ms <= 0:
+            raise ValueError(f"the link window must be positive, got {self.link_window_ms} ms")
+
+    @property
+    def per_conversion(self) -> tuple[str, ...]:
+        """The models that weigh each conversion's journey on its own."""
+        return tuple(m for m in self.models if m in PER_CONVERSION_MODELS)
+
+    @property
+    def data_driven(self) -> tuple[str, ...]:
+        """The models fitted on the counts of many journeys, once per refit period."""
+        return tuple(m for m in self.models if m in DATA_DRIVEN_MODELS)
+
+    @property
+    def credit_lag_ms(self) -> int:
+        """How far behind event time a conversion's credits can appear: a data-driven
+        model's credits wait for the refit at the end of the conversion's period. Whoever
+        waits for credits (the ROI job's watermark) waits this long."""
+        return self.refit_every_ms if self.data_driven else 0
+
+
+__all__ = ["DAY_MS", "ComputeSettings"]
