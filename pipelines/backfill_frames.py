@@ -4,8 +4,8 @@ The Spark job calls these functions per partition (mapInPandas) and the single-p
 engine calls them on all the data, so both compute exactly what the Flink jobs compute,
 with the same udfs/ functions:
 
-events -> closed journeys per user (`udfs.journeys.step`, with the stream's expiry of the
-          order history) -> credits of the days being recomputed: per-conversion models
+events -> closed journeys (the stream's own `udfs.journey_book.JourneyBook`, advanced to
+          the end of time at once) -> credits of the days being recomputed: per-conversion models
           (`udfs.models.touch_weights` on one JourneyTable of many conversions) and the
           data-driven ones (the weights `udfs.data_driven.PathCounts` fits when a refit
           period closes, on the counts of every journey closed up to then).
@@ -29,17 +29,13 @@ import pandas as pd
 
 from pipelines.archive import DAY_MS, day_of, day_start_ms
 from pipelines.otlp_codec import decode_spans
+from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
 from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
 from udfs.data_driven import FittedModels, PathCounts, period_end
+from udfs.journey_book import JourneyBook
+from udfs.journey_columns import JourneyTouches
 from udfs.journey_table import JourneyTable
-from udfs.journeys import (
-    ClosedJourney,
-    ConvertedJourney,
-    JourneyState,
-    close_stale,
-    expire,
-    step,
-)
+from udfs.journeys import ConvertedJourney
 from udfs.models import touch_weights
 from udfs.settings import ComputeSettings
 
@@ -187,108 +183,94 @@ def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.Data
 
 # --- journeys ----------------------------------------------------------------------------
 
-class _JourneyRows:
-    """Column lists of the journeys a window needs."""
+def _event_columns(events: pd.DataFrame) -> EventColumns:
+    """A frame of EVENT_COLUMNS as the stream's event batch (each kind in frame order)."""
+    is_order = events.is_conversion.to_numpy(bool)
+    touches, orders = events[~is_order], events[is_order]
 
-    def __init__(self, settings: ComputeSettings, window: BackfillWindow) -> None:
-        self.settings = settings
-        self.window = window
-        self.columns: dict[str, list[object]] = {name: [] for name in JOURNEY_COLUMNS}
-        self._days: dict[int, str] = {}
+    def text(frame: pd.DataFrame, column: str) -> np.ndarray:
+        return object_array(frame[column].tolist())
 
-    def _day(self, ts_ms: int) -> str:
-        key = ts_ms // DAY_MS
-        if key not in self._days:
-            self._days[key] = day_of(ts_ms)
-        return self._days[key]
+    return EventColumns(
+        TouchColumns(text(touches, "user_id"), touches.ts_ms.to_numpy(np.int64),
+                     text(touches, "channel"), text(touches, "campaign"),
+                     text(touches, "trace_id"), object_array([""] * len(touches))),
+        OrderColumns(text(orders, "user_id"), orders.ts_ms.to_numpy(np.int64),
+                     text(orders, "order_id"), orders.revenue.to_numpy(np.float64),
+                     text(orders, "currency"), text(orders, "trace_id"),
+                     object_array([""] * len(orders))))
 
-    def add(self, journey: ClosedJourney) -> None:
-        window = self.window
-        touches = journey.touches
-        if isinstance(journey, ConvertedJourney):
-            conversion = journey.conversion
-            close = conversion.ts_ms
-            day = self._day(close)
-            in_days = day in window.day_set
-            claims = window.claims_from_ms <= close <= window.claims_until_ms
-        else:
-            close = journey.close_ts_ms
-            day, in_days, claims = "", False, False
-        counted = bool(self.settings.data_driven) and close <= window.count_until_ms
-        if not (in_days or claims or counted):
-            return
-        c = self.columns
-        c["user_id"].append(journey.conversion.user_id if isinstance(journey, ConvertedJourney)
-                            else journey.user_id)
-        c["converted"].append(isinstance(journey, ConvertedJourney))
-        c["close_ts_ms"].append(close)
-        c["period_end_ms"].append(period_end(close, self.settings.refit_every_ms))
-        c["path"].append(PATH_SEPARATOR.join(t.channel for t in touches)
-                         if counted or in_days else "")
-        c["counted"].append(counted)
-        c["in_days"].append(in_days)
-        c["claims"].append(claims)
-        if isinstance(journey, ConvertedJourney):
-            conversion = journey.conversion
-            c["order_id"].append(conversion.order_id)
-            c["conversion_ts_ms"].append(conversion.ts_ms)
-            c["revenue"].append(conversion.revenue)
-            c["currency"].append(conversion.currency)
-            c["stage"].append(journey.stage)
-            # as the stream's conversions topic lists them (pipelines.flink_job)
-            c["trace_ids"].append(list(dict.fromkeys(
-                t for t in (conversion.trace_id, *(x.trace_id for x in touches)) if t))
-                if claims else [])
-        else:
-            c["order_id"].append("")
-            c["conversion_ts_ms"].append(close)
-            c["revenue"].append(0.0)
-            c["currency"].append("")
-            c["stage"].append("")
-            c["trace_ids"].append([])
-        c["day"].append(day)
-        c["touch_ts"].append([t.ts_ms for t in touches] if in_days else [])
-        c["touch_channel"].append([t.channel for t in touches] if in_days else [])
-        c["touch_campaign"].append([t.campaign for t in touches] if in_days else [])
 
-    def frame(self) -> pd.DataFrame:
-        return typed(pd.DataFrame(self.columns), JOURNEY_COLUMNS)
+def _lists(values: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> list[list[object]]:
+    """Per journey the slice of `values` its offsets cut, or [] where `keep` is False."""
+    bounds, flat = offsets.tolist(), values.tolist()
+    return [flat[bounds[i]:bounds[i + 1]] if wanted else []
+            for i, wanted in enumerate(keep.tolist())]
+
+
+def _journey_rows(user_id: np.ndarray, close: np.ndarray, touches: JourneyTouches,
+                  settings: ComputeSettings, counted: np.ndarray, in_days: np.ndarray,
+                  claims: np.ndarray) -> dict[str, object]:
+    """The columns every journey row has, converted or not."""
+    with_path = counted | in_days
+    return {"user_id": user_id, "close_ts_ms": close,
+            "period_end_ms": period_end(close, settings.refit_every_ms),
+            "path": [PATH_SEPARATOR.join(path)  # type: ignore[arg-type]
+                     for path in _lists(touches.channel, touches.offsets, with_path)],
+            "counted": counted, "in_days": in_days, "claims": claims,
+            "touch_ts": _lists(touches.ts_ms, touches.offsets, in_days),
+            "touch_channel": _lists(touches.channel, touches.offsets, in_days),
+            "touch_campaign": _lists(touches.campaign, touches.offsets, in_days)}
 
 
 def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
                     window: BackfillWindow) -> pd.DataFrame:
     """The journeys the window needs, of the users in `events` (ordered by SORT_KEY, so
-    each user's events are together and in the stream's order)."""
-    config = settings.journey
-    rows = _JourneyRows(settings, window)
-    users = events.user_id.tolist()
-    ts = events.ts_ms.tolist()
-    is_conversion = events.is_conversion.tolist()
-    channel, campaign = events.channel.tolist(), events.campaign.tolist()
-    order_id, revenue = events.order_id.tolist(), events.revenue.tolist()
-    currency, trace_id = events.currency.tolist(), events.trace_id.tolist()
-    current: str | None = None
-    state = JourneyState()
-    for i, user in enumerate(users):
-        if user != current:
-            if current is not None:
-                for journey in close_stale(state, FAR_FUTURE_MS, config)[1]:
-                    rows.add(journey)
-            current, state = user, JourneyState()
-        event: Touchpoint | Conversion = (
-            Conversion(user, ts[i], order_id[i], revenue[i], currency[i], trace_id[i], "")
-            if is_conversion[i] else
-            Touchpoint(user, ts[i], channel[i], campaign[i], trace_id[i], ""))
-        # The stream forgets a user's last order history_days after it (expire, on its
-        # timers), so a much later order is `new` again; the same rule, before each event.
-        state = expire(state, ts[i] - 1, config)
-        state, closed = step(state, event, config)
-        for journey in closed:
-            rows.add(journey)
-    if current is not None:
-        for journey in close_stale(state, FAR_FUTURE_MS, config)[1]:
-            rows.add(journey)
-    return rows.frame()
+    each user's events are together and in the stream's order).
+
+    The stream's own journey book does the work: every event added at once, then one
+    advance to the end of time closes every journey, as the stream closes them whatever
+    its batching (udfs/journey_book.py)."""
+    book = JourneyBook(settings.journey)
+    book.add(_event_columns(events), np.iinfo(np.int64).min)  # nothing is late
+    closed = book.advance(FAR_FUTURE_MS).closed
+    data_driven = bool(settings.data_driven)
+
+    converted = closed.converted
+    close = converted.ts_ms
+    keys, at = np.unique(close // DAY_MS, return_inverse=True)
+    days = object_array([day_of(key * DAY_MS) for key in keys.tolist()])[at]
+    in_days = np.isin(days, np.asarray(window.days, dtype=object))
+    claims = (window.claims_from_ms <= close) & (close <= window.claims_until_ms)
+    counted = np.full(len(close), data_driven) & (close <= window.count_until_ms)
+    wanted = in_days | claims | counted
+    converted, days = converted.select(wanted), days[wanted]
+    in_days, claims, counted = in_days[wanted], claims[wanted], counted[wanted]
+    touches = converted.touches
+    trace_lists = _lists(touches.trace_id, touches.offsets, claims)
+    conv = pd.DataFrame({
+        **_journey_rows(converted.user_id, converted.ts_ms, touches, settings, counted,
+                        in_days, claims),
+        "converted": True, "order_id": converted.order_id,
+        "conversion_ts_ms": converted.ts_ms, "revenue": converted.revenue,
+        "currency": converted.currency, "stage": converted.stage, "day": days,
+        # as the stream's conversions topic lists them (pipelines.flink_job)
+        "trace_ids": [list(dict.fromkeys(t for t in (own, *traces) if t)) if claim else []
+                      for own, traces, claim in zip(converted.trace_id.tolist(), trace_lists,
+                                                    claims.tolist(), strict=True)]})
+
+    lapsed = closed.lapsed
+    counted = np.full(len(lapsed), data_driven) & (lapsed.close_ts_ms <= window.count_until_ms)
+    close = lapsed.close_ts_ms[counted]
+    nothing = np.zeros(len(close), bool)
+    gone = pd.DataFrame({
+        **_journey_rows(lapsed.user_id[counted], close, lapsed.touches.select(counted),
+                        settings, ~nothing, nothing, nothing),
+        "converted": False, "order_id": "", "conversion_ts_ms": close, "revenue": 0.0,
+        "currency": "", "stage": "", "day": "", "trace_ids": [[] for _ in close]})
+    frame = pd.concat([conv, gone], ignore_index=True)
+    return typed(frame.sort_values(["user_id", "close_ts_ms", "converted"], kind="stable",
+                                   ignore_index=True), JOURNEY_COLUMNS)
 
 
 def journeys_of_batches(batches: Iterable[pd.DataFrame], settings: ComputeSettings,

@@ -102,6 +102,12 @@ def step_users(user: np.ndarray, ts: np.ndarray, is_order: np.ndarray, seq: np.n
         repeat = order_users[1:] == order_users[:-1]
         previous = previous.copy()
         previous[1:][repeat] = t[order_rows[:-1]][repeat]
+    # an order more than the history (+ 1 ms, when the stream's timer expires it) before
+    # this one is forgotten, whether or not an advance between the two expired it
+    forgotten = (previous != NONE) & (t[order_rows] - np.maximum(previous, 0)
+                                      > config.history_ms + 1)
+    if forgotten.any():
+        previous = np.where(forgotten, NONE, previous)
 
     users = u[first[users_last_run]] if n else np.zeros(0, u.dtype)
     last_order = np.full(len(users), NONE, np.int64)

@@ -151,6 +151,10 @@ def _order_journey(touches: list[Touchpoint], last_order_ts_ms: int | None,
         else [t for t in touches if window_start <= t.ts_ms <= order.ts_ms]
     if config.max_touches is not None:
         kept = kept[-config.max_touches:]
+    if last_order_ts_ms is not None and order.ts_ms - last_order_ts_ms > config.history_ms + 1:
+        # forgotten (the user is new again): the stream's timer at last order + history
+        # + 1 ms expires it before any order after that millisecond
+        last_order_ts_ms = None
     return _new(ConvertedJourney, (order, tuple(kept), stage_of(
         order.user_id, last_order_ts_ms, order.ts_ms, config.lifecycle)))
 
