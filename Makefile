@@ -12,10 +12,12 @@ demo: setup
 
 test: setup-dev
 	@.venv/bin/ruff check .
+	@.venv/bin/mypy
 	@.venv/bin/python -m pytest
 
 lint: setup-dev
 	@.venv/bin/ruff check .
+	@.venv/bin/mypy
 	@.venv/bin/ruff format --check .
 
 clean:

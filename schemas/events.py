@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -102,7 +102,10 @@ def events_of(records: Iterable[Touchpoint | Conversion]) -> EventColumns:
     touches: list[Touchpoint] = []
     orders: list[Conversion] = []
     for record in records:
-        (orders if type(record) is Conversion else touches).append(record)
+        if type(record) is Conversion:
+            orders.append(record)
+        else:
+            touches.append(record)
     return EventColumns(touch_columns(touches), order_columns(orders))
 
 
@@ -115,12 +118,15 @@ def records_of(events: EventColumns) -> list[Touchpoint | Conversion]:
     return [*touches, *orders]
 
 
-def take(columns: TouchColumns | OrderColumns, index: np.ndarray | slice):
+_Columns = TypeVar("_Columns", TouchColumns, OrderColumns)
+
+
+def take(columns: _Columns, index: np.ndarray | slice) -> _Columns:
     """The rows `index` selects (a mask, positions or a slice), as the same type."""
     return type(columns)(*(column[index] for column in columns))
 
 
-def concat(parts: Sequence[TouchColumns | OrderColumns]):
+def concat(parts: Sequence[_Columns]) -> _Columns:
     """Rows of several tables of one kind, one after the other."""
     if len(parts) == 1:
         return parts[0]
@@ -138,7 +144,7 @@ EMPTY = EventColumns(touch_columns([]), order_columns([]))
 _SEPARATOR = "\x00"
 
 
-def _pack_column(column: np.ndarray) -> object:
+def _pack_column(column: np.ndarray) -> bytes | str | list[str]:
     if column.dtype != object:
         return column.tobytes()
     values = column.tolist()
@@ -148,7 +154,7 @@ def _pack_column(column: np.ndarray) -> object:
     return text
 
 
-def _unpack_column(packed: object, dtype: type, rows: int) -> np.ndarray:
+def _unpack_column(packed: bytes | str | list[str], dtype: type, rows: int) -> np.ndarray:
     if isinstance(packed, bytes):
         return np.frombuffer(packed, dtype)
     if not rows:

@@ -6,9 +6,11 @@ Python operators in Flink, and plain tuples for pandas/Spark.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, final
 
 
+# final: the journey code tells the two apart with `type(x) is ...` (exact type, no subclass)
+@final
 class Touchpoint(NamedTuple):
     """A marketing touch: a user met a channel (and maybe a campaign) at ts_ms."""
 
@@ -20,6 +22,7 @@ class Touchpoint(NamedTuple):
     span_id: str
 
 
+@final
 class Conversion(NamedTuple):
     """An order: the user converted at ts_ms for revenue in currency."""
 

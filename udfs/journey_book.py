@@ -457,7 +457,7 @@ class JourneyBook:
         self.wake[involved] = self._wake_of(involved)
         gone = involved[self.wake[involved] == NEVER]
         for row in gone.tolist():
-            del self.users[self.names[row]]  # type: ignore[arg-type]
+            del self.users[self.names[row]]
             self.names[row] = None
         self._next_wake = int(self.wake.min()) if len(self.wake) else NEVER
         return ClosedJourneys(converted, lapsed)

@@ -82,8 +82,9 @@ def from_flat_paths(steps: np.ndarray, lengths: np.ndarray, conversions: Sequenc
 
 
 def from_coded_paths(channels: tuple[str, ...], codes: np.ndarray, lengths: np.ndarray,
-                     conversions: Sequence[float], non_conversions: Sequence[float],
-                     revenue: Sequence[float]) -> JourneyTable:
+                     conversions: Sequence[float] | np.ndarray,
+                     non_conversions: Sequence[float] | np.ndarray,
+                     revenue: Sequence[float] | np.ndarray) -> JourneyTable:
     """Path summaries whose steps are codes into `channels` (sorted names, as `_codes`
     gives them)."""
     return JourneyTable(
