@@ -1,6 +1,7 @@
 """The attribution job's operators (decode -> journeys by bucket -> data-driven fit) driven
-in one process the way Flink drives them: keyed state in pickling stand-ins, event-time
-timers fired as the watermark passes them, a checkpoint a deep copy of every key's state.
+in one process the way Flink drives them (tests.flink_fakes): keyed state in pickling
+stand-ins, event-time timers fired as the watermark passes them, a checkpoint a deep copy
+of every key's state.
 Their credits must be the batch reference's, with a restore anywhere in the stream and
 from state an earlier version stored."""
 
@@ -11,7 +12,7 @@ import copy
 import json
 import math
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -36,8 +37,8 @@ from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from pipelines.kafka_frame import NO_TIME, frame, newest_start_ms
 from schemas.events import records_of
 from schemas.records import Touchpoint
+from tests.flink_fakes import Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
-from tests.unit.test_fit_operator import Backend, Named
 from udfs.attribution import PER_CONVERSION_MODELS
 from udfs.data_driven import DATA_DRIVEN_MODELS
 from udfs.journey_book import JourneyBook
@@ -51,36 +52,13 @@ DATA_DRIVEN = DATA_DRIVEN_MODELS
 REFIT_MS = 6 * 3600 * 1000
 
 
-class Timers:
-    def __init__(self, job: Job, key: int) -> None:
-        self.job, self.key = job, key
-
-    def current_watermark(self) -> int:
-        return self.job.watermark
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        self.job.timers.add((timestamp, self.key))
-
-
-class Context:
-    def __init__(self, job: Job, key: int) -> None:
-        self.timers = Timers(job, key)
-        self.key = key
-
-    def timer_service(self) -> Timers:
-        return self.timers
-
-    def get_current_key(self) -> int:
-        return self.key
-
-
 class Job:
     """One parallel instance of each operator, reading one partition; a checkpoint is
-    (keyed backends, watermark, timers). The source's part is played as the job's source
-    plays it (io.seedance.flink.FramedOtlpDeserializer, whose reference is
-    pipelines.kafka_frame): each message framed with its partition's newest event time
-    before it, and the watermark that time minus the allowed lateness; neither is kept in
-    a checkpoint (the source reader keeps them in memory)."""
+    each operator's keyed state and timers (the watermark with them). The source's part
+    is played as the job's source plays it (io.seedance.flink.FramedOtlpDeserializer,
+    whose reference is pipelines.kafka_frame): each message framed with its partition's
+    newest event time before it, and the watermark that time minus the allowed lateness;
+    neither is kept in a checkpoint (the source reader keeps them in memory)."""
 
     def __init__(self, state: dict[str, Any] | None = None) -> None:
         self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS)
@@ -88,15 +66,15 @@ class Job:
                                            REFIT_MS, process_mode=False, buckets=BUCKETS)
         self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams())
         state = copy.deepcopy(state) if state else {}
-        self.backends: dict[int, Backend] = state.get("backends", {})
-        self.fit_backend: Backend = state.get("fit_backend", Backend())
+        self.store: StateStore = state.get("store", StateStore())  # keyed by bucket
+        self.fit_state: KeyState = state.get("fit_state", KeyState())  # one key
+        # both operators' watermark is the job's (the timers' watermark)
+        self.timers: Timers = state.get("timers", Timers())
+        self.fit_timers: Timers = state.get("fit_timers", Timers())
         self.partition_newest = NO_TIME
         self.offset = 0
-        self.watermark = state.get("watermark", -2**63)
-        self.timers: set[tuple[int, int]] = state.get("timers", set())
-        self.fit_timers: set[tuple[int, int]] = state.get("fit_timers", set())
-        self.attribute.open(_Switch(self, None))  # type: ignore[arg-type]
-        self.fit.open(self.fit_backend)  # type: ignore[arg-type]
+        self.attributing = Harness(self.attribute, self.store, self.timers)
+        self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
         self.credits: list[dict[str, Any]] = []
         self.conversions = 0
         self.late = 0
@@ -105,12 +83,8 @@ class Job:
         self.counts = [0] * len(COUNTS)
 
     def checkpoint(self) -> dict[str, Any]:
-        return copy.deepcopy({"backends": self.backends, "fit_backend": self.fit_backend,
-                              "watermark": self.watermark,
+        return copy.deepcopy({"store": self.store, "fit_state": self.fit_state,
                               "timers": self.timers, "fit_timers": self.fit_timers})
-
-    def backend(self, key: int) -> Backend:
-        return self.backends.setdefault(key, Backend())
 
     def feed(self, message: bytes | None) -> None:
         event_time = newest_start_ms(message, 2**62)
@@ -126,33 +100,31 @@ class Job:
                 self.counts = [a + b for a, b in zip(self.counts, out[1], strict=True)]
             else:
                 bucket, _, _ = out
-                self.current = bucket
-                self._collect(self.attribute.process_element(out, Context(self, bucket)))
+                self._collect(self.attributing.process(out, key=bucket))
         if self.partition_newest != NO_TIME:
             self.advance(self.partition_newest - SLACK_MS - 1)
 
     def advance(self, watermark: int) -> None:
         """The watermark moves on: every timer at or before it fires, in time order."""
-        self.watermark = max(self.watermark, watermark)
+        self.timers.watermark = self.fit_timers.watermark = max(self.timers.watermark,
+                                                                 watermark)
         while True:
-            due = sorted(t for t in self.timers if t[0] <= self.watermark)
-            fit_due = sorted(t for t in self.fit_timers if t[0] <= self.watermark)
+            due, fit_due = self.timers.due(), self.fit_timers.due()
             if not due and not fit_due:
                 return
             for timer in due:
-                self.timers.discard(timer)
-                self.current = timer[1]
-                self._collect(self.attribute.on_timer(timer[0], Context(self, timer[1])))
+                self.timers.registered.discard(timer)
+                self._collect(self.attributing.on_timer(*timer))
             for timer in fit_due:
-                self.fit_timers.discard(timer)
-                self._collect_fit(self.fit.on_timer(timer[0], _FitContext(self)))
+                self.fit_timers.registered.discard(timer)
+                self._collect_fit(self.fitting.on_timer(*timer))
 
-    def _collect(self, outputs: Iterator[Any]) -> None:
+    def _collect(self, outputs: Iterable[Any]) -> None:
         for out in outputs:
             if isinstance(out, tuple):
                 tag, value = out
                 if tag is CLOSED_JOURNEYS:
-                    self.fit.process_element(value, _FitContext(self))
+                    self.fitting.process(value)
                 elif tag is CONVERSIONS:
                     self.conversions += 1
                 elif tag is LATE_EVENTS:
@@ -164,50 +136,9 @@ class Job:
                 continue
             self.credits += credit_messages.decode(out)
 
-    def _collect_fit(self, outputs: Iterator[str]) -> None:
+    def _collect_fit(self, outputs: Iterable[str]) -> None:
         for out in outputs:
             self.credits += credit_messages.decode(out)
-
-
-class _Switch:
-    """A runtime context whose states are those of the key being processed."""
-
-    def __init__(self, job: Job, _: Any) -> None:
-        self.job = job
-
-    def get_map_state(self, descriptor: Any) -> Any:
-        return _KeyedState(self.job, descriptor, "get_map_state")
-
-    def get_state(self, descriptor: Any) -> Any:
-        return _KeyedState(self.job, descriptor, "get_state")
-
-
-class _KeyedState:
-    def __init__(self, job: Job, descriptor: Any, kind: str) -> None:
-        self.job, self.descriptor, self.kind = job, descriptor, kind
-
-    def __getattr__(self, name: str) -> Any:
-        state = getattr(self.job.backend(self.job.current), self.kind)(self.descriptor)
-        return getattr(state, name)
-
-
-class _FitTimers:
-    def __init__(self, job: Job) -> None:
-        self.job = job
-
-    def current_watermark(self) -> int:
-        return self.job.watermark
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        self.job.fit_timers.add((timestamp, 0))
-
-
-class _FitContext:
-    def __init__(self, job: Job) -> None:
-        self.timers = _FitTimers(job)
-
-    def timer_service(self) -> _FitTimers:
-        return self.timers
 
 
 @pytest.fixture(scope="module")
@@ -273,17 +204,17 @@ def test_journey_state_an_earlier_version_stored_is_read_and_moved(stream):
     at = len(messages) // 2
     first = run(Job(), messages[:at])
     state = first.checkpoint()
-    for bucket, backend in state["backends"].items():
+    for bucket, backend in state["store"].by_key.items():
         legacy_form(backend, first.attribute.books[bucket])
     rest = finish(run(Job(state), messages[at:]))
     assert keyed(first.credits + rest.credits) == keyed(whole)
-    for backend in rest.backends.values():
+    for backend in rest.store.by_key.values():
         assert backend.get_state(Named("progress")).value() is None
         assert backend.get_map_state(Named("users")).stored == {}
         assert backend.get_state(Named("book-progress")).value() is not None
 
 
-def legacy_form(backend: Backend, book: JourneyBook) -> None:
+def legacy_form(backend: KeyState, book: JourneyBook) -> None:
     """Rewrites one key's journey state as an earlier version kept it."""
     snapshot = book.snapshot()
     channels, campaigns = snapshot.channels, snapshot.campaigns

@@ -1,7 +1,7 @@
 """The data-driven fit operator's state, with in-memory stand-ins for Flink's keyed state
-that pickle what they store (as Flink does): stopping and restoring between refits, or
-restoring counts an earlier version kept as one value, must give the credits of one
-uninterrupted run."""
+that pickle what they store, as Flink does (tests.flink_fakes): stopping and restoring
+between refits, or restoring counts an earlier version kept as one value, must give the
+credits of one uninterrupted run."""
 
 from __future__ import annotations
 
@@ -13,115 +13,13 @@ from typing import Any
 from pipelines.flink_job import FitDataDrivenModels
 from pipelines.journey_wire import period_from_wire, periods_to_wire
 from schemas.records import Conversion, Touchpoint
+from tests.flink_fakes import Harness, KeyState, Named, Timers
 from udfs.data_driven import period_end
 from udfs.journeys import ClosedJourney, ConvertedJourney, NonConvertingJourney
 from udfs.models import ModelParams
 
 PERIOD_MS = 3_600_000
 MODELS = ("shapley", "markov")
-
-
-class StoredMap:
-    def __init__(self) -> None:
-        self.stored: dict[Any, bytes] = {}
-
-    def put_all(self, values: dict[Any, Any]) -> None:
-        self.stored.update({key: pickle.dumps(value) for key, value in values.items()})
-
-    def values(self) -> list[Any]:
-        return [pickle.loads(value) for value in self.stored.values()]
-
-    def keys(self) -> list[Any]:
-        return list(self.stored)
-
-    def items(self) -> list[tuple[Any, Any]]:
-        return [(key, pickle.loads(value)) for key, value in self.stored.items()]
-
-    def clear(self) -> None:
-        self.stored.clear()
-
-    def get(self, key: Any) -> Any:
-        return pickle.loads(self.stored[key])
-
-    def remove(self, key: Any) -> None:
-        del self.stored[key]
-
-
-class StoredValue:
-    def __init__(self) -> None:
-        self.stored: bytes | None = None
-
-    def value(self) -> Any:
-        return None if self.stored is None else pickle.loads(self.stored)
-
-    def update(self, value: Any) -> None:
-        self.stored = pickle.dumps(value)
-
-    def clear(self) -> None:
-        self.stored = None
-
-
-class StoredList:
-    def __init__(self) -> None:
-        self.stored: list[bytes] = []
-
-    def add(self, value: Any) -> None:
-        self.stored.append(pickle.dumps(value))
-
-    def get(self) -> list[Any]:
-        return [pickle.loads(value) for value in self.stored]
-
-    def update(self, values: list[Any]) -> None:
-        self.stored = [pickle.dumps(value) for value in values]
-
-    def clear(self) -> None:
-        self.stored = []
-
-
-class Backend:
-    """One key's state, by name; what a checkpoint would hold is a deep copy of it."""
-
-    def __init__(self) -> None:
-        self.states: dict[str, Any] = {}
-
-    def _get(self, descriptor: Any, kind: type) -> Any:
-        return self.states.setdefault(descriptor.name, kind())
-
-    def get_map_state(self, descriptor: Any) -> StoredMap:
-        return self._get(descriptor, StoredMap)
-
-    def get_state(self, descriptor: Any) -> StoredValue:
-        return self._get(descriptor, StoredValue)
-
-    def get_list_state(self, descriptor: Any) -> StoredList:
-        return self._get(descriptor, StoredList)
-
-
-class Named:
-    """A state descriptor: only its name matters here."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class Timers:
-    def __init__(self) -> None:
-        self.watermark = -2**63
-        self.registered: set[int] = set()
-
-    def current_watermark(self) -> int:
-        return self.watermark
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        self.registered.add(timestamp)
-
-
-class Context:
-    def __init__(self, timers: Timers) -> None:
-        self.timers = timers
-
-    def timer_service(self) -> Timers:
-        return self.timers
 
 
 def closed_journeys(seed: int, periods: int) -> list[list[ClosedJourney]]:
@@ -154,29 +52,28 @@ def wire_of(journeys: list[ClosedJourney]) -> list[Any]:
     return [period_from_wire(period) for period in legacy_wire_of(journeys)]
 
 
-def run(operator: FitDataDrivenModels, backend: Backend, periods: list[list[ClosedJourney]],
+def run(operator: FitDataDrivenModels, backend: KeyState, periods: list[list[ClosedJourney]],
         timers: Timers, settle: bool = True) -> list[str]:
     """Each period's journeys in two arrivals, then (with `settle`) the watermark moved
     to the period's end."""
-    operator.open(backend)  # type: ignore[arg-type]
-    ctx = Context(timers)
+    harness = Harness(operator, backend, timers)
     out: list[str] = []
     for journeys in periods:
         half = len(journeys) // 2
         for part in (journeys[:half], journeys[half:]):
-            operator.process_element(pickle.dumps(wire_of(part)), ctx)  # type: ignore[arg-type]
+            harness.process(pickle.dumps(wire_of(part)))
         if settle:
             end = wire_of(journeys)[0][0]
             timers.watermark = end
-            out += operator.on_timer(end, ctx)  # type: ignore[arg-type]
+            out += harness.on_timer(end)
     return out
 
 
-def settle_all(operator: FitDataDrivenModels, backend: Backend, timers: Timers) -> list[str]:
+def settle_all(operator: FitDataDrivenModels, backend: KeyState, timers: Timers) -> list[str]:
     """A restored operator, the watermark moved past every pending period."""
-    operator.open(backend)  # type: ignore[arg-type]
-    timers.watermark = max(timers.registered)
-    return list(operator.on_timer(timers.watermark, Context(timers)))  # type: ignore[arg-type]
+    harness = Harness(operator, backend, timers)
+    timers.watermark = timers.latest()
+    return harness.on_timer(timers.watermark)
 
 
 def operator() -> FitDataDrivenModels:
@@ -185,10 +82,10 @@ def operator() -> FitDataDrivenModels:
 
 def test_a_restore_between_refits_gives_the_credits_of_an_uninterrupted_run():
     periods = closed_journeys(3, 8)
-    whole = run(operator(), Backend(), periods, Timers())
+    whole = run(operator(), KeyState(), periods, Timers())
     assert len(whole) >= 8  # every period credits some conversions
 
-    backend, timers = Backend(), Timers()
+    backend, timers = KeyState(), Timers()
     first = run(operator(), backend, periods[:5], timers)
     checkpoint = copy.deepcopy(backend)
     rest = run(operator(), checkpoint, periods[5:], timers)
@@ -200,11 +97,11 @@ def test_a_restore_between_refits_gives_the_credits_of_an_uninterrupted_run():
 
 def test_counts_stored_as_one_value_by_an_earlier_version_move_into_the_map():
     periods = closed_journeys(5, 6)
-    whole = run(operator(), Backend(), periods, Timers())
+    whole = run(operator(), KeyState(), periods, Timers())
 
     before, timers = operator(), Timers()
-    first = run(before, Backend(), periods[:3], timers)
-    legacy = Backend()
+    first = run(before, KeyState(), periods[:3], timers)
+    legacy = KeyState()
     assert before.path_counts is not None
     legacy.get_state(Named("path-counts")).update(before.path_counts.counts)
     rest = run(operator(), legacy, periods[3:], timers)
@@ -217,9 +114,9 @@ def test_counts_stored_as_one_value_by_an_earlier_version_move_into_the_map():
 
 def test_periods_pending_at_a_restore_are_settled_as_if_uninterrupted():
     periods = closed_journeys(11, 7)
-    whole = run(operator(), Backend(), periods, Timers())
+    whole = run(operator(), KeyState(), periods, Timers())
 
-    backend, timers = Backend(), Timers()
+    backend, timers = KeyState(), Timers()
     first = run(operator(), backend, periods[:4], timers)
     run(operator(), backend, periods[4:], timers, settle=False)  # three periods pending
     assert len(backend.states["pending-periods"].stored) == 6
@@ -229,16 +126,16 @@ def test_periods_pending_at_a_restore_are_settled_as_if_uninterrupted():
 
 def test_periods_pending_in_the_list_an_earlier_version_kept_move_into_the_map():
     periods = closed_journeys(13, 5)
-    whole = run(operator(), Backend(), periods, Timers())
+    whole = run(operator(), KeyState(), periods, Timers())
 
-    backend, timers = Backend(), Timers()
+    backend, timers = KeyState(), Timers()
     first = run(operator(), backend, periods[:2], timers)
     legacy = copy.deepcopy(backend)
     for journeys in periods[2:]:  # as the earlier version stored them: one list entry each
         for part in (journeys[:len(journeys) // 2], journeys[len(journeys) // 2:]):
             for period in legacy_wire_of(part):
                 legacy.get_list_state(Named("closed-journeys")).add(period)
-                timers.registered.add(period[0])
+                timers.register(period[0])
     rest = settle_all(operator(), legacy, timers)
     assert first + rest == whole
     assert legacy.states["closed-journeys"].get() == []
@@ -247,16 +144,16 @@ def test_periods_pending_in_the_list_an_earlier_version_kept_move_into_the_map()
 
 def test_pending_entries_in_the_form_an_earlier_version_stored_are_settled_the_same():
     periods = closed_journeys(17, 5)
-    whole = run(operator(), Backend(), periods, Timers())
+    whole = run(operator(), KeyState(), periods, Timers())
 
-    backend, timers = Backend(), Timers()
+    backend, timers = KeyState(), Timers()
     first = run(operator(), backend, periods[:2], timers)
     legacy = copy.deepcopy(backend)
     pending = legacy.get_map_state(Named("pending-periods"))
     for number, journeys in enumerate(periods[2:]):
         for period in legacy_wire_of(journeys):
             pending.put_all({f"{period[0]}:{number}": period})
-            timers.registered.add(period[0])
+            timers.register(period[0])
     rest = settle_all(operator(), legacy, timers)
     assert first + rest == whole
     assert pending.stored == {}
