@@ -32,8 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import require_peers  # noqa: E402
 
 from jobs.attribute import AttributeRequest, run  # noqa: E402
+from pipelines.config import load_config  # noqa: E402
 from udfs.journey_table import from_paths  # noqa: E402
 from udfs.models import touch_weights  # noqa: E402
+from udfs.settings import ComputeSettings  # noqa: E402
+
+SETTINGS = load_config().computation  # the shipped job config's, as `seedance attribute`
+
+
+def models_of(models: tuple[str, ...]) -> ComputeSettings:
+    return replace(SETTINGS, models=models)
 
 OUR_MODELS = ("last_click", "first_click", "linear", "position_based", "shapley",
               "shapley_simplified", "markov")
@@ -67,12 +75,14 @@ def timed(fn):
 def ours(csv: Path, out_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
     """End-to-end seconds per model (file to result), and the model step alone."""
     times, model_only = {}, {}
-    base = AttributeRequest(input=csv, out=out_dir / "out.parquet", format="paths")
+    base = AttributeRequest(input=csv, out=out_dir / "out.parquet", settings=SETTINGS,
+                            format="paths")
     for model in OUR_MODELS:
-        times[model], (_, stats) = timed(lambda m=model: run(replace(base, models=(m,))))
+        times[model], (_, stats) = timed(
+            lambda m=model: run(replace(base, settings=models_of((m,)))))
         model_only[model] = float(stats["models_s"])
     times["all models, one run"], (_, stats) = timed(
-        lambda: run(replace(base, models=OUR_MODELS)))
+        lambda: run(replace(base, settings=models_of(OUR_MODELS))))
     model_only["all models, one run"] = float(stats["models_s"])
     return times, model_only
 
@@ -126,7 +136,7 @@ def removal_effects_side_by_side(csv: Path, workdir: Path) -> None:
                                var_null="total_null", out_more=True, verbose=0,
                                flg_pro=False)
         result, stats = run(AttributeRequest(input=csv, out=workdir / "re.parquet",
-                                             format="paths", models=("markov",)))
+                                             format="paths", settings=models_of(("markov",))))
     ours_re = stats["info"]["markov"].removal_effects  # type: ignore[index]
     peer_re = dict(zip(peer["removal_effects"].channel_name,
                        peer["removal_effects"].iloc[:, 1], strict=True))
@@ -191,7 +201,8 @@ def main() -> None:
             subset_csv = workdir / f"paths-{channels}-subset.csv"
             subset.to_csv(subset_csv, index=False)
             ours_subset, _ = timed(lambda p=subset_csv: run(AttributeRequest(
-                input=p, out=workdir / "o.parquet", format="paths", models=("shapley",))))
+                input=p, out=workdir / "o.parquet", format="paths",
+                settings=models_of(("shapley",)))))
         else:
             ours_subset = times["shapley"]
         mta_s = mta_shapley(subset_csv)

@@ -16,6 +16,7 @@ from jobs.attribute import InputError
 from pipelines.config import ENV_VARS, ConfigError, StreamingJobConfig, load_config
 from pipelines.local_stack import LocalKafka, StackError
 from pipelines.paths import state_home
+from udfs.settings import ComputeSettings
 
 
 class CliError(RuntimeError):
@@ -274,24 +275,47 @@ def cmd_spend(args: argparse.Namespace) -> int:
     return 0
 
 
+def attribute_settings(args: argparse.Namespace) -> ComputeSettings:
+    """The job config's settings (`--config`, else the shipped defaults), with what the
+    flags change; a flag left out keeps the config's value."""
+    import dataclasses
+
+    settings = load_config(Path(args.config) if args.config else None).computation
+    journey = settings.journey
+    if args.lookback_days is not None or args.max_touches is not None:
+        journey = dataclasses.replace(
+            journey, **({"lookback_days": args.lookback_days}
+                        if args.lookback_days is not None else {}),
+            **({"max_touches": args.max_touches} if args.max_touches is not None else {}))
+    params = dataclasses.replace(settings.params, **{
+        name: value for name, value in (
+            ("half_life_days", args.half_life_days), ("markov_order", args.markov_order),
+            ("shapley_permutations", args.shapley_permutations), ("seed", args.seed))
+        if value is not None})
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip()) if args.models \
+        else settings.models
+    try:
+        return dataclasses.replace(settings, journey=journey, params=params, models=models)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def cmd_attribute(args: argparse.Namespace) -> int:
     from jobs.attribute import AttributeRequest, run
-    from udfs.models import ModelParams
 
     out = Path(args.out)
     request = AttributeRequest(
-        input=Path(args.input), out=out, format=args.format,
-        models=tuple(m.strip() for m in args.models.split(",") if m.strip()),
-        by_campaign=args.by == "campaign", lookback_days=args.lookback_days,
-        max_touches=args.max_touches, transform=args.transform,
-        params=ModelParams(half_life_days=args.half_life_days, markov_order=args.markov_order,
-                           shapley_permutations=args.shapley_permutations, seed=args.seed),
+        input=Path(args.input), out=out, settings=attribute_settings(args), format=args.format,
+        by_campaign=args.by == "campaign", transform=args.transform,
         skip_invalid=args.skip_invalid,
-        rejects=Path(args.rejects) if args.rejects else out.with_name(out.stem + ".rejects.csv"))
+        rejects=Path(args.rejects) if args.rejects else out.with_name(out.stem + ".rejects.csv"),
+        credits_out=Path(args.credits) if args.credits else None)
     result, stats = run(request)
     print(f"{stats['journeys']:,} journeys, {stats['touches']:,} touches, "
           f"{stats['conversions']:,.0f} conversions; loaded in {stats['load_s']:.1f}s, "
           f"models in {stats['models_s']:.1f}s")
+    if request.credits_out is not None:
+        print(f"credit rows written to {request.credits_out}")
     if stats["rejected_rows"]:
         print(f"{stats['rejected_rows']} invalid rows set aside in {request.rejects}")
     for model, info in stats["info"].items():  # type: ignore[attr-defined]
@@ -378,19 +402,25 @@ def build_parser() -> argparse.ArgumentParser:
     attr.add_argument("--format", choices=["events", "paths"], default="events",
                       help="events: user_id,timestamp,channel,campaign,event_type,revenue,"
                            "order_id; paths: path,conversions,non_conversions,revenue")
-    attr.add_argument("--models", default="last_click,first_click,linear,position_based,"
-                      "time_decay,shapley,shapley_simplified,markov")
+    attr.add_argument("--config", help="the streaming job's YAML: compute with its settings "
+                      "(journey rules, models, refit period), as the stream and the backfill "
+                      "do; default: the shipped jobs/config/streaming.yaml. The flags below "
+                      "change single values of it")
+    attr.add_argument("--models", help="comma-separated (default: the config's models)")
     attr.add_argument("--out", required=True, help="result file, .csv or .parquet")
+    attr.add_argument("--credits", metavar="FILE",
+                      help="events input: also write every credit row (.csv or .parquet), "
+                           "the rows the stream writes to its credits topic")
     attr.add_argument("--by", choices=["channel", "campaign"], default="channel")
-    attr.add_argument("--lookback-days", type=float, default=30.0)
-    attr.add_argument("--max-touches", type=int, default=None)
+    attr.add_argument("--lookback-days", type=float, help="default: the config's")
+    attr.add_argument("--max-touches", type=int, help="default: the config's")
     attr.add_argument("--transform", choices=["none", "collapse", "drop_repeats", "unique"],
-                      default="none", help="path rewrite before the models run")
-    attr.add_argument("--half-life-days", type=float, default=7.0, help="time_decay")
-    attr.add_argument("--markov-order", type=int, default=1)
-    attr.add_argument("--shapley-permutations", type=int, default=2000,
-                      help="samples per channel set above 16 channels")
-    attr.add_argument("--seed", type=int, default=0)
+                      default="none", help="paths input: path rewrite before the models run")
+    attr.add_argument("--half-life-days", type=float, help="time_decay (default: the config's)")
+    attr.add_argument("--markov-order", type=int, help="default: the config's")
+    attr.add_argument("--shapley-permutations", type=int,
+                      help="samples per channel set above 16 channels (default 2000)")
+    attr.add_argument("--seed", type=int, help="of the Shapley sampling (default 0)")
     attr.add_argument("--skip-invalid", action="store_true",
                       help="set invalid rows aside in a rejects file instead of stopping")
     attr.add_argument("--rejects", help="rejects file (default: <out>.rejects.csv)")

@@ -37,10 +37,11 @@ def read_archive_events(root: Path | str, window: BackfillWindow) -> pd.DataFram
     return events.sort_values(SORT_KEY, kind="stable", ignore_index=True)
 
 
-def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: ComputeSettings,
-                   costs: pd.DataFrame, progress: Callable[[str], None] = print
-                   ) -> ComputedDays:
-    """Credits and linked GPU cost of the window's days from events in SORT_KEY order."""
+def credits_of_events(events: pd.DataFrame, window: BackfillWindow, settings: ComputeSettings,
+                      progress: Callable[[str], None] = print
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The credits of the window's days and the journeys they came from, from events in
+    SORT_KEY order (`seedance attribute --format events` runs this too)."""
     chunks = (events.iloc[start:start + CHUNK_ROWS]
               for start in range(0, len(events), CHUNK_ROWS))
     frames = list(journeys_of_batches(chunks, settings, window))
@@ -56,7 +57,14 @@ def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: Compu
                  "refit periods")
         credits.append(data_driven_credits(
             conversions.merge(weights, on=["period_end_ms", "path"]), settings))
-    all_credits = concat_credits(credits)
+    return concat_credits(credits), journeys
+
+
+def compute_events(events: pd.DataFrame, window: BackfillWindow, settings: ComputeSettings,
+                   costs: pd.DataFrame, progress: Callable[[str], None] = print
+                   ) -> ComputedDays:
+    """Credits and linked GPU cost of the window's days from events in SORT_KEY order."""
+    all_credits, journeys = credits_of_events(events, window, settings, progress)
     by_day = {day: frame for day, frame in all_credits.groupby("day", sort=False)}
     empty = all_credits.iloc[:0]
     compute, unlinked = link_costs(costs, exploded_claims(journeys), settings, window.days)

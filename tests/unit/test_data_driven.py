@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from schemas.records import Conversion, Touchpoint
 from udfs import models
 from udfs.data_driven import credit_by_period, period_end
-from udfs.journey_table import from_events
+from udfs.journey_table import from_paths
 from udfs.journeys import (
     DAY_MS,
     ConvertedJourney,
@@ -91,8 +90,11 @@ def test_one_period_over_everything_equals_the_batch_models():
     closed = [j for events in events_by_user.values() for j in closed_journeys_of(events, config)]
     assert any(isinstance(j, NonConvertingJourney) for j in closed)
     stream = credit_by_period(closed, ["shapley", "markov"], EVER)
-    table = from_events(pd.DataFrame(rows, columns=["user_id", "ts_ms", "is_conversion",
-                                                    "channel", "campaign", "revenue"]), 30)
+    # the same journeys as one batch of path summaries, fitted once
+    converted = [isinstance(j, ConvertedJourney) for j in closed]
+    table = from_paths([[t.channel for t in j.touches] for j in closed],
+                       [float(c) for c in converted], [float(not c) for c in converted],
+                       [20.0 if c else 0.0 for c in converted])
     batch, _ = models.attribute(table, ("shapley", "markov"))
     for model in ("shapley", "markov"):
         got: dict[str, float] = {}

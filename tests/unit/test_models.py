@@ -11,10 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.records import Conversion, Touchpoint
 from udfs import markov, shapley
-from udfs.journey_table import apply_transform, from_events, from_paths
-from udfs.journeys import ConvertedJourney, JourneyConfig, closed_journeys_of
+from udfs.journey_table import JourneyTable, apply_transform, from_paths
 from udfs.models import MODELS, ModelParams, attribute, touch_weights
 
 DAY_MS = 86_400_000
@@ -58,11 +56,13 @@ def test_rule_based_weights():
 
 
 def test_time_decay_halves_per_half_life():
-    events = pd.DataFrame({
-        "user_id": ["u"] * 3, "ts_ms": [0, 7 * DAY_MS, 14 * DAY_MS],
-        "is_conversion": [False, False, True], "channel": ["a", "b", ""],
-        "campaign": [""] * 3, "revenue": [0, 0, 10.0]})
-    weights = touch_weights(from_events(events), "time_decay", ModelParams(half_life_days=7))
+    # touches a and b 14 and 7 days before the conversion
+    table = JourneyTable(channels=("a", "b"), campaigns=("",), offsets=np.array([0, 2]),
+                         touch_channel=np.array([0, 1]), touch_campaign=np.array([0, 0]),
+                         touch_ts=np.array([0, 7 * DAY_MS]), conversions=np.ones(1),
+                         non_conversions=np.zeros(1), revenue=np.array([10.0]),
+                         conversion_ts=np.array([14 * DAY_MS]))
+    weights = touch_weights(table, "time_decay", ModelParams(half_life_days=7))
     assert weights == pytest.approx([1 / 3, 2 / 3])
 
 
@@ -221,44 +221,6 @@ def test_rule_based_models_agree_exactly_with_channelattribution():
             assert got == pytest.approx(expected, rel=1e-9, abs=1e-9), (model, channel)
             assert mine.revenue.get(channel, 0.0) == pytest.approx(
                 theirs.loc[channel, f"{column}_value"], rel=1e-9, abs=1e-9)
-
-
-# --- journeys: batch construction equals the streaming step ---------------------------
-
-def test_batch_journeys_equal_streaming_journeys():
-    rng = np.random.default_rng(4)
-    rows = []
-    for user in range(60):
-        t = 0
-        for _ in range(rng.integers(1, 12)):
-            t += int(rng.integers(0, 20 * DAY_MS))
-            converted = rng.random() < 0.3
-            rows.append((f"u{user}", t, bool(converted), "" if converted else
-                         str(rng.choice(list("abcde"))), "", 10.0 if converted else 0.0))
-    events = pd.DataFrame(rows, columns=["user_id", "ts_ms", "is_conversion", "channel",
-                                         "campaign", "revenue"])
-    for max_touches in (None, 3):
-        table = from_events(events, 30, max_touches)
-        converted_paths = sorted(
-            (int(ts), p) for ts, p, c in zip(table.conversion_ts, table.paths(),
-                                             table.conversions, strict=True) if c > 0)
-        open_paths = sorted(p for p, n in zip(table.paths(), table.non_conversions,
-                                               strict=True) if n > 0)
-        expected, expected_open = [], []
-        for user, group in events.groupby("user_id"):
-            stream_events = [Conversion(user, r.ts_ms, f"{user}-{i}", r.revenue, "USD", "", "")
-                             if r.is_conversion else
-                             Touchpoint(user, r.ts_ms, r.channel, "", "", "")
-                             for i, r in enumerate(group.itertuples())]
-            for j in closed_journeys_of(stream_events, JourneyConfig(30, max_touches)):
-                path = tuple(t.channel for t in j.touches)
-                if isinstance(j, ConvertedJourney):
-                    expected.append((j.conversion.ts_ms, path))
-                else:
-                    expected_open.append(path)
-        assert converted_paths == sorted(expected)
-        assert open_paths == sorted(expected_open)
-        assert len(open_paths) > 20  # the population has journeys closed by a long gap
 
 
 def test_path_transforms():
