@@ -7,9 +7,8 @@ journeys and writes one row per model and channel (and campaign).
 
 from __future__ import annotations
 
-import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.text_files import TextFileError, read_text_strictly
+from pipelines.text_files import BadRow, TextFileError, read_csv
 from udfs.journey_table import (
     PATH_SEPARATOR,
     JourneyTable,
@@ -52,29 +51,44 @@ class AttributeRequest:
     rejects: Path | None = None
 
 
-def read_table(path: Path, numeric: tuple[str, ...] = ()) -> tuple[pd.DataFrame, int]:
-    """The file (text columns as strings), and the line number of its first data row.
+def read_table(path: Path, numeric: tuple[str, ...] = (), columns: tuple[str, ...] = (),
+               keep_bad_rows: bool = False) -> tuple[pd.DataFrame, np.ndarray, list[BadRow]]:
+    """The file (text columns as strings), the line of each row, and the CSV records with
+    a wrong field count (set aside with `keep_bad_rows`, an InputError otherwise).
 
-    `numeric` columns are parsed as numbers by the CSV reader where they can be (fast);
-    a column with a bad value stays text and is checked row by row.
+    `numeric` columns are parsed as numbers where every value is one (fast); a column with
+    a bad or empty value stays text and is checked row by row. `columns` (those expected)
+    only word the error for an empty file.
     """
     if not path.exists():
         raise InputError(f"{path}: file not found")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return pd.read_parquet(path).astype(object).where(lambda f: f.notna(), None), 1
+        frame = pd.read_parquet(path).astype(object).where(lambda f: f.notna(), None)
+        return frame, np.arange(1, len(frame) + 1), []
     if suffix in (".csv", ".txt"):
         try:
-            text = read_text_strictly(path)
+            read = read_csv(path, columns, keep_bad_rows=keep_bad_rows)
         except TextFileError as error:
             raise InputError(str(error)) from None
-        try:
-            header = pd.read_csv(io.StringIO(text), nrows=0).columns
-            types = {c: str for c in header if c not in numeric}
-            return pd.read_csv(io.StringIO(text), dtype=types, keep_default_na=False), 2
-        except pd.errors.ParserError as error:
-            raise InputError(f"{path}: not valid CSV: {error}") from None
+        data = {}
+        for name, column in zip(read.header, read.table.columns, strict=True):
+            if name in numeric:
+                column = _as_number(column)
+            data[name] = column.to_pandas()  # a repeated name: the last one, as pandas'
+        frame = pd.DataFrame(data, columns=list(data)) if data else pd.DataFrame()
+        return frame, read.lines, read.bad_rows
     raise InputError(f"{path}: unsupported file type {suffix!r} (use .csv or .parquet)")
+
+
+def _as_number(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whole numbers, else floats, else the text (an empty or bad value: checked later)."""
+    for kind in (pa.int64(), pa.float64()):
+        try:
+            return pc.cast(column, kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return column
 
 
 Reason = str | Callable[[np.ndarray], pd.Series]
@@ -84,8 +98,9 @@ Reason = str | Callable[[np.ndarray], pd.Series]
 class _Checker:
     """Collects invalid rows (line, field, reason) while columns are parsed whole."""
 
-    def __init__(self, path: Path, frame: pd.DataFrame, first_line: int) -> None:
-        self.path, self.frame, self.first_line = path, frame, first_line
+    def __init__(self, path: Path, frame: pd.DataFrame, lines: np.ndarray,
+                 bad_rows: Sequence[BadRow] = ()) -> None:
+        self.path, self.frame, self.lines, self.bad_rows = path, frame, lines, list(bad_rows)
         self.invalid = np.zeros(len(frame), bool)
         self.reasons: dict[int, tuple[str, str]] = {}  # row -> (field, reason)
         self._text: dict[str, pd.Series] = {}
@@ -133,14 +148,20 @@ class _Checker:
             field, reason = self.reasons[rows[0]]
             more = len(rows) - 1
             raise InputError(
-                f"{self.path}:{rows[0] + self.first_line}: field '{field}' {reason}"
+                f"{self.path}:{self.lines[rows[0]]}: field '{field}' {reason}"
                 + (f" (and {more} more invalid rows; --skip-invalid sets them aside)"
                    if more else ""))
-        if rows and rejects is not None:
+        if (rows or self.bad_rows) and rejects is not None:
             rejected = self.frame.iloc[rows].copy()
             rejected.insert(0, "reason", [self.reasons[r][1] for r in rows])
             rejected.insert(0, "field", [self.reasons[r][0] for r in rows])
-            rejected.insert(0, "line", np.asarray(rows) + self.first_line)
+            rejected.insert(0, "line", self.lines[rows])
+            if self.bad_rows:  # a wrong field count: no field can be trusted, the text is kept
+                bad = pd.DataFrame({"line": [b.line for b in self.bad_rows], "field": "(row)",
+                                    "reason": [f"has {b.problem}: {b.text}"
+                                               for b in self.bad_rows]})
+                rejected = pd.concat([rejected, bad], ignore_index=True) \
+                    .sort_values("line", kind="stable")
             rejected.to_csv(rejects, index=False)
         return pd.Series(~self.invalid, index=self.frame.index)
 
@@ -155,8 +176,10 @@ def parse_timestamps(raw: pd.Series) -> pd.Series:
 
 
 def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
-    frame, first_line = read_table(request.input, numeric=("revenue",))
-    check = _Checker(request.input, frame, first_line)
+    frame, lines, bad_rows = read_table(request.input, numeric=("revenue",),
+                                        columns=EVENT_COLUMNS,
+                                        keep_bad_rows=request.skip_invalid)
+    check = _Checker(request.input, frame, lines, bad_rows)
     check.require_columns(EVENT_COLUMNS)
     kind = check.text("event_type").str.lower()
     check.flag(~kind.isin(["touch", "conversion"]), "event_type",
@@ -181,13 +204,15 @@ def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
                            "is_conversion": is_conversion, "channel": channel,
                            "campaign": campaign, "revenue": revenue})[keep]
     table = from_events(events, request.lookback_days, request.max_touches)
-    return table, int((~keep).sum())
+    return table, int((~keep).sum()) + len(bad_rows)
 
 
 def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
-    frame, first_line = read_table(request.input,
-                                   numeric=("conversions", "non_conversions", "revenue"))
-    check = _Checker(request.input, frame, first_line)
+    frame, lines, bad_rows = read_table(request.input,
+                                        numeric=("conversions", "non_conversions", "revenue"),
+                                        columns=PATH_COLUMNS,
+                                        keep_bad_rows=request.skip_invalid)
+    check = _Checker(request.input, frame, lines, bad_rows)
     check.require_columns(PATH_COLUMNS)
     required = pd.Series(True, index=frame.index)
     conversions = check.number("conversions", required)
@@ -203,7 +228,7 @@ def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
     if not keep.all():  # sum again without the rows set aside
         table, _ = _path_table(path[keep], conversions[keep], non_conversions[keep],
                                revenue[keep])
-    return table, int((~keep).sum())
+    return table, int((~keep).sum()) + len(bad_rows)
 
 
 def split_paths(paths: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

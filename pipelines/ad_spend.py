@@ -10,15 +10,13 @@ and sends it; errors name the file, line and field.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from pipelines.text_files import TextFileError, read_text_strictly
+from pipelines.text_files import TextFileError, read_csv_rows
 
 FIELDS = ("platform", "account", "campaign", "day", "amount", "currency")
 MAX_AMOUNT = 1e12  # per campaign and day (as an order's revenue: schemas/telemetry.py)
@@ -85,29 +83,20 @@ def parse_message(value: bytes) -> SpendRecord:
 
 
 def read_csv(path: Path) -> list[SpendRecord]:
-    """Every row of a spend CSV, or SpendError naming file:line: field."""
-    records = []
+    """Every row of a spend CSV, or SpendError naming file:line: field (a row with more or
+    fewer fields than the header is refused: one would shift into another)."""
     try:
-        text = read_text_strictly(Path(path))
+        header, rows = read_csv_rows(Path(path), FIELDS)
     except TextFileError as error:
         raise SpendError(str(error)) from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    absent = [f for f in FIELDS if f not in (reader.fieldnames or [])]
+    absent = [f for f in FIELDS if f not in header]
     if absent:
         raise SpendError(f"{path}:1: missing column(s) {', '.join(absent)}; "
                          f"expected {', '.join(FIELDS)}")
-    line = reader.line_num + 1  # a record's first line (a quoted field may span lines)
-    for row in reader:
+    records = []
+    for line, fields in rows:  # a record's first line (a quoted field may span lines)
         try:
-            columns = len(reader.fieldnames or [])
-            if None in row:  # more fields than the header: one would shift into another
-                raise SpendError(f"has {columns + len(row[None])} fields, the header "
-                                 f"{columns}")
-            if any(value is None for value in row.values()):
-                raise SpendError(f"has {sum(v is not None for v in row.values())} fields, "
-                                 f"the header {columns}")
-            records.append(validate(row))
+            records.append(validate(dict(zip(header, fields, strict=True))))
         except SpendError as error:
             raise SpendError(f"{path}:{line}: {error}") from None
-        line = reader.line_num + 1
     return records

@@ -8,8 +8,6 @@ topic[partition]@offset) for error messages and for the audit column of the resu
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +25,7 @@ from pipelines.billing.records import (
     iso_utc,
     timestamp,
 )
-from pipelines.text_files import TextFileError, read_text_strictly
+from pipelines.text_files import TextFileError, read_csv_rows, read_text_strictly
 
 FORMATS = ("google_ads", "meta", "generic", "focus")
 Located = tuple[str, dict[str, Any]]
@@ -180,13 +178,16 @@ def _text(path: Path) -> str:
 
 
 def _csv(path: Path) -> tuple[list[str], list[Located]]:
-    reader = csv.DictReader(io.StringIO(_text(path), newline=""))
-    records: list[Located] = []
-    line = 1
-    for row in reader:
-        records.append((f"{path}:{line + 1}", {k: v for k, v in row.items() if k}))
-        line = reader.line_num
-    return list(reader.fieldnames or []), records
+    """A row with more or fewer fields than the header is refused, naming file:line."""
+    try:
+        header, rows = read_csv_rows(path)
+    except TextFileError as error:
+        where, _, problem = str(error).partition(": ")
+        raise BillingError(where, [problem]) from None
+    records: list[Located] = [
+        (f"{path}:{line}", {k: v for k, v in zip(header, fields, strict=True) if k})
+        for line, fields in rows]
+    return header, records
 
 
 def _json(path: Path, lines: bool) -> list[Located]:

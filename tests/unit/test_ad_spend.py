@@ -65,8 +65,12 @@ HEADER = b"platform,account,campaign,day,amount,currency\n"
     # a NUL byte (a binary file, a UTF-16 export)
     (HEADER + b"meta,act_1,c\x00,2026-10-01,10,USD\n", r"spend.csv:2: a NUL character"),
     # one field too many: it would shift every later field by one
-    (HEADER + b"meta,act_1,c,x,2026-10-01,10,USD\n", r"spend.csv:2: has 7 fields, the header 6"),
-    (HEADER + b"meta,act_1,c,2026-10-01,10\n", r"spend.csv:2: has 5 fields, the header 6"),
+    (HEADER + b"meta,act_1,c,x,2026-10-01,10,USD\n", r"spend.csv:2: 7 fields, the header has 6"),
+    (HEADER + b"meta,act_1,c,2026-10-01,10\n", r"spend.csv:2: 5 fields, the header has 6"),
+    # on a later row too, after a good one; and a file with nothing in it is named
+    (HEADER + b"meta,act_1,c,2026-10-01,10,USD\nmeta,act_1,c,x,2026-10-02,10,USD\n",
+     r"spend.csv:3: 7 fields, the header has 6"),
+    (b"", r"spend.csv: empty file, expected a header line with columns platform, account"),
     # a record over several lines (a quoted newline) is named by its first line
     (HEADER + b'meta,act_1,"two\nlines",2026-10-01,10,USD\n'
      b'meta,act_1,c,2026-10-02,ten,USD\n', r"spend.csv:4: field 'amount'"),

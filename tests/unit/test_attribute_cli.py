@@ -119,3 +119,39 @@ def test_paths_with_a_broken_row_and_skip_invalid(tmp_path, capsys):
     assert result.conversions.to_dict() == {"b": 4.0, "(unattributed)": 2.0}
     assert result.revenue.to_dict() == {"b": 40.0, "(unattributed)": 4.0}
     assert pd.read_csv(tmp_path / "out.rejects.csv").line.tolist() == [3]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # one field too many on a middle row: pandas shifted it (a channel '1' got credit)
+    (EVENTS.replace("u2,1788220800000,display,aw,touch,,",
+                    "u2,1788220800000,display,aw,touch,,,1"),
+     "events.csv:5: 8 fields, the header has 7"),
+    # ... on the first data row: pandas took it for an index and blamed a later line
+    (EVENTS.replace("u1,2026-09-01T00:00:00Z,email,spring,touch,,",
+                    "u1,2026-09-01T00:00:00Z,email,spring,touch,,,x"),
+     "events.csv:2: 8 fields, the header has 7"),
+    # one too few
+    (EVENTS.replace("u2,1788220800000,display,aw,touch,,", "u2,1788220800000,display,aw,touch,"),
+     "events.csv:5: 6 fields, the header has 7"),
+    # nothing at all: the file is named
+    ("", "events.csv: empty file, expected a header line with columns user_id,"),
+])
+def test_rows_with_a_wrong_field_count_are_refused(tmp_path, capsys, text, message):
+    src = write(tmp_path, "events.csv", text)
+    assert main(["attribute", "--input", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_skip_invalid_sets_a_row_with_a_wrong_field_count_aside(tmp_path):
+    src = write(tmp_path, "events.csv", EVENTS.replace(
+        "u2,1788220800000,display,aw,touch,,", "u2,1788220800000,display,aw,touch,,,1")
+        + "u9,2026-09-01,,,conversion,abc,o9\n")
+    out = tmp_path / "o.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--skip-invalid",
+                 "--models", "last_click"]) == 0
+    rejects = pd.read_csv(tmp_path / "o.rejects.csv")
+    assert rejects[["line", "field"]].values.tolist() == [[5, "(row)"], [8, "revenue"]]
+    assert rejects.reason[0].startswith("has 8 fields, the header has 7")
+    result = pd.read_csv(out).set_index("channel")
+    assert "1" not in result.index and "display" not in result.index
+    assert result.conversions.sum() == 3.0  # u2's conversion: unattributed without its touch

@@ -288,3 +288,20 @@ def test_billing_files_that_are_not_utf8_text_are_located(tmp_path):
     nul.write_bytes(b'{"data": []}\n\x00')
     with pytest.raises(BillingError, match=r"(?s)m.json:2.*NUL character"):
         read_file(f"meta:{nul}")
+
+
+def test_billing_csv_rows_with_a_wrong_field_count_are_refused(tmp_path):
+    header = "platform,account_id,currency,campaign_id,date,spend,conversions,conversion_value\n"
+    good = "x,1,USD,c,2025-03-01,5,1,2\n"
+    # an extra field was dropped silently (csv.DictReader files it under None)
+    path = write(tmp_path, "g.csv", header + good + "x,1,USD,c,2025-03-02,5,1,2,9\n")
+    with pytest.raises(BillingError, match=r"(?s)g.csv:3: .*9 fields, the header has 8"):
+        read_file(path)
+    path = write(tmp_path, "g.csv", header + "x,1,USD,c,2025-03-02,5,1,2,9\n" + good)
+    with pytest.raises(BillingError, match=r"(?s)g.csv:2: .*9 fields, the header has 8"):
+        read_file(path)
+    path = write(tmp_path, "g.csv", header + good + "x,1,USD,c,2025-03-02,5\n")
+    with pytest.raises(BillingError, match=r"(?s)g.csv:3: .*6 fields, the header has 8"):
+        read_file(path)
+    with pytest.raises(BillingError, match=r"(?s)g.csv: .*empty file"):
+        read_file(write(tmp_path, "g.csv", ""))
