@@ -5,6 +5,7 @@ before the first day keep their lookback. One local[2] Spark session for the mod
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import math
@@ -14,14 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from jobs.backfill import BackfillRequest, run
+from jobs.cli import main
 from pipelines.archive import DAY_MS, archive_topic, day_of, tables_by_date, write_tables
 from pipelines.backfill_config import BackfillConfig, SparkConfig
 from pipelines.config import StreamingJobConfig, load_config
 from pipelines.flink_job import run_job
-from pipelines.generator import Plan, plan_events
+from pipelines.generator import Plan, plan_events, valid_events
 from pipelines.kafka_io import ensure_topics, producer
 from pipelines.roi_job import run_roi_job
 from pipelines.spark_backfill import kafka_jars, spark_session
@@ -234,6 +237,55 @@ def test_the_backfill_gives_the_flink_jobs_rows(streamed, spark, kafka, tmp_path
     assert early > 0 and {"new", "repeat"} <= stages
     assert models == set(config.attribution.models)
     assert linked > 0 and kinds == {"ad_spend", "compute"}
+
+
+def write_events_csv(plan: Plan, path: Path) -> None:
+    """The plan's touches and orders as `seedance attribute --format events` reads them."""
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["user_id", "timestamp", "channel", "campaign", "event_type",
+                         "revenue", "order_id"])
+        for e in valid_events(plan):
+            if e.kind == "touchpoint":
+                writer.writerow([e.user_id, e.ts_ns // 10**6, e.channel, e.campaign, "touch",
+                                 "", ""])
+            elif e.kind == "conversion":
+                writer.writerow([e.user_id, e.ts_ns // 10**6, "", "", "conversion",
+                                 repr(e.revenue), e.order_id])
+
+
+def test_stream_backfill_and_seedance_attribute_give_identical_credits(streamed, kafka,
+                                                                       tmp_path):
+    """One job config: the credits the stream wrote, those the backfill (pandas engine)
+    writes for DAYS and those `seedance attribute --config` writes for the same telemetry
+    as an events file are the same rows."""
+    job_yaml = tmp_path / "job.yaml"
+    job_yaml.write_text(f"attribution:\n  refit_every_s: {REFIT_S}\n")
+    settings = load_config(job_yaml).computation
+    assert settings == streamed.config.computation  # the stream ran with these settings
+    events = tmp_path / "events.csv"
+    write_events_csv(plan_events(300, seed=11, late_fraction=0.0), events)
+    credits_file = tmp_path / "credits.csv"
+    assert main(["attribute", "--config", str(job_yaml), "--input", str(events),
+                 "--out", str(tmp_path / "summary.csv"), "--credits", str(credits_file)]) == 0
+    cli = {(r["model"], r["order_id"], int(r["touch_index"])): r
+           for r in pd.read_csv(credits_file, keep_default_na=False).to_dict("records")}
+    stream = {(r["model"], r["order_id"], r["touch_index"]): r for r in streamed.credits}
+    assert len(cli) == len(pd.read_csv(credits_file)) and cli.keys() == stream.keys()
+    assert {key[0] for key in cli} == set(settings.models)
+    for key, row in cli.items():
+        want = stream[key]
+        assert (row["user_id"], row["conversion_ts_ms"], row["channel"], row["campaign"],
+                row["touch_ts_ms"], row["stage"]) == (
+            want["user_id"], want["conversion_ts_ms"], want["channel"], want["campaign"],
+            want["touch_ts_ms"], want["stage"]), key
+        assert close(row["credit"], want["credit"]) and close(row["revenue"], want["revenue"])
+
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    config = warehouse_for(streamed, kafka, url)
+    run(BackfillRequest(FIRST, LAST, backfill_config(streamed, tmp_path, engine="pandas"),
+                        config), progress=lambda _: None)
+    assert_same_rows(streamed, url)  # the backfill's rows of DAYS are the stream's
 
 
 @pytest.mark.parametrize("models", [
