@@ -17,15 +17,21 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.text_files import BadRow, TextFileError, read_csv
-from udfs.journey_table import (
-    PATH_SEPARATOR,
-    JourneyTable,
-    apply_transform,
-    from_events,
-    from_flat_paths,
+from pipelines.archive import day_of
+from pipelines.backfill_frames import (
+    EVENT_COLUMNS as EVENTS,
 )
-from udfs.models import ModelParams, attribute, validate_models
+from pipelines.backfill_frames import (
+    SORT_KEY,
+    BackfillWindow,
+    concat_credits,
+    typed,
+)
+from pipelines.backfill_local import credits_of_events
+from pipelines.text_files import BadRow, TextFileError, read_csv
+from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
+from udfs.models import attribute
+from udfs.settings import ComputeSettings
 
 EVENT_COLUMNS = ("user_id", "timestamp", "channel", "event_type", "revenue", "order_id")
 PATH_COLUMNS = ("path", "conversions", "non_conversions")
@@ -39,16 +45,15 @@ class InputError(ValueError):
 class AttributeRequest:
     input: Path
     out: Path
+    # what to compute: the job config's (`--config`, else the shipped defaults), so a
+    # file gets the stream's journeys, models, refit periods and lookback
+    settings: ComputeSettings
     format: str = "events"
-    models: tuple[str, ...] = ("last_click", "first_click", "linear", "position_based",
-                               "time_decay", "shapley", "shapley_simplified", "markov")
     by_campaign: bool = False
-    lookback_days: float = 30.0
-    max_touches: int | None = None
     transform: str = "none"
-    params: ModelParams = ModelParams()
     skip_invalid: bool = False
     rejects: Path | None = None
+    credits_out: Path | None = None  # events input: every credit row, as the stream's
 
 
 def read_table(path: Path, numeric: tuple[str, ...] = (), columns: tuple[str, ...] = (),
@@ -175,7 +180,9 @@ def parse_timestamps(raw: pd.Series) -> pd.Series:
     return numeric.where(numeric.notna(), iso_ms)
 
 
-def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
+def load_events(request: AttributeRequest) -> tuple[pd.DataFrame, int]:
+    """The file's valid events as the backfill's event frame (in its order), and how many
+    rows were set aside."""
     frame, lines, bad_rows = read_table(request.input, numeric=("revenue",),
                                         columns=EVENT_COLUMNS,
                                         keep_bad_rows=request.skip_invalid)
@@ -200,11 +207,34 @@ def load_events(request: AttributeRequest) -> tuple[JourneyTable, int]:
                "order_id", check.raw("order_id", "repeats an earlier order: "))
     keep = check.finish(request.skip_invalid, request.rejects)
     campaign = check.text("campaign") if "campaign" in frame.columns else pd.Series("", frame.index)
-    events = pd.DataFrame({"user_id": user, "ts_ms": ts.fillna(0).astype(np.int64),
-                           "is_conversion": is_conversion, "channel": channel,
-                           "campaign": campaign, "revenue": revenue})[keep]
-    table = from_events(events, request.lookback_days, request.max_touches)
-    return table, int((~keep).sum()) + len(bad_rows)
+    touch = ~is_conversion
+    events = pd.DataFrame({
+        "user_id": user, "ts_ms": ts.fillna(0).astype(np.int64), "is_conversion": is_conversion,
+        "channel": channel.where(touch, ""), "campaign": campaign.where(touch, ""),
+        "order_id": order_id.where(is_conversion, ""),
+        "revenue": revenue.where(is_conversion, 0.0), "currency": "", "trace_id": ""})[keep]
+    events = typed(events, EVENTS).sort_values(SORT_KEY, kind="stable", ignore_index=True)
+    return events, int((~keep).sum()) + len(bad_rows)
+
+
+def attribute_events(events: pd.DataFrame, settings: ComputeSettings, by_campaign: bool
+                     ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per model and channel (and campaign): credited conversions and revenue, summed over
+    every conversion's credit rows; and those rows. The journeys and credits are the
+    stream's: its journey book, its per-conversion models, and the data-driven models
+    refitted at the end of each refit period on the journeys closed by then."""
+    is_order = events.is_conversion.to_numpy(bool)
+    days = tuple(sorted({day_of(int(ms)) for ms in events.ts_ms[is_order].unique()}))
+    columns = ["model", "channel", *(["campaign"] if by_campaign else [])]
+    if not days:
+        return pd.DataFrame(columns=[*columns, "conversions", "revenue"]), concat_credits([])
+    credits, _ = credits_of_events(events, BackfillWindow(days, settings), settings,
+                                   progress=lambda _: None)
+    summed = credits.groupby(columns, as_index=False, sort=True) \
+        .agg(conversions=("credit", "sum"), revenue=("revenue", "sum"))
+    summed = summed[(summed.conversions != 0) | (summed.revenue != 0)]
+    return summed.sort_values(["model", "revenue"], ascending=[True, False],
+                              kind="stable", ignore_index=True), credits
 
 
 def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
@@ -269,20 +299,36 @@ def write_result(frame: pd.DataFrame, out: Path) -> None:
 
 def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
     """ingest -> journeys -> models -> write. Returns the result and run statistics."""
-    validate_models(request.models)
+    settings = request.settings
     if request.format == "paths" and request.by_campaign:
         raise InputError("--by campaign needs event input: path summaries have no campaigns")
-    if request.out.suffix.lower() not in (".csv", ".parquet"):
-        raise InputError(f"{request.out}: unsupported output type (use .csv or .parquet)")
+    if request.format == "events" and request.transform != "none":
+        raise InputError("--transform rewrites path summaries (--format paths); events are "
+                         "attributed as the stream attributes them")
+    if request.format == "paths" and request.credits_out is not None:
+        raise InputError("--credits needs event input: path summaries have no conversions")
+    for out in (request.out, request.credits_out):
+        if out is not None and out.suffix.lower() not in (".csv", ".parquet"):
+            raise InputError(f"{out}: unsupported output type (use .csv or .parquet)")
     started = time.perf_counter()
-    loader = load_events if request.format == "events" else load_paths
-    table, rejected = loader(request)
-    table = apply_transform(table, request.transform)
-    loaded = time.perf_counter()
-    result, infos = attribute(table, request.models, request.params, request.by_campaign)
+    if request.format == "events":
+        events, rejected = load_events(request)
+        loaded = time.perf_counter()
+        result, credits = attribute_events(events, settings, request.by_campaign)
+        if request.credits_out is not None:
+            write_result(credits, request.credits_out)
+        converted = credits.drop_duplicates(["order_id"])
+        orders = int(events.is_conversion.sum())
+        stats: dict[str, object] = {"journeys": orders, "touches": len(events) - orders,
+                                    "conversions": float(len(converted)), "info": {}}
+    else:
+        table, rejected = load_paths(request)
+        table = apply_transform(table, request.transform)
+        loaded = time.perf_counter()
+        result, infos = attribute(table, settings.models, settings.params, request.by_campaign)
+        stats = {"journeys": table.size, "touches": len(table.touch_channel),
+                 "conversions": float(table.conversions.sum()), "info": infos}
     write_result(result, request.out)
-    stats: dict[str, object] = {
-        "journeys": table.size, "touches": len(table.touch_channel),
-        "conversions": float(table.conversions.sum()), "rejected_rows": rejected,
-        "load_s": loaded - started, "models_s": time.perf_counter() - loaded, "info": infos}
+    stats.update(rejected_rows=rejected, load_s=loaded - started,
+                 models_s=time.perf_counter() - loaded)
     return result, stats
