@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipelines.archive import archive_topic  # noqa: E402
-from pipelines.generator import emit, plan_events  # noqa: E402
-from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
-from pipelines.kafka_io import ensure_topics, producer, read_all  # noqa: E402
-from pipelines.local_stack import LocalKafka  # noqa: E402
-from pipelines.otlp_codec import decode_spans  # noqa: E402
+from pipelines.backfill.archive import archive_topic  # noqa: E402
+from pipelines.codec.otlp import decode_spans  # noqa: E402
+from pipelines.kafka.io import ensure_topics, producer, read_all  # noqa: E402
+from pipelines.sources.generator import emit, plan_events  # noqa: E402
+from pipelines.sources.kafka_exporter import KafkaSpanExporter  # noqa: E402
+from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import require_peers  # noqa: E402
 
 from jobs.attribute import AttributeRequest, run  # noqa: E402
-from pipelines.config import load_config  # noqa: E402
+from pipelines.settings.job_config import load_config  # noqa: E402
 from udfs.journey_table import from_paths  # noqa: E402
 from udfs.models import touch_weights  # noqa: E402
 from udfs.settings import ComputeSettings  # noqa: E402

@@ -5,7 +5,7 @@ the generator's personas: converters, repeat buyers, window-shoppers; spend per 
 and day and GPU costs on a third of the touches' traces in the warehouse), then backfills
 every day of it twice into fresh SQLite warehouses: `seedance backfill` with the Spark
 engine (local[*], the shipped settings) and with the pandas engine (one process, the same
-pipelines.backfill_frames / udfs functions). Each run is a child process; its peak
+pipelines.backfill.frames / udfs functions). Each run is a child process; its peak
 resident memory is the sum over its whole process tree (driver, JVM, Python workers),
 sampled every 0.2 s. Prints events/s, phase times and peak RSS side by side, the ratio,
 and checks that both warehouses hold the same totals.
@@ -33,8 +33,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipelines.archive import DAY_MS, SCHEMAS, day_of, write_tables  # noqa: E402
-from pipelines.generator import CHANNEL_WEIGHTS, CHANNELS  # noqa: E402
+from pipelines.backfill.archive import DAY_MS, SCHEMAS, day_of, write_tables  # noqa: E402
+from pipelines.sources.generator import CHANNEL_WEIGHTS, CHANNELS  # noqa: E402
 
 START_MS = 1_790_812_800_000  # 2026-10-01 UTC
 EVENTS_PER_USER = 4.22  # what the personas below produce inside the window (measured)
@@ -97,7 +97,7 @@ def hex_ids(rng: np.random.Generator, n: int, width: int) -> np.ndarray:
 
 def write_archive(root: Path, warehouse: Path, events: int, days: int, seed: int) -> int:
     """The synthetic archive in chunks of users, and the warehouse's cost inputs."""
-    from pipelines.warehouse import Warehouse
+    from pipelines.store.warehouse import Warehouse
 
     rng = np.random.default_rng(seed)
     users = int(events / EVENTS_PER_USER)
@@ -231,7 +231,7 @@ def main() -> None:
           f"{args.refit_hours:g} h, {os.cpu_count()} cores; work folder {work}")
     started = time.monotonic()
     if not archive.exists():
-        from pipelines.warehouse import Warehouse
+        from pipelines.store.warehouse import Warehouse
 
         Warehouse(f"sqlite:///{inputs}").close()
         count = write_archive(archive, inputs, args.events, args.days, args.seed)

@@ -3,9 +3,9 @@
 Builds messages of 500 spans each from the sample generator (same shape as the demo), then
 times, side by side on the same bytes:
   baseline  ExportTraceServiceRequest.FromString + reading every span's attribute keys
-  ours      pipelines.otlp_codec.decode_spans (parse, classify, validate, build records)
-  scanner   pipelines.otlp_events.decode_message, what the attribution job calls: the C
-            scanner (pipelines/otlp_scan.c) packs touches and orders by user bucket, GPU
+  ours      pipelines.codec.otlp.decode_spans (parse, classify, validate, build records)
+  scanner   pipelines.codec.events.decode_message, what the attribution job calls: the C
+            scanner (pipelines/codec/otlp_scan.c) packs touches and orders by user bucket, GPU
             calls checked, not built (decode_spans' same rules; tests hold them equal)
 
     .venv/bin/python bench/decode.py [--users 20000] [--repeat 3]
@@ -24,10 +24,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (  # noqa: 
     ExportTraceServiceRequest,
 )
 
-from pipelines.generator import emit, plan_events  # noqa: E402
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
-from pipelines.otlp_codec import decode_spans  # noqa: E402
-from pipelines.otlp_events import SCANNER_BUILT, decode_message  # noqa: E402
+from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
+from pipelines.codec.otlp import decode_spans  # noqa: E402
+from pipelines.sources.generator import emit, plan_events  # noqa: E402
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 
 
 def messages(users: int, encoding: str) -> list[bytes]:

@@ -24,12 +24,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from pipelines.config import load_config  # noqa: E402
-from pipelines.gpu_cost_job import run_gpu_job  # noqa: E402
-from pipelines.kafka_exporter import KafkaSpanExporter  # noqa: E402
-from pipelines.kafka_io import ensure_topics, producer  # noqa: E402
-from pipelines.local_stack import LocalKafka  # noqa: E402
-from pipelines.otlp_metrics import encode_samples  # noqa: E402
+from pipelines.codec.metrics import encode_samples  # noqa: E402
+from pipelines.flink.gpu_cost_job import run_gpu_job  # noqa: E402
+from pipelines.kafka.io import ensure_topics, producer  # noqa: E402
+from pipelines.settings.job_config import load_config  # noqa: E402
+from pipelines.sources.kafka_exporter import KafkaSpanExporter  # noqa: E402
+from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 from schemas.gpu import GpuSample, load_catalog  # noqa: E402
 from schemas.records import GpuCall  # noqa: E402
 from udfs.gpu_cost import allocate_gpu  # noqa: E402

@@ -58,16 +58,16 @@ except ImportError:  # pragma: no cover - a set-up message, not a code path
              "ceiling): .venv/bin/pip install -e '.[bench]'")
 from kafka import KafkaConsumer  # noqa: E402
 
-from pipelines import credit_messages  # noqa: E402
-from pipelines.config import load_config  # noqa: E402
-from pipelines.flink_job import run_job  # noqa: E402
-from pipelines.flink_standalone import StandaloneFlink  # noqa: E402
-from pipelines.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
-from pipelines.kafka_io import ensure_topics, read_all  # noqa: E402
-from pipelines.local_stack import LocalKafka  # noqa: E402
-from pipelines.otlp_codec import decode_spans  # noqa: E402
-from pipelines.otlp_events import SCANNER_BUILT, decode_message  # noqa: E402
+from pipelines.codec import credit_messages  # noqa: E402
+from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
+from pipelines.codec.otlp import decode_spans  # noqa: E402
+from pipelines.flink.attribution_job import run_job  # noqa: E402
+from pipelines.flink.standalone import StandaloneFlink  # noqa: E402
+from pipelines.kafka.io import ensure_topics, read_all  # noqa: E402
+from pipelines.settings.job_config import load_config  # noqa: E402
+from pipelines.sources.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
+from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 
 
 def cached_messages(users: int, seed: int) -> list[bytes]:

@@ -17,18 +17,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.archive import day_of
-from pipelines.backfill_frames import (
+from pipelines.backfill.archive import day_of
+from pipelines.backfill.frames import (
     EVENT_COLUMNS as EVENTS,
 )
-from pipelines.backfill_frames import (
+from pipelines.backfill.frames import (
     SORT_KEY,
     BackfillWindow,
     concat_credits,
     typed,
 )
-from pipelines.backfill_local import credits_of_events
-from pipelines.text_files import BadRow, TextFileError, read_csv
+from pipelines.backfill.local import credits_of_events
+from pipelines.sources.text_files import BadRow, TextFileError, read_csv
 from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
 from udfs.models import attribute
 from udfs.settings import ComputeSettings

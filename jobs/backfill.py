@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.backfill_config import BackfillConfig, load_backfill_config
-from pipelines.backfill_frames import BackfillWindow, ComputedDays
-from pipelines.backfill_roi import (
+from pipelines.backfill.config import BackfillConfig, load_backfill_config
+from pipelines.backfill.frames import BackfillWindow, ComputedDays
+from pipelines.backfill.roi import (
     COST_COLUMNS,
     CREDIT_ROW,
     ROI_ROW,
@@ -35,8 +35,8 @@ from pipelines.backfill_roi import (
     credit_rows,
     roi_rows,
 )
-from pipelines.config import ConfigError, StreamingJobConfig
-from pipelines.warehouse import Warehouse, redacted_url
+from pipelines.settings.job_config import ConfigError, StreamingJobConfig
+from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.settings import ComputeSettings
 
 BACKFILL_DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "backfill.sql"
@@ -137,10 +137,10 @@ def compute_days(request: BackfillRequest, window: BackfillWindow, settings: Com
     if config.engine == "pandas":
         if config.source != "archive":
             raise ValueError("the pandas engine reads the archive only (source: archive)")
-        from pipelines.backfill_local import compute_from_archive
+        from pipelines.backfill.local import compute_from_archive
 
         return compute_from_archive(config.archive_root, window, settings, costs, progress)
-    from pipelines import spark_backfill as sb
+    from pipelines.backfill import spark as sb
 
     own_session = spark is None
     if own_session:
@@ -284,7 +284,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def cmd_archive(args: argparse.Namespace) -> int:
     from jobs.cli import resolve_bootstrap
-    from pipelines.archive import archive_topic
+    from pipelines.backfill.archive import archive_topic
 
     config = load_backfill_config(Path(args.config) if args.config else None)
     streaming = config.streaming()

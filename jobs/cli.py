@@ -13,9 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jobs.attribute import InputError
-from pipelines.config import ENV_VARS, ConfigError, StreamingJobConfig, load_config
-from pipelines.local_stack import LocalKafka, StackError
-from pipelines.paths import state_home
+from pipelines.settings.job_config import ENV_VARS, ConfigError, StreamingJobConfig, load_config
+from pipelines.settings.paths import state_home
+from pipelines.stack.local_kafka import LocalKafka, StackError
 from udfs.settings import ComputeSettings
 
 
@@ -82,7 +82,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs.demo import print_gpu_summary, print_summary
-    from pipelines.warehouse import Warehouse, redacted_url
+    from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     warehouse = Warehouse(config.warehouse.url)
@@ -114,8 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     until = "stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"
-    from pipelines.kafka_io import ensure_topics
-    from pipelines.kafka_security import for_python
+    from pipelines.kafka.io import ensure_topics
+    from pipelines.kafka.security import for_python
 
     topics, gpu = config.topics, config.gpu
     client = for_python(dict(config.kafka.properties))  # the job's own clients are Java
@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
                      if args.job == "roi" else []), client=client)
     if args.job == "roi":
-        from pipelines.roi_job import run_roi_job
+        from pipelines.flink.roi_job import run_roi_job
 
         print(f"Running the ROI job on {bootstrap}: {topics.credits} + {topics.conversions} + "
               f"{topics.ad_spend} + {gpu.costs_topic} -> {topics.roi} (dead letters: "
@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             run_roi_job(config, bootstrap)
         return 0
     if args.job == "gpu-cost":
-        from pipelines.gpu_cost_job import run_gpu_job
+        from pipelines.flink.gpu_cost_job import run_gpu_job
 
         gpu = config.gpu
         print(f"Running the GPU cost job on {bootstrap}: {gpu.metrics_topic} + "
@@ -144,14 +144,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         with resume_hint(config, "seedance-gpu-cost", args.verbose):
             run_gpu_job(config, bootstrap)
         return 0
-    from pipelines.flink_job import run_job
+    from pipelines.flink.attribution_job import run_job
 
     print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
           f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
           f"late: {config.topics.late}); {until}")
     with resume_hint(config, "seedance-attribution", args.verbose):
         run_job(config, bootstrap)
-    from pipelines.accounting import adds_up, format_report, latest_report
+    from pipelines.store.accounting import adds_up, format_report, latest_report
 
     report = latest_report(bootstrap, topics.accounting, client)
     if report:
@@ -170,7 +170,7 @@ def resume_hint(config: StreamingJobConfig, job_name: str,
     what it costs."""
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
-    from pipelines.flink_kafka import checkpoint_root, latest_checkpoint
+    from pipelines.flink.kafka import checkpoint_root, latest_checkpoint
 
     where = checkpoint_root(config, job_name)
     resumed = latest_checkpoint(where) if config.flink.resume else None
@@ -227,8 +227,8 @@ def root_cause(error: Exception) -> str:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from pipelines.kafka_security import for_python
-    from pipelines.warehouse import Warehouse, redacted_url
+    from pipelines.kafka.security import for_python
+    from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
@@ -251,8 +251,8 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from pipelines.ad_spend import SpendError, read_csv
-    from pipelines.kafka_io import ensure_topics, producer
+    from pipelines.kafka.io import ensure_topics, producer
+    from pipelines.sources.ad_spend import SpendError, read_csv
 
     try:
         records = read_csv(Path(args.file))
@@ -330,15 +330,15 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from pipelines.gpu_probe import Thresholds, run_probe
-    from pipelines.gpu_sources import (
+    from pipelines.codec.metrics import encode_samples
+    from pipelines.kafka.io import producer
+    from pipelines.sources.gpu_probe import Thresholds, run_probe
+    from pipelines.sources.gpu_sources import (
         GpuSourceError,
         nvml_source,
         prometheus_source,
         replay_source,
     )
-    from pipelines.kafka_io import producer
-    from pipelines.otlp_metrics import encode_samples
     from schemas.gpu import load_catalog
 
     catalog = load_catalog(Path(args.prices) if args.prices else None)

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pipelines.flink_standalone import ClusterError, StandaloneFlink
+from pipelines.flink.standalone import ClusterError, StandaloneFlink
 
 CONFIG_HELP = "job config YAML (default: jobs/config/streaming.yaml)"
 
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_cluster(args: argparse.Namespace) -> int:
     from jobs.cli import CliError, resolve_bootstrap
-    from pipelines.config import load_config
+    from pipelines.settings.job_config import load_config
 
     cluster = StandaloneFlink()
     try:

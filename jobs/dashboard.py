@@ -23,7 +23,7 @@ def run(request: DashboardRequest) -> int:
     """Serve until interrupted. The warehouse is opened once first, so a wrong URL or a
     database that is down fails at start with the reason, not on the first page view."""
     from pipelines.dashboard.app import make_dashboard_server
-    from pipelines.warehouse import Warehouse, redacted_url
+    from pipelines.store.warehouse import Warehouse, redacted_url
 
     Warehouse(request.warehouse_url).close()
     server = make_dashboard_server(request.warehouse_url, request.host, request.port,
@@ -55,8 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     # imported here: every `seedance` command builds this parser, few serve the dashboard
-    from pipelines.config import load_config
-    from pipelines.warehouse import Warehouse
+    from pipelines.settings.job_config import load_config
+    from pipelines.store.warehouse import Warehouse
 
     url = args.warehouse or load_config(Path(args.config) if args.config else None).warehouse.url
     return run(DashboardRequest(url or Warehouse().url, args.host, args.port,

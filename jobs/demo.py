@@ -11,15 +11,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from pipelines.accounting import format_report, latest_report
-from pipelines.config import load_config
-from pipelines.generator import emit, gpu_samples, plan_events, plan_spend
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import count_messages, producer, recreate_topics
-from pipelines.local_stack import LocalKafka
-from pipelines.otlp_metrics import encode_samples
-from pipelines.paths import state_home
-from pipelines.warehouse import Warehouse
+from pipelines.codec.metrics import encode_samples
+from pipelines.kafka.io import count_messages, producer, recreate_topics
+from pipelines.settings.job_config import load_config
+from pipelines.settings.paths import state_home
+from pipelines.sources.generator import emit, gpu_samples, plan_events, plan_spend
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.stack.local_kafka import LocalKafka
+from pipelines.store.accounting import format_report, latest_report
+from pipelines.store.warehouse import Warehouse
 
 
 def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
@@ -88,9 +88,9 @@ def _done(started: float) -> None:
 
 
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
-    from pipelines.flink_job import run_job  # heavy imports: only when needed
-    from pipelines.gpu_cost_job import run_gpu_job
-    from pipelines.roi_job import run_roi_job
+    from pipelines.flink.attribution_job import run_job  # heavy imports: only when needed
+    from pipelines.flink.gpu_cost_job import run_gpu_job
+    from pipelines.flink.roi_job import run_roi_job
 
     home = state_home()
     kafka = LocalKafka(home / "kafka")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from pyflink.datastream import StreamExecutionEnvironment
 
-from pipelines.config import load_config
-from pipelines.flink_job import build_pipeline
-from pipelines.flink_kafka import flink_configuration
-from pipelines.gpu_cost_job import build_gpu_pipeline
-from pipelines.paths import flink_connector_jars
-from pipelines.roi_job import build_roi_pipeline
+from pipelines.flink.attribution_job import build_pipeline
+from pipelines.flink.gpu_cost_job import build_gpu_pipeline
+from pipelines.flink.kafka import flink_configuration
+from pipelines.flink.roi_job import build_roi_pipeline
+from pipelines.settings.job_config import load_config
+from pipelines.settings.paths import flink_connector_jars
 
 JOBS = {"attribution": ("seedance-attribution", build_pipeline),
         "gpu-cost": ("seedance-gpu-cost", build_gpu_pipeline),

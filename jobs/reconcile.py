@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pipelines.reconcile_config import (
+from pipelines.reconcile.config import (
     RECONCILE_ENV_VARS,
     ReconcileConfig,
     load_rates,
@@ -62,8 +62,8 @@ class ReconcileResult:
 def expand_billing_files(specs: tuple[str, ...]) -> list[str]:
     """Globs -> files, keeping an optional FORMAT: prefix; a glob matching nothing is an
     error (a missing daily export must not pass for an empty one)."""
-    from pipelines.billing.records import BillingError
-    from pipelines.billing.sources import FORMATS
+    from pipelines.reconcile.billing.records import BillingError
+    from pipelines.reconcile.billing.sources import FORMATS
 
     files: list[str] = []
     for spec in specs:
@@ -78,12 +78,12 @@ def expand_billing_files(specs: tuple[str, ...]) -> list[str]:
 
 def run(config: ReconcileConfig, request: ReconcileRequest,
         progress: Callable[[str], None] = log.info) -> ReconcileResult:
-    from pipelines.alerts import dispatch
-    from pipelines.billing.kafka_source import stage_topic
-    from pipelines.billing.sources import ParseOptions, read_file
-    from pipelines.reconcile_beam import Settings, run_pipeline
-    from pipelines.reconcile_store import AlertSinks, ReconcileStore, StageResult
-    from pipelines.warehouse import redacted_url
+    from pipelines.reconcile.alerts import dispatch
+    from pipelines.reconcile.beam import Settings, run_pipeline
+    from pipelines.reconcile.billing.kafka_source import stage_topic
+    from pipelines.reconcile.billing.sources import ParseOptions, read_file
+    from pipelines.reconcile.store import AlertSinks, ReconcileStore, StageResult
+    from pipelines.store.warehouse import redacted_url
 
     days_between(request.first, request.last)  # validates the range
     started = time.monotonic()
@@ -205,8 +205,8 @@ def find_bootstrap(explicit: str | None, config: ReconcileConfig) -> str:
     it runs, else '' (Kafka deliveries then wait for a run that has a broker)."""
     if explicit or config.kafka.bootstrap:
         return explicit or config.kafka.bootstrap
-    from pipelines.local_stack import LocalKafka
-    from pipelines.paths import state_home
+    from pipelines.settings.paths import state_home
+    from pipelines.stack.local_kafka import LocalKafka
 
     info = LocalKafka(state_home() / "kafka").info()
     return info.bootstrap if info else ""
@@ -280,7 +280,7 @@ def print_summary(result: ReconcileResult, config: ReconcileConfig) -> None:
     opened = [a for a in result.alerts if a["kind"] == "open"]
     resolved = [a for a in result.alerts if a["kind"] == "resolve"]
     print(f"\nalerts: {len(opened)} opened, {len(resolved)} resolved")
-    from pipelines.alerts import summary
+    from pipelines.reconcile.alerts import summary
 
     for alert in result.alerts:
         sinks = ", ".join(f"{s} {alert[f'{s}_status']}" for s in ("log", "kafka", "webhook")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pipelines.config import AttributionConfig
-from pipelines.generator import Plan, valid_events
+from pipelines.settings.job_config import AttributionConfig
+from pipelines.sources.generator import Plan, valid_events
 from schemas.records import Conversion, Credit, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
 from udfs.data_driven import DATA_DRIVEN_MODELS, credit_by_period

@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pipelines.generator import Plan, SeededIds, emit
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.sources.generator import Plan, SeededIds, emit
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 
 
 def make_spans(specs: Sequence[tuple[str, dict[str, object], int]

@@ -3,7 +3,8 @@ again (a retried export, a replayed message) is recognised as a duplicate and no
 second time.
 
 Engine-free: the streaming job keeps one ledger per user bucket and mirrors what it adds and
-forgets into keyed state (pipelines/flink_job.py); the first copy to arrive is the one kept.
+forgets into keyed state (pipelines/flink/attribution_job.py); the first copy to arrive is
+the one kept.
 """
 
 from __future__ import annotations

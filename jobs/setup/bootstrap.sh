@@ -18,7 +18,7 @@ need python3.11 "Install Python 3.11 (the pinned apache-flink 2.2.0 supports 3.9
 need java "Install a Java 17 runtime (Debian: apt-get install openjdk-17-jre-headless)."
 need mvn "Install Maven (Debian: apt-get install maven); it fetches the Kafka and Flink jars."
 
-# The integration tests start a private PostgreSQL server (pipelines/local_postgres.py):
+# The integration tests start a private PostgreSQL server (pipelines/stack/postgres.py):
 # the dev set-up needs its binaries. Debian keeps them in /usr/lib/postgresql/<v>/bin.
 has_postgres() {
   local dir
@@ -67,7 +67,7 @@ fi
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 # the package's C extension (the OTLP scanner) is rebuilt when its source changes
-package_files="pyproject.toml setup.py pipelines/otlp_scan.c"
+package_files="pyproject.toml setup.py pipelines/codec/otlp_scan.c"
 py_hash="$(hash_of $package_files)-${extras:-core}"
 # a dev environment also serves the demo: only rebuild when it lacks what is asked for
 have=$(cat "$stamp_dir/venv" 2>/dev/null || true)
@@ -78,8 +78,8 @@ if [ ! -x "$venv/bin/python" ] || { [ "$have" != "$py_hash" ] && \
   "$venv/bin/python" -m pip install --quiet --upgrade pip
   "$venv/bin/python" -m pip install --quiet --progress-bar off -e ".${extras:+[$extras]}"
   echo "$py_hash" > "$stamp_dir/venv"
-  if ! "$venv/bin/python" -c 'from pipelines import _otlp_scan' 2>/dev/null; then
-    echo "warning: the C scanner (pipelines/otlp_scan.c) was not built: no C compiler or" \
+  if ! "$venv/bin/python" -c 'from pipelines.codec import _otlp_scan' 2>/dev/null; then
+    echo "warning: the C scanner (pipelines/codec/otlp_scan.c) was not built: no C compiler or" \
          "Python headers (gcc, python3.11-dev)? Decoding falls back to pure Python," \
          "several times slower." >&2
   fi

@@ -26,7 +26,7 @@ from pipelines.dashboard import pages
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
 from pipelines.dashboard.queries import VIEWS, build_view, options, resolve_model
 from pipelines.dashboard.tables import View
-from pipelines.warehouse import Warehouse, WarehouseError, redacted_url
+from pipelines.store.warehouse import Warehouse, WarehouseError, redacted_url
 
 log = logging.getLogger("seedance.dashboard")
 

@@ -1,7 +1,7 @@
 """The dashboard's views as SQL over the warehouse tables, one function per view.
 
 Each view returns the tables it shows (the rows are also its CSV export) and its headline
-figures. The SQL is portable (`?` placeholders through pipelines.warehouse), so the same
+figures. The SQL is portable (`?` placeholders through pipelines.store.warehouse), so the same
 views run on the embedded SQLite file and on PostgreSQL.
 
 ROI figures are summed over the selected days before dividing: the ROI of a week is the
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.config import AttributionConfig
 from pipelines.dashboard.filters import Filters, campaign_filter, day_range
 from pipelines.dashboard.tables import Column, Kpi, Table, View, roi_of, table_exists
-from pipelines.warehouse import Warehouse
+from pipelines.settings.job_config import AttributionConfig
+from pipelines.store.warehouse import Warehouse
 
 MODEL_ORDER = AttributionConfig.models
 DEFAULT_MODEL = "last_click"  # what ad platforms report, so the first thing finance compares

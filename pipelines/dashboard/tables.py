@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.warehouse import Warehouse
+from pipelines.store.warehouse import Warehouse
 
 # How a column's values are shown: text as is; money and number with 2 decimals and
 # thousands separators; ratio (ROI) with 2 decimals; percent and share as x100 with a %;

@@ -1,5 +1,5 @@
 -- Daily reconciliation against billing data (docs/reconciliation.md). Portable SQL: runs on
--- the embedded SQLite default and on PostgreSQL; applied by pipelines/reconcile_store.py.
+-- the embedded SQLite default and on PostgreSQL; applied by pipelines/reconcile/store.py.
 -- Days are YYYY-MM-DD text, instants ISO 8601 UTC text (text order is time order).
 
 -- Billing rows as the ad platforms report them, one per campaign-day. A restated report

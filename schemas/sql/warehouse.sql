@@ -1,5 +1,5 @@
 -- Warehouse tables read by the finance dashboards. Portable SQL: runs on the embedded
--- SQLite default and on PostgreSQL. Loaded by pipelines/warehouse.py.
+-- SQLite default and on PostgreSQL. Loaded by pipelines/store/warehouse.py.
 
 -- One row per (model, order, touch): that touch's share of the order under that model.
 -- The credits of one order under one model sum to 1 and to the order's revenue.

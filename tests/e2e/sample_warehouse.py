@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipelines.config import AttributionConfig
-from pipelines.generator import plan_events
-from pipelines.warehouse import CREDIT_COLUMNS, ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+from pipelines.settings.job_config import AttributionConfig
+from pipelines.sources.generator import plan_events
+from pipelines.store.warehouse import CREDIT_COLUMNS, ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
 from tests.reference import reference_credits
 from udfs.lifecycle import StageWeights
 from udfs.roi import day_roi

@@ -22,7 +22,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from pipelines.warehouse import Warehouse, redacted_url
+from pipelines.store.warehouse import Warehouse, redacted_url
 from tests.e2e.sample_warehouse import fill_sample_warehouse
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pipelines.config import StreamingJobConfig, load_config
-from pipelines.flink_cluster import LocalFlinkCluster
-from pipelines.kafka_io import ensure_topics
-from pipelines.local_postgres import LocalPostgres
-from pipelines.local_stack import LocalKafka
+from pipelines.flink.cluster import LocalFlinkCluster
+from pipelines.kafka.io import ensure_topics
+from pipelines.settings.job_config import StreamingJobConfig, load_config
+from pipelines.stack.local_kafka import LocalKafka
+from pipelines.stack.postgres import LocalPostgres
 
 _topic_ids = itertools.count()
 _database_ids = itertools.count()

@@ -20,15 +20,15 @@ import pytest
 
 from jobs.backfill import BackfillRequest, run
 from jobs.cli import main
-from pipelines.archive import DAY_MS, archive_topic, day_of, tables_by_date, write_tables
-from pipelines.backfill_config import BackfillConfig, SparkConfig
-from pipelines.config import StreamingJobConfig, load_config
-from pipelines.flink_job import run_job
-from pipelines.generator import Plan, plan_events, valid_events
-from pipelines.kafka_io import ensure_topics, producer
-from pipelines.roi_job import run_roi_job
-from pipelines.spark_backfill import kafka_jars, spark_session
-from pipelines.warehouse import GPU_CALL_COLUMNS, Warehouse
+from pipelines.backfill.archive import DAY_MS, archive_topic, day_of, tables_by_date, write_tables
+from pipelines.backfill.config import BackfillConfig, SparkConfig
+from pipelines.backfill.spark import kafka_jars, spark_session
+from pipelines.flink.attribution_job import run_job
+from pipelines.flink.roi_job import run_roi_job
+from pipelines.kafka.io import ensure_topics, producer
+from pipelines.settings.job_config import StreamingJobConfig, load_config
+from pipelines.sources.generator import Plan, plan_events, valid_events
+from pipelines.store.warehouse import GPU_CALL_COLUMNS, Warehouse
 from schemas.records import Conversion, Touchpoint
 from tests.integration.test_flink_job import messages, publish
 

@@ -10,10 +10,10 @@ import os
 import signal
 import time
 
-from pipelines.flink_job import build_pipeline
-from pipelines.generator import plan_events
-from pipelines.kafka_io import ensure_topics, producer
-from pipelines.local_stack import LocalKafka
+from pipelines.flink.attribution_job import build_pipeline
+from pipelines.kafka.io import ensure_topics, producer
+from pipelines.sources.generator import plan_events
+from pipelines.stack.local_kafka import LocalKafka
 from tests.integration.test_flink_cluster import wait_for_credits
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits

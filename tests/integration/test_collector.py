@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.flink_job import run_job
-from pipelines.generator import plan_events
-from pipelines.kafka_io import read_all
-from pipelines.otlp_codec import decode_spans
-from pipelines.paths import PROJECT_ROOT
+from pipelines.codec.otlp import decode_spans
+from pipelines.flink.attribution_job import run_job
+from pipelines.kafka.io import read_all
+from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 from tests.spans import encoded

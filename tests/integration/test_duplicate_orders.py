@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
-from pipelines.flink_job import run_job
-from pipelines.generator import Plan
-from pipelines.kafka_io import producer
-from pipelines.warehouse import Warehouse
+from pipelines.flink.attribution_job import run_job
+from pipelines.kafka.io import producer
+from pipelines.sources.generator import Plan
+from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
 from tests.spans import encoded
 

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from pipelines import credit_messages, table_messages
-from pipelines.generator import Plan, PlannedEvent, emit, plan_events
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import read_all
+from pipelines.codec import credit_messages, table_messages
+from pipelines.kafka.io import read_all
+from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from tests.reference import reference_credits
 
 DAY_NS = 86_400 * 10**9

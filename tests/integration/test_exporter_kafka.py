@@ -3,9 +3,9 @@
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import read_all
-from pipelines.otlp_codec import decode_spans
+from pipelines.codec.otlp import decode_spans
+from pipelines.kafka.io import read_all
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from tests.spans import make_spans
 
 T0 = 1_756_684_800_000_000_000
@@ -51,7 +51,7 @@ def test_records_are_kept_by_arrival_time_not_by_their_old_event_time(kafka, top
     # Results carry event time; a weeks-old CreateTime would let retention delete them at once.
     from kafka import KafkaConsumer, TopicPartition
 
-    from pipelines.kafka_io import producer
+    from pipelines.kafka.io import producer
 
     name = topic("results")
     sixty_days_ago_ms = 1_700_000_000_000

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from pipelines.config import StreamingJobConfig
-from pipelines.flink_standalone import StandaloneFlink
-from pipelines.generator import plan_events
-from pipelines.kafka_io import producer, read_all
+from pipelines.flink.standalone import StandaloneFlink
+from pipelines.kafka.io import producer, read_all
+from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 from tests.spans import encoded

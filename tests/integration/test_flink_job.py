@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipelines import credit_messages, table_messages
-from pipelines.flink_job import run_job
-from pipelines.generator import Plan, PlannedEvent, emit, plan_events
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import count_messages, producer, read_all
-from pipelines.warehouse import Warehouse
+from pipelines.codec import credit_messages, table_messages
+from pipelines.flink.attribution_job import run_job
+from pipelines.kafka.io import count_messages, producer, read_all
+from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.store.warehouse import Warehouse
 from tests.reference import reference_credits, reference_journeys
 
 T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
@@ -38,7 +38,7 @@ def publish(kafka, topic, plan, encoding="otlp_proto"):
 
 def messages(kafka, topic):
     """Every row of a topic: a message is one JSON row, or a table of rows (credits,
-    conversions: pipelines/table_messages.py)."""
+    conversions: pipelines/codec/table_messages.py)."""
     return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
 
 

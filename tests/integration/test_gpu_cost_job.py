@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipelines.gpu_cost_job import run_gpu_job
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import producer, read_all
-from pipelines.otlp_metrics import encode_samples
-from pipelines.warehouse import Warehouse
+from pipelines.codec.metrics import encode_samples
+from pipelines.flink.gpu_cost_job import run_gpu_job
+from pipelines.kafka.io import producer, read_all
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.store.warehouse import Warehouse
 from schemas.gpu import GpuSample, load_catalog
 from schemas.records import GpuCall
 from tests.spans import make_spans

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import random
 
-from pipelines.gpu_cost_job import run_gpu_job
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_io import producer, read_all
-from pipelines.otlp_metrics import encode_samples
+from pipelines.codec.metrics import encode_samples
+from pipelines.flink.gpu_cost_job import run_gpu_job
+from pipelines.kafka.io import producer, read_all
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from tests.integration.test_gpu_cost_job import H100, L40S, T0, S, sample
 from tests.spans import make_spans
 

@@ -11,10 +11,10 @@ import json
 import math
 import random
 
-from pipelines.flink_job import run_job
-from pipelines.generator import plan_events
-from pipelines.kafka_io import producer, read_all
-from pipelines.otlp_codec import DEAD_LETTER_PAYLOAD_BYTES
+from pipelines.codec.otlp import DEAD_LETTER_PAYLOAD_BYTES
+from pipelines.flink.attribution_job import run_job
+from pipelines.kafka.io import producer, read_all
+from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 from tests.spans import encoded

@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pipelines.local_postgres import LocalPostgres, find_bindir
-from pipelines.local_stack import StackError
+from pipelines.stack.local_kafka import StackError
+from pipelines.stack.postgres import LocalPostgres, find_bindir
 
 
 @pytest.fixture

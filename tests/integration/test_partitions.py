@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pipelines.flink_job import run_job
-from pipelines.generator import plan_events
-from pipelines.kafka_io import producer
+from pipelines.flink.attribution_job import run_job
+from pipelines.kafka.io import producer
+from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_rows, messages
 from tests.spans import encoded
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.kafka_io import read_all
-from pipelines.otlp_metrics import decode_samples
+from pipelines.codec.metrics import decode_samples
+from pipelines.kafka.io import read_all
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

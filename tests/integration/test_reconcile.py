@@ -21,16 +21,16 @@ import pytest
 
 from jobs.cli import main
 from jobs.reconcile import ReconcileRequest, run
-from pipelines.alerts import ALERT_ID_HEADER, SIGNATURE_HEADER, WebhookSink, verify
-from pipelines.kafka_io import producer, read_all
-from pipelines.reconcile_config import (
+from pipelines.kafka.io import producer, read_all
+from pipelines.reconcile.alerts import ALERT_ID_HEADER, SIGNATURE_HEADER, WebhookSink, verify
+from pipelines.reconcile.config import (
     ReconcileConfig,
     Secret,
     WebhookSection,
     load_reconcile_config,
 )
-from pipelines.reconcile_store import ReconcileStore
-from pipelines.warehouse import Warehouse
+from pipelines.reconcile.store import ReconcileStore
+from pipelines.store.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
 
@@ -387,7 +387,7 @@ def cloud_costs(store: ReconcileStore) -> dict[str, float]:
 
 
 def test_focus_exports_replace_their_billing_period(warehouse_url, tmp_path):
-    from pipelines.billing import read_file
+    from pipelines.reconcile.billing import read_file
 
     day = "2025-03-01T00:00:00Z,2025-03-02T00:00:00Z,Usage"
     now = time.time()
@@ -421,8 +421,8 @@ def test_billing_topic_is_staged_once_and_a_bad_message_is_reported(kafka, topic
                                                  "conversion_value": 2}]}).encode()).get(30)
     finally:
         sink.close()
-    from pipelines.billing.kafka_source import stage_topic
-    from pipelines.billing.sources import ParseOptions
+    from pipelines.reconcile.billing.kafka_source import stage_topic
+    from pipelines.reconcile.billing.sources import ParseOptions
 
     with ReconcileStore(url) as store:
         result = stage_topic(store, kafka, billing, ParseOptions())

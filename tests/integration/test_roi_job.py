@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pipelines.flink_job import run_job
-from pipelines.generator import Plan
-from pipelines.kafka_io import producer
-from pipelines.roi_job import run_roi_job
-from pipelines.warehouse import Warehouse
+from pipelines.flink.attribution_job import run_job
+from pipelines.flink.roi_job import run_roi_job
+from pipelines.kafka.io import producer
+from pipelines.sources.generator import Plan
+from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import D, H, S, messages, order, publish, touch
 
 T0 = int(datetime(2026, 9, 1, 6, tzinfo=UTC).timestamp()) * 10**9

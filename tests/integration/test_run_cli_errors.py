@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.generator import plan_events
+from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import publish
 
 

@@ -14,11 +14,11 @@ import sys
 
 import yaml
 
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.kafka_io import ensure_topics, producer
-from pipelines.kafka_security import for_python
-from pipelines.local_stack import LocalKafka
+from pipelines.kafka.io import ensure_topics, producer
+from pipelines.kafka.security import for_python
+from pipelines.sources.generator import emit, plan_events
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.stack.local_kafka import LocalKafka
 from tests.reference import reference_credits
 
 PASSWORD = "scram-pass-7f3a"

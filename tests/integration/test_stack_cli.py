@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.local_stack import LocalKafka, wait_until_ready
+from pipelines.stack.local_kafka import LocalKafka, wait_until_ready
 
 
 def seedance(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -10,8 +10,8 @@ import sqlite3
 import psycopg
 import pytest
 
-from pipelines.kafka_io import producer
-from pipelines.warehouse import DDL, Warehouse, WarehouseError, redacted_url
+from pipelines.kafka.io import producer
+from pipelines.store.warehouse import DDL, Warehouse, WarehouseError, redacted_url
 
 T0 = 1_788_220_800_000  # 2026-09-01T00:00:00Z
 DAY = 86_400_000

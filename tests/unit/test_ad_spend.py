@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jobs.cli import main
-from pipelines.ad_spend import SpendError, SpendRecord, parse_message, read_csv, validate
+from pipelines.sources.ad_spend import SpendError, SpendRecord, parse_message, read_csv, validate
 
 GOOD = {"platform": "Google_Ads", "account": "123", "campaign": "gs-brand",
         "day": "2026-10-03", "amount": "12.50", "currency": "usd"}

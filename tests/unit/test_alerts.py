@@ -7,8 +7,16 @@ import json
 
 import requests
 
-from pipelines.alerts import SIGNATURE_HEADER, WebhookSink, body, payload, sign, summary, verify
-from pipelines.reconcile_config import Secret
+from pipelines.reconcile.alerts import (
+    SIGNATURE_HEADER,
+    WebhookSink,
+    body,
+    payload,
+    sign,
+    summary,
+    verify,
+)
+from pipelines.reconcile.config import Secret
 
 ALERT = {"alert_id": "a" * 32, "kind": "open", "scope": "campaign", "platform": "google_ads",
          "account": "1", "entity": "111", "day": "2025-03-01", "metric": "conversions",

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from pipelines.archive import Archive, day_of, read_kind, tables_by_date
+from pipelines.backfill.archive import Archive, day_of, read_kind, tables_by_date
 from schemas.records import Conversion, GpuCall, Touchpoint
 from tests.spans import make_spans
 

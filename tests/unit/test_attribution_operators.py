@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
-from pipelines import credit_messages
-from pipelines.flink_job import (
+from pipelines.codec import credit_messages
+from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
+from pipelines.codec.journey_wire import events_to_wire, state_to_wire
+from pipelines.flink.attribution_job import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
     CONVERSIONS,
@@ -31,10 +33,8 @@ from pipelines.flink_job import (
     DecodeOtlp,
     FitDataDrivenModels,
 )
-from pipelines.generator import Plan, PlannedEvent, emit, plan_events
-from pipelines.journey_wire import events_to_wire, state_to_wire
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_frame import NO_TIME, frame, newest_start_ms
+from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, StateStore, Timers
@@ -56,7 +56,7 @@ class Job:
     """One parallel instance of each operator, reading one partition; a checkpoint is
     each operator's keyed state and timers (the watermark with them). The source's part
     is played as the job's source plays it (io.seedance.flink.FramedOtlpDeserializer,
-    whose reference is pipelines.kafka_frame): each message framed with its partition's
+    whose reference is pipelines.codec.frame): each message framed with its partition's
     newest event time before it, and the watermark that time minus the allowed lateness;
     neither is kept in a checkpoint (the source reader keeps them in memory)."""
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.archive import DAY_MS, tables_by_date, write_tables
-from pipelines.backfill_frames import (
+from pipelines.backfill.archive import DAY_MS, tables_by_date, write_tables
+from pipelines.backfill.frames import (
     EVENT_COLUMNS,
     SORT_KEY,
     BackfillWindow,
@@ -20,10 +20,10 @@ from pipelines.backfill_frames import (
     journeys_of_batches,
     path_counts,
 )
-from pipelines.backfill_local import compute_events, compute_from_archive, read_archive_events
-from pipelines.backfill_roi import link_costs, roi_rows
-from pipelines.config import load_config
-from pipelines.generator import Plan, plan_events, valid_events
+from pipelines.backfill.local import compute_events, compute_from_archive, read_archive_events
+from pipelines.backfill.roi import link_costs, roi_rows
+from pipelines.settings.job_config import load_config
+from pipelines.sources.generator import Plan, plan_events, valid_events
 from schemas.records import Conversion, Touchpoint
 from tests.reference import reference_credits
 

@@ -18,7 +18,7 @@ import yaml
 
 from jobs.backfill import add_backfill_arguments, day_range
 from jobs.cli import main
-from pipelines.generator import plan_events
+from pipelines.sources.generator import plan_events
 from tests.unit.test_backfill_frames import archive_plan
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -164,8 +164,8 @@ def test_the_dag_catches_up_one_run_at_a_time_with_a_valid_command(monkeypatch, 
 
 
 def test_remote_locations_stay_uris():
-    from pipelines.backfill_config import ArchiveConfig, BackfillConfig
-    from pipelines.spark_backfill import local_path
+    from pipelines.backfill.config import ArchiveConfig, BackfillConfig
+    from pipelines.backfill.spark import local_path
 
     config = BackfillConfig(work_dir="hdfs://nn:8020/seedance/work",
                             archive=ArchiveConfig(path="s3a://bucket/archive"))

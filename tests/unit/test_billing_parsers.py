@@ -9,7 +9,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.billing import (
+from pipelines.reconcile.billing import (
     BillingError,
     ParseOptions,
     parse_envelope,

@@ -1,6 +1,6 @@
 import pytest
 
-from pipelines.config import ConfigError, StreamingJobConfig, load_config
+from pipelines.settings.job_config import ConfigError, StreamingJobConfig, load_config
 
 
 def write(tmp_path, text):

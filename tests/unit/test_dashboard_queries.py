@@ -20,7 +20,7 @@ from pipelines.dashboard.app import DashboardApp
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
 from pipelines.dashboard.queries import build_view, options
 from pipelines.dashboard.tables import format_value
-from pipelines.warehouse import ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+from pipelines.store.warehouse import ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
 
 RECONCILIATION_DDL = Path(__file__).resolve().parents[2] / "schemas" / "sql" / "reconciliation.sql"
 SPEND = ("platform", "account", "campaign", "day", "amount", "currency")

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from pipelines.dashboard import app as app_module
-from pipelines.warehouse import ROI_COLUMNS, Warehouse
+from pipelines.store.warehouse import ROI_COLUMNS, Warehouse
 from tests.unit.test_dashboard_queries import roi_row, url, warehouse  # noqa: F401 (fixtures)
 
 

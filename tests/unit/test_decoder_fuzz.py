@@ -11,8 +11,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.flink_job import ACCOUNTING, DEAD_LETTERS, DecodeOtlp
-from pipelines.kafka_frame import frame
+from pipelines.codec.frame import frame
+from pipelines.flink.attribution_job import ACCOUNTING, DEAD_LETTERS, DecodeOtlp
 from tests.unit.test_otlp_events import both, plain, random_payloads
 
 FUZZ = settings(max_examples=300, deadline=None,

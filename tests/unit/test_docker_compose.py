@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser
-from pipelines.config import load_config
-from pipelines.reconcile_config import load_reconcile_config
+from pipelines.reconcile.config import load_reconcile_config
+from pipelines.settings.job_config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -241,8 +241,8 @@ def test_entrypoint_turns_properties_into_flags_and_reads_secret_files(
 def test_operations_doc_names_every_operator_uid() -> None:
     """Savepoint upgrades depend on these uids; the runbook's table must stay complete."""
     doc = (ROOT / "docs" / "operations.md").read_text()
-    for job in ("flink_job.py", "gpu_cost_job.py", "roi_job.py"):
-        code = (ROOT / "pipelines" / job).read_text()
+    for job in ("attribution_job.py", "gpu_cost_job.py", "roi_job.py"):
+        code = (ROOT / "pipelines" / "flink" / job).read_text()
         uids = re.findall(r'\.uid\(f?"([^"{]+)', code)
         assert uids, job
         for uid in uids:

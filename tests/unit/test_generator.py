@@ -2,9 +2,9 @@ from collections import Counter
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from pipelines.generator import LATE_RANK, emit, plan_events, valid_events
-from pipelines.kafka_exporter import KafkaSpanExporter
-from pipelines.otlp_codec import decode_spans
+from pipelines.codec.otlp import decode_spans
+from pipelines.sources.generator import LATE_RANK, emit, plan_events, valid_events
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
 
 
 class RecordingProducer:

@@ -7,9 +7,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from pipelines.gpu_probe import Thresholds, describe, run_probe, warnings_for
-from pipelines.gpu_sources import GpuSourceError, parse_prometheus, replay_source
-from pipelines.otlp_metrics import decode_samples, encode_samples
+from pipelines.codec.metrics import decode_samples, encode_samples
+from pipelines.sources.gpu_probe import Thresholds, describe, run_probe, warnings_for
+from pipelines.sources.gpu_sources import GpuSourceError, parse_prometheus, replay_source
 from schemas.gpu import load_catalog
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -2,7 +2,7 @@
 
 import pickle
 
-from pipelines.journey_wire import (
+from pipelines.codec.journey_wire import (
     converted_from_wire,
     events_from_wire,
     events_to_wire,

@@ -1,5 +1,5 @@
 """The source's record framing and event time: the job's JVM classes (pipelines/jvm) and
-their Python reference (pipelines/kafka_frame.py) agree on every message, good or damaged."""
+their Python reference (pipelines/codec/frame.py) agree on every message, good or damaged."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from pipelines.generator import emit, plan_events
-from pipelines.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from pipelines.kafka_frame import METRICS, NEVER, NO_TIME, frame, newest_start_ms, unframe
-from pipelines.otlp_codec import decode_spans
-from pipelines.otlp_metrics import encode_samples
+from pipelines.codec.frame import METRICS, NEVER, NO_TIME, frame, newest_start_ms, unframe
+from pipelines.codec.metrics import encode_samples
+from pipelines.codec.otlp import decode_spans
+from pipelines.sources.generator import emit, plan_events
+from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from tests.integration.test_gpu_cost_job import H100, T0, sample
 from tests.unit.test_otlp_codec import json_looking_protobuf
 
@@ -84,7 +84,7 @@ def test_a_metrics_record_has_the_time_of_its_newest_data_point():
 
 
 def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(messages):
-    from pipelines.flink_kafka import _job_classes
+    from pipelines.flink.kafka import _job_classes
 
     jvm = _job_classes()
     event_time = jvm.io.seedance.flink.OtlpEventTime

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.kafka_security import SHADED, for_flink, for_python
+from pipelines.kafka.security import SHADED, for_flink, for_python
 
 JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
         'username="job" password="${env:KAFKA_SASL_PASSWORD}";')

@@ -6,7 +6,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from pipelines.otlp_codec import decode_spans, request_to_json, sniff_encoding
+from pipelines.codec.otlp import decode_spans, request_to_json, sniff_encoding
 from schemas.records import Conversion, GpuCall, Touchpoint
 from tests.spans import make_spans
 
@@ -138,7 +138,7 @@ def test_the_lean_reading_sees_what_the_full_otlp_schema_sees():
     )
     from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
-    from pipelines.otlp_wire import LeanTraceRequest
+    from pipelines.codec.wire import LeanTraceRequest
 
     request = encode_spans(sample_spans())
     span = request.resource_spans[0].scope_spans[0].spans[0]
@@ -191,7 +191,7 @@ def test_gpu_calls_left_unbuilt_are_counted_and_invalid_ones_still_dead_lettered
     GPU call records, which it counts: same touches and orders, same dead letters."""
     import random
 
-    from pipelines import otlp_codec
+    from pipelines.codec import otlp as otlp_codec
 
     rng = random.Random(7)
     values = [None, None, None, "GPU-1", "GPU-1", "GPU-1", "GPU-1", "", "x" * 300, 7, True, 2.5]

@@ -1,4 +1,4 @@
-"""The attribution job's decoding (pipelines/otlp_events.py): the C scanner and the Python
+"""The attribution job's decoding (pipelines/codec/events.py): the C scanner and the Python
 decoder give the same events, buckets, counts and dead letters, whatever the message."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import time
 import numpy as np
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from pipelines.otlp_codec import decode_spans, request_to_json
-from pipelines.otlp_events import (
+from pipelines.codec.events import (
     SCANNER_BUILT,
     DecodedEvents,
     by_bucket,
     decode_events,
     decode_packed,
 )
+from pipelines.codec.otlp import decode_spans, request_to_json
 from schemas.events import EventColumns, records_of
 from schemas.records import Conversion, Touchpoint
 from schemas.telemetry import EARLIEST_NS
@@ -100,7 +100,7 @@ def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[byt
 
 def test_the_scanner_is_built():
     # the package builds it (setup.py); without it decoding is several times slower
-    assert SCANNER_BUILT, "pipelines._otlp_scan is missing: reinstall with a C compiler"
+    assert SCANNER_BUILT, "pipelines.codec._otlp_scan is missing: reinstall with a C compiler"
 
 
 def test_scanner_and_python_decoder_agree_on_random_messages():

@@ -6,8 +6,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamPipeline
 from apache_beam.testing.util import assert_that
 
-from pipelines.reconcile_beam import Inputs, Settings, reconcile
-from pipelines.reconcile_store import AlertSinks
+from pipelines.reconcile.beam import Inputs, Settings, reconcile
+from pipelines.reconcile.store import AlertSinks
 from udfs.drift import METRICS, Rule
 
 D1, D2 = "2025-03-01", "2025-03-02"

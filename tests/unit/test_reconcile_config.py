@@ -12,15 +12,15 @@ import pytest
 
 from jobs.cli import build_parser
 from jobs.reconcile import date_range, expand_billing_files
-from pipelines.billing import BillingError
-from pipelines.config import ConfigError
-from pipelines.reconcile_config import (
+from pipelines.reconcile.billing import BillingError
+from pipelines.reconcile.config import (
     ReconcileConfig,
     Secret,
     load_rates,
     load_reconcile_config,
     load_resource_map,
 )
+from pipelines.settings.job_config import ConfigError
 from udfs.drift import Rule
 
 ROOT = Path(__file__).resolve().parent.parent.parent

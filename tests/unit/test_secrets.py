@@ -8,11 +8,11 @@ import stat
 
 import pytest
 
-from pipelines.alerts import redacted
-from pipelines.config import ConfigError
-from pipelines.config_secrets import secrets_in
-from pipelines.reconcile_config import load_reconcile_config
-from pipelines.warehouse import Warehouse
+from pipelines.reconcile.alerts import redacted
+from pipelines.reconcile.config import load_reconcile_config
+from pipelines.settings.job_config import ConfigError
+from pipelines.settings.secrets import secrets_in
+from pipelines.store.warehouse import Warehouse
 
 
 def test_a_config_holding_a_secret_must_be_private(tmp_path):

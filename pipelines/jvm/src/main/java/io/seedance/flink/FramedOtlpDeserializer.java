@@ -26,7 +26,7 @@ import org.apache.flink.util.Collector;
  *
  * <p>The newest times are kept per partition by the source reader that owns it, in memory: after
  * a restart a partition's bound starts afresh, and the journeys' restored watermark decides what
- * is late (pipelines/flink_job.py).
+ * is late (pipelines/flink/attribution_job.py).
  */
 public final class FramedOtlpDeserializer implements KafkaRecordDeserializationSchema<byte[]> {
     private static final long serialVersionUID = 1L;

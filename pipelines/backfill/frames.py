@@ -1,0 +1,469 @@
+"""The backfill's computation on pandas frames, engine-free.
+
+The Spark job calls these functions per partition (mapInPandas) and the single-process
+engine calls them on all the data, so both compute exactly what the Flink jobs compute,
+with the same udfs/ functions:
+
+events -> closed journeys (the stream's own `udfs.journey_book.JourneyBook`, advanced to
+          the end of time at once) -> credits of the days being recomputed: per-conversion models
+          (`udfs.models.touch_weights` on one JourneyTable of many conversions) and the
+          data-driven ones (the weights `udfs.data_driven.PathCounts` fits when a refit
+          period closes, on the counts of every journey closed up to then).
+
+Which events a window needs: touches from `link_window + lookback` before the first day
+(the journeys of conversions that may claim a GPU cost of the first day), orders from
+`history_days` before it (lifecycle stage), events up to `link_window` after the last day
+(conversions that claim costs of the last day). With `shapley` or `markov` configured, the
+counts of every journey since the stream began: the whole archive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import chain
+
+import numpy as np
+import pandas as pd
+
+from pipelines.backfill.archive import DAY_MS, day_of, day_start_ms
+from pipelines.codec.otlp import decode_spans
+from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
+from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
+from udfs.data_driven import FittedModels, PathCounts, period_end
+from udfs.journey_book import JourneyBook
+from udfs.journey_columns import JourneyTouches
+from udfs.journey_table import JourneyTable
+from udfs.journeys import ConvertedJourney
+from udfs.models import touch_weights
+from udfs.settings import ComputeSettings
+
+FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey closes
+PATH_SEPARATOR = "\x1f"  # between channel names in a path key (never inside a name)
+
+# Column name -> Spark SQL type; the pandas frames carry the same columns.
+EVENT_COLUMNS = {"user_id": "string", "ts_ms": "bigint", "is_conversion": "boolean",
+                 "channel": "string", "campaign": "string", "order_id": "string",
+                 "revenue": "double", "currency": "string", "trace_id": "string"}
+# Each user's events in the stream's order (time; a touch before an order at the same ms);
+# the rest only makes ties deterministic, where the stream takes arrival order.
+SORT_KEY = ["user_id", "ts_ms", "is_conversion", "channel", "campaign", "order_id",
+            "trace_id"]
+JOURNEY_COLUMNS = {
+    "user_id": "string", "converted": "boolean", "close_ts_ms": "bigint",
+    "period_end_ms": "bigint", "path": "string",
+    "counted": "boolean",  # feeds the data-driven counts
+    "in_days": "boolean",  # a conversion on a day being recomputed: credited
+    "claims": "boolean",  # a conversion that may claim GPU cost of those days
+    "order_id": "string", "conversion_ts_ms": "bigint", "revenue": "double",
+    "currency": "string", "stage": "string", "day": "string", "trace_ids": "array<string>",
+    "touch_ts": "array<bigint>", "touch_channel": "array<string>",
+    "touch_campaign": "array<string>"}
+CREDIT_COLUMNS = {"model": "string", "order_id": "string", "user_id": "string",
+                  "conversion_ts_ms": "bigint", "touch_index": "bigint", "channel": "string",
+                  "campaign": "string", "touch_ts_ms": "bigint", "credit": "double",
+                  "revenue": "double", "currency": "string", "stage": "string",
+                  "day": "string"}
+
+
+def spark_schema(columns: Mapping[str, str]) -> str:
+    """A DDL schema string for Spark (`name type, ...`)."""
+    return ", ".join(f"{name} {kind}" for name, kind in columns.items())
+
+
+_DTYPES = {"bigint": np.int64, "double": np.float64, "boolean": bool}
+
+
+def typed(frame: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
+    """`frame` with exactly `columns`, numbers as numbers and the rest as objects: a frame
+    built from no rows has float columns, which Arrow cannot turn into strings or lists."""
+    return frame[list(columns)].astype({name: _DTYPES.get(kind, object)
+                                        for name, kind in columns.items()})
+
+
+def weight_column(model: str) -> str:
+    return f"w_{model}"
+
+
+@dataclass(frozen=True)
+class BackfillWindow:
+    """The days to recompute and the event-time bounds of what they need."""
+
+    days: tuple[str, ...]  # sorted YYYY-MM-DD
+    settings: ComputeSettings
+
+    @cached_property
+    def day_set(self) -> frozenset[str]:
+        return frozenset(self.days)
+
+    @property
+    def first_ms(self) -> int:
+        return day_start_ms(self.days[0])
+
+    @property
+    def end_ms(self) -> int:
+        """Last millisecond of the last day."""
+        return day_start_ms(self.days[-1]) + DAY_MS - 1
+
+    @property
+    def count_until_ms(self) -> int:
+        """Journeys closed up to here feed the fits (the end of the last day's period)."""
+        return period_end(self.end_ms, self.settings.refit_every_ms)
+
+    @property
+    def claims_from_ms(self) -> int:
+        return self.first_ms - self.settings.link_window_ms
+
+    @property
+    def claims_until_ms(self) -> int:
+        return self.end_ms + self.settings.link_window_ms
+
+    @property
+    def events_until_ms(self) -> int:
+        return max(self.count_until_ms, self.claims_until_ms)
+
+    @property
+    def touches_from_ms(self) -> int | None:
+        """None: from the archive's start (the data-driven counts need every journey)."""
+        if self.settings.data_driven:
+            return None
+        return self.claims_from_ms - self.settings.journey.lookback_ms - DAY_MS
+
+    @property
+    def conversions_from_ms(self) -> int | None:
+        touches = self.touches_from_ms
+        if touches is None:
+            return None
+        return min(touches, self.first_ms - self.settings.journey.history_ms - DAY_MS)
+
+
+@dataclass
+class ComputedDays:
+    """What an engine computed for a window: each day's credits (read on demand, they can
+    be large), and the GPU cost linked to each day's conversions or left unlinked."""
+
+    credits_of: Callable[[str], pd.DataFrame]  # CREDIT_COLUMNS of one day
+    compute: pd.DataFrame  # day, order_id, cost
+    unlinked: pd.DataFrame  # day, cost
+    stats: dict[str, float] = field(default_factory=dict)
+    cleanup: Callable[[], None] = lambda: None
+
+
+# --- events ------------------------------------------------------------------------------
+
+def events_frame(touchpoints: pd.DataFrame, conversions: pd.DataFrame) -> pd.DataFrame:
+    """Archive rows of touchpoints and conversions as one frame of EVENT_COLUMNS."""
+    touches = pd.DataFrame({
+        "user_id": touchpoints.user_id, "ts_ms": touchpoints.ts_ms, "is_conversion": False,
+        "channel": touchpoints.channel, "campaign": touchpoints.campaign, "order_id": "",
+        "revenue": 0.0, "currency": "", "trace_id": touchpoints.trace_id})
+    orders = pd.DataFrame({
+        "user_id": conversions.user_id, "ts_ms": conversions.ts_ms, "is_conversion": True,
+        "channel": "", "campaign": "", "order_id": conversions.order_id,
+        "revenue": conversions.revenue, "currency": conversions.currency,
+        "trace_id": conversions.trace_id})
+    return typed(pd.concat([touches, orders], ignore_index=True), EVENT_COLUMNS)
+
+
+def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.DataFrame:
+    """Touchpoints and conversions of raw spans-topic messages (decoded as the stream
+    decodes them; what it dead-letters is left out here too)."""
+    rows = []
+    for value in values:
+        for record in decode_spans(None if value is None else bytes(value), encoding).records:
+            if isinstance(record, Touchpoint):
+                rows.append((record.user_id, record.ts_ms, False, record.channel,
+                             record.campaign, "", 0.0, "", record.trace_id))
+            elif isinstance(record, Conversion):
+                rows.append((record.user_id, record.ts_ms, True, "", "", record.order_id,
+                             record.revenue, record.currency, record.trace_id))
+    return typed(pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), EVENT_COLUMNS)
+
+
+# --- journeys ----------------------------------------------------------------------------
+
+def _event_columns(events: pd.DataFrame) -> EventColumns:
+    """A frame of EVENT_COLUMNS as the stream's event batch (each kind in frame order)."""
+    is_order = events.is_conversion.to_numpy(bool)
+    touches, orders = events[~is_order], events[is_order]
+
+    def text(frame: pd.DataFrame, column: str) -> np.ndarray:
+        return object_array(frame[column].tolist())
+
+    return EventColumns(
+        TouchColumns(text(touches, "user_id"), touches.ts_ms.to_numpy(np.int64),
+                     text(touches, "channel"), text(touches, "campaign"),
+                     text(touches, "trace_id"), object_array([""] * len(touches))),
+        OrderColumns(text(orders, "user_id"), orders.ts_ms.to_numpy(np.int64),
+                     text(orders, "order_id"), orders.revenue.to_numpy(np.float64),
+                     text(orders, "currency"), text(orders, "trace_id"),
+                     object_array([""] * len(orders))))
+
+
+def _lists(values: np.ndarray, offsets: np.ndarray, keep: np.ndarray) -> list[list[object]]:
+    """Per journey the slice of `values` its offsets cut, or [] where `keep` is False."""
+    bounds, flat = offsets.tolist(), values.tolist()
+    return [flat[bounds[i]:bounds[i + 1]] if wanted else []
+            for i, wanted in enumerate(keep.tolist())]
+
+
+def _journey_rows(user_id: np.ndarray, close: np.ndarray, touches: JourneyTouches,
+                  settings: ComputeSettings, counted: np.ndarray, in_days: np.ndarray,
+                  claims: np.ndarray) -> dict[str, object]:
+    """The columns every journey row has, converted or not."""
+    with_path = counted | in_days
+    return {"user_id": user_id, "close_ts_ms": close,
+            "period_end_ms": period_end(close, settings.refit_every_ms),
+            "path": [PATH_SEPARATOR.join(path)  # type: ignore[arg-type]
+                     for path in _lists(touches.channel, touches.offsets, with_path)],
+            "counted": counted, "in_days": in_days, "claims": claims,
+            "touch_ts": _lists(touches.ts_ms, touches.offsets, in_days),
+            "touch_channel": _lists(touches.channel, touches.offsets, in_days),
+            "touch_campaign": _lists(touches.campaign, touches.offsets, in_days)}
+
+
+def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
+                    window: BackfillWindow) -> pd.DataFrame:
+    """The journeys the window needs, of the users in `events` (ordered by SORT_KEY, so
+    each user's events are together and in the stream's order).
+
+    The stream's own journey book does the work: every event added at once, then one
+    advance to the end of time closes every journey, as the stream closes them whatever
+    its batching (udfs/journey_book.py)."""
+    book = JourneyBook(settings.journey)
+    book.add(_event_columns(events), np.iinfo(np.int64).min)  # nothing is late
+    closed = book.advance(FAR_FUTURE_MS).closed
+    data_driven = bool(settings.data_driven)
+
+    converted = closed.converted
+    close = converted.ts_ms
+    keys, at = np.unique(close // DAY_MS, return_inverse=True)
+    days = object_array([day_of(key * DAY_MS) for key in keys.tolist()])[at]
+    in_days = np.isin(days, np.asarray(window.days, dtype=object))
+    claims = (window.claims_from_ms <= close) & (close <= window.claims_until_ms)
+    counted = np.full(len(close), data_driven) & (close <= window.count_until_ms)
+    wanted = in_days | claims | counted
+    converted, days = converted.select(wanted), days[wanted]
+    in_days, claims, counted = in_days[wanted], claims[wanted], counted[wanted]
+    touches = converted.touches
+    trace_lists = _lists(touches.trace_id, touches.offsets, claims)
+    conv = pd.DataFrame({
+        **_journey_rows(converted.user_id, converted.ts_ms, touches, settings, counted,
+                        in_days, claims),
+        "converted": True, "order_id": converted.order_id,
+        "conversion_ts_ms": converted.ts_ms, "revenue": converted.revenue,
+        "currency": converted.currency, "stage": converted.stage, "day": days,
+        # as the stream's conversions topic lists them (pipelines.flink.attribution_job)
+        "trace_ids": [list(dict.fromkeys(t for t in (own, *traces) if t)) if claim else []
+                      for own, traces, claim in zip(converted.trace_id.tolist(), trace_lists,
+                                                    claims.tolist(), strict=True)]})
+
+    lapsed = closed.lapsed
+    counted = np.full(len(lapsed), data_driven) & (lapsed.close_ts_ms <= window.count_until_ms)
+    close = lapsed.close_ts_ms[counted]
+    nothing = np.zeros(len(close), bool)
+    gone = pd.DataFrame({
+        **_journey_rows(lapsed.user_id[counted], close, lapsed.touches.select(counted),
+                        settings, ~nothing, nothing, nothing),
+        "converted": False, "order_id": "", "conversion_ts_ms": close, "revenue": 0.0,
+        "currency": "", "stage": "", "day": "", "trace_ids": [[] for _ in close]})
+    frame = pd.concat([conv, gone], ignore_index=True)
+    return typed(frame.sort_values(["user_id", "close_ts_ms", "converted"], kind="stable",
+                                   ignore_index=True), JOURNEY_COLUMNS)
+
+
+def journeys_of_batches(batches: Iterable[pd.DataFrame], settings: ComputeSettings,
+                        window: BackfillWindow) -> Iterator[pd.DataFrame]:
+    """`closed_journeys` over consecutive batches of one ordered stream of events (Spark's
+    Arrow batches of a partition): a user cut by a batch boundary waits for the next."""
+    carry: pd.DataFrame | None = None
+    for batch in batches:
+        if carry is not None and len(carry):
+            batch = pd.concat([carry, batch], ignore_index=True)
+        if not len(batch):
+            continue
+        users = batch.user_id.to_numpy()
+        others = np.flatnonzero(users != users[-1])
+        cut = int(others[-1]) + 1 if len(others) else 0
+        carry = batch.iloc[cut:]
+        if cut:
+            yield closed_journeys(batch.iloc[:cut], settings, window)
+    if carry is not None and len(carry):
+        yield closed_journeys(carry, settings, window)
+
+
+# --- credits -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Touches:
+    """The touches of many converted journeys, flat, in journey order."""
+
+    lengths: np.ndarray
+    offsets: np.ndarray
+    ts: np.ndarray
+    channel: np.ndarray
+    campaign: np.ndarray
+
+    @classmethod
+    def of(cls, conversions: pd.DataFrame) -> _Touches:
+        lengths = np.fromiter((len(x) for x in conversions.touch_ts), np.int64,
+                              len(conversions))
+        total = int(lengths.sum())
+        return cls(lengths, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+                   np.fromiter(chain.from_iterable(conversions.touch_ts), np.int64, total),
+                   np.array(list(chain.from_iterable(conversions.touch_channel)), dtype=object),
+                   np.array(list(chain.from_iterable(conversions.touch_campaign)),
+                            dtype=object))
+
+    def table(self, conversions: pd.DataFrame) -> JourneyTable:
+        """One JourneyTable of all these conversions (per-conversion models weigh each
+        journey on its own, so this equals one table per conversion, as the stream has)."""
+        codes, names = pd.factorize(self.channel, sort=True)
+        n = len(conversions)
+        return JourneyTable(
+            channels=tuple(str(name) for name in names), campaigns=("",),
+            offsets=self.offsets, touch_channel=codes.astype(np.int64),
+            touch_campaign=np.zeros(len(codes), np.int64), touch_ts=self.ts,
+            conversions=np.ones(n), non_conversions=np.zeros(n),
+            revenue=conversions.revenue.to_numpy(np.float64),
+            conversion_ts=conversions.conversion_ts_ms.to_numpy(np.int64))
+
+
+def _credit_rows(conversions: pd.DataFrame, touches: _Touches, model: str,
+                 weights: np.ndarray) -> pd.DataFrame:
+    """Credit rows as `udfs.attribution.credits_from_weights` builds them: zero weights
+    left out, a conversion without touches to UNATTRIBUTED."""
+    journey = np.repeat(np.arange(len(conversions)), touches.lengths)
+    position = np.arange(len(journey)) - touches.offsets[:-1][journey]
+    keep = weights != 0.0
+    j = journey[keep]
+    revenue = conversions.revenue.to_numpy(np.float64)
+    fields = {name: conversions[name].to_numpy() for name in
+              ("order_id", "user_id", "conversion_ts_ms", "currency", "stage", "day")}
+    touched = pd.DataFrame({
+        "model": model, "order_id": fields["order_id"][j], "user_id": fields["user_id"][j],
+        "conversion_ts_ms": fields["conversion_ts_ms"][j], "touch_index": position[keep],
+        "channel": touches.channel[keep], "campaign": touches.campaign[keep],
+        "touch_ts_ms": touches.ts[keep], "credit": weights[keep],
+        "revenue": revenue[j] * weights[keep], "currency": fields["currency"][j],
+        "stage": fields["stage"][j], "day": fields["day"][j]})
+    empty = np.flatnonzero(touches.lengths == 0)
+    if not len(empty):
+        return touched
+    untouched = pd.DataFrame({
+        "model": model, "order_id": fields["order_id"][empty],
+        "user_id": fields["user_id"][empty],
+        "conversion_ts_ms": fields["conversion_ts_ms"][empty], "touch_index": 0,
+        "channel": UNATTRIBUTED, "campaign": "",
+        "touch_ts_ms": fields["conversion_ts_ms"][empty], "credit": 1.0,
+        "revenue": revenue[empty], "currency": fields["currency"][empty],
+        "stage": fields["stage"][empty], "day": fields["day"][empty]})
+    return pd.concat([touched, untouched], ignore_index=True)
+
+
+def concat_credits(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Credit frames as one, typed (CREDIT_COLUMNS)."""
+    frames = [frame for frame in frames if len(frame)]
+    if not frames:
+        return typed(pd.DataFrame(columns=list(CREDIT_COLUMNS)), CREDIT_COLUMNS)
+    return typed(pd.concat(frames, ignore_index=True), CREDIT_COLUMNS)
+
+
+def conversion_credits(conversions: pd.DataFrame, settings: ComputeSettings) -> pd.DataFrame:
+    """Credits of converted journeys (rows with touches) under the per-conversion models."""
+    if not len(conversions) or not settings.per_conversion:
+        return concat_credits([])
+    touches = _Touches.of(conversions)
+    table = touches.table(conversions)
+    return concat_credits([_credit_rows(conversions, touches, model,
+                                        touch_weights(table, model, settings.params))
+                           for model in settings.per_conversion])
+
+
+def data_driven_credits(conversions: pd.DataFrame, settings: ComputeSettings) -> pd.DataFrame:
+    """Credits of converted journeys under the data-driven models, from the weights fitted
+    for their period and path (the `w_<model>` columns, see `fit_weights`)."""
+    if not len(conversions) or not settings.data_driven:
+        return concat_credits([])
+    touches = _Touches.of(conversions)
+    frames = []
+    for model in settings.data_driven:
+        column = conversions[weight_column(model)]
+        weights = np.fromiter(chain.from_iterable(column), np.float64, int(touches.lengths.sum()))
+        frames.append(_credit_rows(conversions, touches, model, weights))
+    return concat_credits(frames)
+
+
+def _path(key: str) -> tuple[str, ...]:
+    return tuple(key.split(PATH_SEPARATOR)) if key else ()
+
+
+def _path_weights(fitted: FittedModels, path: tuple[str, ...],
+                  models: tuple[str, ...]) -> list[list[float]]:
+    """Each model's per-touch weights of one path, read through `FittedModels.credit` on a
+    stand-in conversion (credit = weight; zero weights come back as absent rows)."""
+    probe = ConvertedJourney(Conversion("", 0, "", 1.0, "", "", ""),
+                             tuple(Touchpoint("", 0, channel, "", "", "") for channel in path))
+    weights = {model: [0.0] * len(path) for model in models}
+    for credit in fitted.credit(probe):
+        if path:
+            weights[credit.model][credit.touch_index] = credit.credit
+    return [weights[model] for model in models]
+
+
+def fit_weights(counts: pd.DataFrame, needed: pd.DataFrame,
+                settings: ComputeSettings) -> pd.DataFrame:
+    """Per (period, path) in `needed`: each data-driven model's per-touch weights, fitted as
+    the stream fits them when that period closes -- on the counts of every journey closed
+    up to its end (`counts`: period_end_ms, path, conversions, non_conversions)."""
+    models = settings.data_driven
+    columns = ["period_end_ms", "path", *map(weight_column, models)]
+    if not len(needed):
+        return pd.DataFrame(columns=columns)
+    wanted = needed.groupby("period_end_ms").path.agg(lambda p: sorted(set(p))).sort_index()
+    # Counts are whole numbers, so their sums are exact in any order: the periods before
+    # the first one wanted are summed at once (a Spark task fits a later group of periods).
+    before = counts.period_end_ms < wanted.index[0]
+    prior = counts[before].groupby("path")[["conversions", "non_conversions"]].sum()
+    totals = PathCounts({_path(key): [float(c), float(n)]
+                         for key, c, n in prior.itertuples(name=None)})
+    counts = counts[~before].sort_values(["period_end_ms", "path"], kind="stable")
+    periods = counts.period_end_ms.to_numpy(np.int64)
+    paths = counts.path.tolist()
+    conversions = counts.conversions.to_numpy(np.float64)
+    non_conversions = counts.non_conversions.to_numpy(np.float64)
+    rows = []
+    i = 0
+    for period, period_paths in wanted.items():
+        while i < len(periods) and periods[i] <= period:
+            cell = totals.counts.setdefault(_path(paths[i]), [0.0, 0.0])
+            cell[0] += conversions[i]
+            cell[1] += non_conversions[i]
+            i += 1
+        fitted = totals.fit(models, settings.params)
+        rows.extend((period, key, *_path_weights(fitted, _path(key), models))
+                    for key in period_paths)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def fit_groups(counts: pd.DataFrame, periods: Iterable[int], groups: int) -> dict[int, int]:
+    """Periods -> `groups` contiguous groups of about equal fitting work (a fit costs about
+    as much as the (period, path) counts up to its period), for fitting in parallel."""
+    ordered = np.sort(np.fromiter(periods, np.int64))
+    if not len(ordered):
+        return {}
+    cost = np.searchsorted(np.sort(counts.period_end_ms.to_numpy(np.int64)), ordered,
+                           side="right").astype(np.float64) + 1.0
+    done_before = np.cumsum(cost) - cost
+    group = np.minimum((done_before / cost.sum() * groups).astype(np.int64), groups - 1)
+    return dict(zip(ordered.tolist(), group.tolist(), strict=True))
+
+
+def path_counts(journeys: pd.DataFrame) -> pd.DataFrame:
+    """Conversions and non-conversions per (refit period, path) of the counted journeys."""
+    counted = journeys[journeys.counted]
+    return (counted.assign(conversions=counted.converted.astype(np.float64),
+                           non_conversions=(~counted.converted).astype(np.float64))
+            .groupby(["period_end_ms", "path"], as_index=False)[
+                ["conversions", "non_conversions"]].sum())

@@ -1,0 +1,106 @@
+"""ROI of recomputed days, engine-free: GPU cost linked to conversions through their
+journeys' traces, and `udfs.roi.day_roi` per day, as the Flink ROI job does it.
+
+The ROI job links a trace's GPU cost to the conversion whose journey carried the trace
+(its claim) when the two lie within `roi.link_window_days` of each other; other cost is
+reported as unlinked compute of the cost's own day. Linked cost counts on the day of the
+conversion. A trace claimed twice (it should not be) goes to the earliest conversion here;
+the stream gives it to whichever claim arrived first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import numpy as np
+import pandas as pd
+
+from pipelines.backfill.archive import DAY_MS, day_of
+from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
+from udfs.roi import day_roi
+from udfs.settings import ComputeSettings
+
+CLAIM_COLUMNS = ["trace_id", "order_id", "conversion_ts_ms"]
+COST_COLUMNS = ["trace_id", "ts_ms", "cost"]
+SPEND_COLUMNS = ["platform", "account", "campaign", "day", "amount"]
+
+# Warehouse column orders (schemas/sql/warehouse.sql)
+CREDIT_ROW = ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms",
+              "conversion_date", "channel", "campaign", "touch_ts_ms", "credit", "revenue",
+              "currency", "stage")
+ROI_ROW = ("model", "day", "dimension", "key", "conversions", "revenue", "ad_spend",
+           "compute_cost", "roi", "currency")
+UNALLOCATED_ROW = ("model", "day", "cost_kind", "key", "amount", "currency")
+
+
+def _days(ts_ms: pd.Series) -> np.ndarray:
+    """UTC day of every time, formatted once per distinct day."""
+    if not len(ts_ms):
+        return np.array([], dtype=object)
+    numbers = ts_ms.to_numpy(np.int64) // DAY_MS
+    distinct, inverse = np.unique(numbers, return_inverse=True)
+    names = np.array([day_of(int(d) * DAY_MS) for d in distinct], dtype=object)
+    return names[inverse]
+
+
+def exploded_claims(journeys: pd.DataFrame) -> pd.DataFrame:
+    """One row per (trace, claiming conversion) of the journeys marked `claims`."""
+    rows = journeys[journeys.claims & journeys.converted]
+    exploded = rows[["trace_ids", "order_id", "conversion_ts_ms"]].explode("trace_ids")
+    exploded = exploded.dropna(subset=["trace_ids"]).rename(columns={"trace_ids": "trace_id"})
+    return exploded[CLAIM_COLUMNS].reset_index(drop=True)
+
+
+def first_claims(claims: pd.DataFrame) -> pd.DataFrame:
+    """Each trace's claim: the earliest conversion naming it."""
+    ordered = claims.sort_values(["trace_id", "conversion_ts_ms", "order_id"], kind="stable")
+    return ordered.drop_duplicates("trace_id")[CLAIM_COLUMNS].reset_index(drop=True)
+
+
+def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSettings,
+               days: Collection[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """GPU call costs (trace_id, ts_ms = interval end, cost) -> (compute: day, order_id,
+    cost of linked cost by conversion day; unlinked: day, cost), for `days` only."""
+    # (empty frames come without dtypes: make the join keys agree)
+    claims = first_claims(claims).astype({"trace_id": object, "order_id": object,
+                                          "conversion_ts_ms": np.float64})
+    merged = costs[COST_COLUMNS].astype({"trace_id": object}).merge(claims, on="trace_id",
+                                                                   how="left")
+    claim_ts = merged.conversion_ts_ms.to_numpy(np.float64)
+    linked = (merged.trace_id.to_numpy() != "") & ~np.isnan(claim_ts) & (
+        np.abs(merged.ts_ms.to_numpy(np.float64) - claim_ts) < settings.link_window_ms)
+    compute = merged[linked]
+    compute = pd.DataFrame({"day": _days(compute.conversion_ts_ms.astype(np.int64)),
+                            "order_id": compute.order_id.to_numpy(),
+                            "cost": compute.cost.to_numpy(np.float64)})
+    unlinked = merged[~linked]
+    unlinked = pd.DataFrame({"day": _days(unlinked.ts_ms),
+                             "cost": unlinked.cost.to_numpy(np.float64)})
+    wanted = set(days)
+    return (compute[compute.day.isin(wanted)].reset_index(drop=True),
+            unlinked[unlinked.day.isin(wanted)].reset_index(drop=True))
+
+
+def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
+             unlinked: float, settings: ComputeSettings
+             ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """The roi_daily and roi_unallocated rows of one day (warehouse column order)."""
+    if not len(credits) and not len(spend) and not len(compute) and not unlinked:
+        return [], []  # the stream reports only days that had input
+    result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
+                                                          "amount"]],
+                     compute[["order_id", "cost"]], settings.models,
+                     settings.stage_weights, unlinked)
+    roi = [(r.model, day, r.dimension, r.key, float(r.conversions), float(r.revenue),
+            float(r.ad_spend), float(r.compute_cost), None if math.isnan(r.roi) else
+            float(r.roi), settings.currency) for r in result.roi.itertuples(index=False)]
+    unallocated = [(r.model, day, r.kind, r.key, float(r.amount), settings.currency)
+                   for r in result.unallocated.itertuples(index=False)]
+    return roi, unallocated
+
+
+def credit_rows(credits: pd.DataFrame) -> list[tuple[object, ...]]:
+    """attribution_credits rows (plain Python values, warehouse column order)."""
+    frame = credits.rename(columns={"day": "conversion_date"})
+    return list(zip(*(frame[name].tolist() for name in CREDIT_ROW), strict=True))

@@ -1,0 +1,211 @@
+"""OTLP messages -> touchpoints and orders as columns, by user bucket: the attribution
+job's decoding.
+
+Protobuf messages go through the C scanner (pipelines/codec/otlp_scan.c, built with the package)
+when it is there: it reads the wire bytes once and fills the columns of every span that is
+plainly a touch or an order, counts the plainly valid GPU calls and plain tracing spans,
+and names the rest, which `pipelines.codec.otlp` decodes span by span exactly as it
+decodes any message (dead letters included). A message the scanner does not accept whole
+(anything unusual about its bytes), JSON, and every message when the scanner is not built
+go through `otlp_codec.decode_spans` alone. Either way the result is the same
+(tests/unit/test_otlp_events.py holds them to it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from pipelines.codec.otlp import (
+    MAX_FUTURE_S,
+    Decoded,
+    decode_proto_spans,
+    decode_spans,
+    sniff_encoding,
+)
+from schemas.events import (
+    EventColumns,
+    OrderColumns,
+    TouchColumns,
+    concat,
+    object_array,
+    order_columns,
+    take,
+    touch_columns,
+)
+from schemas.records import Conversion, DeadLetter, Touchpoint
+from udfs.journey_book import bucket_of
+
+try:  # built by `pip install` (setup.py) where a C compiler is found
+    from pipelines.codec import _otlp_scan
+except ImportError:  # pragma: no cover - exercised where no compiler is present
+    _otlp_scan = None
+
+SCANNER_BUILT = _otlp_scan is not None
+
+
+@dataclass
+class DecodedEvents:
+    """What one Kafka message turned into: each kind of event in message order, with the
+    place in the message (`*_seq`, the span's number) and the user bucket of each."""
+
+    touches: TouchColumns
+    orders: OrderColumns
+    touch_seq: np.ndarray
+    order_seq: np.ndarray
+    touch_bucket: np.ndarray
+    order_bucket: np.ndarray
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    spans: int = 0
+    ignored: int = 0
+    unbuilt_gpu_calls: int = 0
+    scanned: bool = False  # the C scanner read it (tests and benchmarks ask)
+
+    @property
+    def records_in(self) -> int:
+        """Spans, or 1 for a message that could not be split into spans."""
+        return self.spans or len(self.dead_letters)
+
+
+def decode_events(payload: bytes | None, buckets: int, encoding: str = "auto",
+                  scanner: bool = True) -> DecodedEvents:
+    """Decode one message for the attribution job (GPU calls checked, not built). Never
+    raises: malformed input becomes dead letters. `scanner=False` skips the C path."""
+    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    if payload and scanner and _otlp_scan is not None and (
+            encoding == "otlp_proto" or (encoding == "auto"
+                                         and sniff_encoding(payload) == "otlp_proto")):
+        scanned = _otlp_scan.scan(payload, latest_ns, buckets)
+        if scanned is not None:
+            return _from_scan(payload, scanned, latest_ns, buckets)
+    decoded = decode_spans(payload, encoding, gpu_calls=False)
+    return _from_records(decoded, np.arange(len(decoded.records)), buckets)
+
+
+class PackedMessage(NamedTuple):
+    """A message every span of which the scanner read plainly: its events already packed
+    per user bucket (schemas.events.pack's form, before pickling)."""
+
+    spans: int
+    unbuilt_gpu_calls: int
+    ignored: int
+    ts_ms: np.ndarray  # every touch's and order's time, in message order
+    buckets: dict[int, tuple[int, tuple]]  # bucket -> (newest time, packed events)
+
+
+def decode_packed(payload: bytes | None, buckets: int,
+                  encoding: str = "auto") -> PackedMessage | None:
+    """The fast path of `decode_events` for a message with nothing unusual in it (no span
+    for the general rules, hence no dead letters): no Python object is made per event.
+    None: use `decode_events`."""
+    if not payload or _otlp_scan is None or not (
+            encoding == "otlp_proto" or (encoding == "auto"
+                                         and sniff_encoding(payload) == "otlp_proto")):
+        return None
+    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    scanned = _otlp_scan.scan_packed(payload, latest_ns, buckets)
+    if scanned is None:
+        return None
+    spans, unbuilt, ignored, ts_ms, by_bucket = scanned
+    return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)
+
+
+def decode_message(payload: bytes | None, buckets: int,
+                   encoding: str = "auto") -> PackedMessage | DecodedEvents:
+    """How the attribution job decodes a message: packed buckets where every span is plain
+    (`decode_packed`), `decode_events` otherwise."""
+    packed = decode_packed(payload, buckets, encoding)
+    return packed if packed is not None else decode_events(payload, buckets, encoding)
+
+
+def _from_scan(payload: bytes, scanned: tuple, latest_ns: int, buckets: int) -> DecodedEvents:
+    spans, unbuilt, ignored, touches, orders, general = scanned
+    t_seq, t_bucket, t_ts, t_user, t_channel, t_campaign, t_trace, t_span = touches
+    o_seq, o_bucket, o_ts, o_user, o_order, o_revenue, o_currency, o_trace, o_span = orders
+    out = DecodedEvents(
+        TouchColumns(object_array(t_user), np.frombuffer(t_ts, np.int64), object_array(t_channel),
+                     object_array(t_campaign), object_array(t_trace), object_array(t_span)),
+        OrderColumns(object_array(o_user), np.frombuffer(o_ts, np.int64), object_array(o_order),
+                     np.frombuffer(o_revenue, np.float64), object_array(o_currency),
+                     object_array(o_trace), object_array(o_span)),
+        np.frombuffer(t_seq, np.int32), np.frombuffer(o_seq, np.int32),
+        np.frombuffer(t_bucket, np.int32), np.frombuffer(o_bucket, np.int32),
+        spans=spans, ignored=ignored, unbuilt_gpu_calls=unbuilt, scanned=True)
+    if general:
+        # the spans the scanner left to the general rules, decoded one by one
+        quads = np.frombuffer(general, np.int32).reshape(-1, 4)
+        decoded, origin = decode_proto_spans(payload, quads[:, :3].tolist(), latest_ns,
+                                             gpu_calls=False)
+        rest = _from_records(decoded, quads[origin, 3] if origin else np.zeros(0, np.int32),
+                             buckets)
+        out = _merged(out, rest)
+        out.spans, out.ignored = spans, ignored + decoded.ignored
+        out.unbuilt_gpu_calls = unbuilt + decoded.unbuilt_gpu_calls
+        out.dead_letters = decoded.dead_letters
+    return out
+
+
+def _from_records(decoded: Decoded, seq: np.ndarray, buckets: int) -> DecodedEvents:
+    touches = [r for r in decoded.records if type(r) is Touchpoint]
+    orders = [r for r in decoded.records if type(r) is Conversion]
+    is_touch = np.fromiter((type(r) is Touchpoint for r in decoded.records), bool,
+                           len(decoded.records))
+    return DecodedEvents(
+        touch_columns(touches), order_columns(orders),
+        np.asarray(seq, np.int32)[is_touch], np.asarray(seq, np.int32)[~is_touch],
+        _buckets(touches, buckets), _buckets(orders, buckets),
+        dead_letters=decoded.dead_letters, spans=decoded.spans, ignored=decoded.ignored,
+        unbuilt_gpu_calls=decoded.unbuilt_gpu_calls)
+
+
+def _buckets(records: list, buckets: int) -> np.ndarray:
+    return np.fromiter((bucket_of(r.user_id, buckets) for r in records), np.int32,
+                       len(records))
+
+
+def _merged(a: DecodedEvents, b: DecodedEvents) -> DecodedEvents:
+    """Both messages' events of each kind, in message order."""
+    touch_seq = np.concatenate([a.touch_seq, b.touch_seq])
+    order_seq = np.concatenate([a.order_seq, b.order_seq])
+    by_touch, by_order = np.argsort(touch_seq, kind="stable"), np.argsort(order_seq,
+                                                                          kind="stable")
+    return DecodedEvents(
+        take(concat([a.touches, b.touches]), by_touch),
+        take(concat([a.orders, b.orders]), by_order),
+        touch_seq[by_touch], order_seq[by_order],
+        np.concatenate([a.touch_bucket, b.touch_bucket])[by_touch],
+        np.concatenate([a.order_bucket, b.order_bucket])[by_order],
+        scanned=a.scanned)
+
+
+def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
+              keep_orders: np.ndarray | None = None) -> dict[int, EventColumns]:
+    """The (kept) events of each bucket, each kind in message order."""
+    touches, orders = decoded.touches, decoded.orders
+    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
+    if keep_touches is not None:
+        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
+    if keep_orders is not None:
+        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    out: dict[int, EventColumns] = {}
+    touch_parts, order_parts = _split(touch_bucket), _split(order_bucket)
+    for bucket in sorted(touch_parts.keys() | order_parts.keys()):
+        out[bucket] = EventColumns(
+            take(touches, touch_parts.get(bucket, _NONE)),
+            take(orders, order_parts.get(bucket, _NONE)))
+    return out
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:
+    """Positions of each bucket's rows, in their order (one sort, not a mask per bucket)."""
+    if not len(bucket):
+        return {}
+    order = np.argsort(bucket, kind="stable")
+    values, starts = np.unique(bucket[order], return_index=True)
+    return dict(zip(values.tolist(), np.split(order, starts[1:]), strict=True))

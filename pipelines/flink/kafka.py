@@ -1,0 +1,204 @@
+"""Flink plumbing shared by the jobs: Kafka sources and exactly-once sinks, settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pyflink.common import Configuration, JobExecutionResult, WatermarkStrategy
+from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream.connectors.base import DeliveryGuarantee
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaRecordSerializationSchema,
+    KafkaSink,
+    KafkaSource,
+)
+from pyflink.java_gateway import get_gateway
+from pyflink.util.java_utils import add_jars_to_context_class_loader
+
+from pipelines.kafka.security import for_flink
+from pipelines.py4j_routing import route_by_gateway
+from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.settings.paths import flink_connector_jars, state_home
+
+log = logging.getLogger(__name__)
+
+
+def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
+    # the connector relocates the Kafka client: class names in the settings follow it
+    return for_flink(dict(config.kafka.properties))
+
+
+def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
+                 group_suffix: str = "", framed_max_future_ms: int | None = None,
+                 signal: str = "TRACES") -> KafkaSource:
+    """Each record's value as bytes; with `framed_max_future_ms`, each record framed
+    (pipelines.codec.frame: partition, offset, event time, null values kept; times further
+    ahead of the clock than that are not event time) with the event time of its `signal`
+    (TRACES: the newest span start, METRICS: the newest data point)."""
+    starting = {
+        "earliest": KafkaOffsetsInitializer.earliest(),
+        "latest": KafkaOffsetsInitializer.latest(),
+        "committed": KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST),
+    }[config.input.starting_offsets]
+    builder = (KafkaSource.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_topics(topic)
+               .set_group_id(config.input.group_id + group_suffix)
+               .set_starting_offsets(starting)
+               .set_property("commit.offsets.on.checkpoint", "true")
+               # results of exactly-once jobs count only once committed
+               .set_property("isolation.level", "read_committed"))
+    if framed_max_future_ms is None:
+        builder = builder.set_value_only_deserializer(ByteArraySchema())
+    else:
+        builder._j_builder.setDeserializer(
+            _job_classes().io.seedance.flink.FramedOtlpDeserializer(framed_max_future_ms,
+                                                                   signal))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    if config.input.bounded:
+        builder = builder.set_bounded(KafkaOffsetsInitializer.latest())
+    return builder.build()
+
+
+def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
+    """Watermarks made per Kafka partition inside the source, from each framed record's event
+    time (io.seedance.flink.FramedEventTime): a subtask's watermark is the minimum over its
+    partitions, and a partition silent for `event_time.idleness_s` stops holding it back."""
+    jvm = _job_classes()
+    millis = jvm.java.time.Duration.ofMillis
+    j_strategy = (jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy
+                  .forBoundedOutOfOrderness(
+                      millis(int(config.event_time.max_out_of_orderness_s * 1000)))
+                  .withTimestampAssigner(jvm.io.seedance.flink.FramedEventTime())
+                  .withIdleness(millis(int(config.event_time.idleness_s * 1000))))
+    return WatermarkStrategy(j_strategy)
+
+
+def _job_classes():  # noqa: ANN202 (py4j's JVM view)
+    """The JVM, with the project's jars loadable by this client (py4j builds the source's
+    deserializer and the event-time assigner here, before the job is submitted)."""
+    add_jars_to_context_class_loader([jar.as_uri() for jar in flink_connector_jars()])
+    return get_gateway().jvm
+
+
+def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,
+               job: str = "attribution", raw: bool = False) -> KafkaSink:
+    """Exactly-once: records become visible to read_committed readers at checkpoints.
+    `raw`: the records are byte arrays (UTF-8 already), written as they are."""
+    serializer = (KafkaRecordSerializationSchema.builder()
+                  .set_topic(topic)
+                  .set_value_serialization_schema(ByteArraySchema() if raw
+                                                  else SimpleStringSchema())
+                  .build())
+    builder = (KafkaSink.builder()
+               .set_bootstrap_servers(bootstrap)
+               .set_record_serializer(serializer)
+               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+               # unique per job and topic: two jobs' transactions must never fence each other
+               .set_transactional_id_prefix(f"{config.input.group_id}-{job}-{topic}")
+               .set_property("transaction.timeout.ms",
+                             str(config.flink.transaction_timeout_s * 1000)))
+    for key, value in _kafka_properties(config).items():
+        builder = builder.set_property(key, value)
+    return builder.build()
+
+
+def prefer_this_python() -> None:
+    """Thread mode embeds the Python found first on PATH (through pemja): make it this one.
+
+    Must happen before the Flink gateway JVM starts, which inherits the environment.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def separate_python_workers(config: StreamingJobConfig) -> None:
+    """In process mode, give the in-process MiniCluster real Python worker processes.
+
+    Left alone, PyFlink runs a MiniCluster's "process mode" workers as threads of this
+    client process ("loopback"), so every operator shares one interpreter lock and the job
+    uses one core, as in thread mode. Separate workers (what a real cluster starts) let the
+    decoding and the journeys run on different cores (bench/streaming.py measures both).
+    The switch is the environment variable PyFlink reads when the job is submitted.
+    """
+    if config.flink.python_execution_mode == "process":
+        os.environ.setdefault("_python_worker_execution_mode", "process")
+
+
+def checkpoint_root(config: StreamingJobConfig, job_name: str) -> str:
+    """Each job checkpoints under a folder of its own (path or URI)."""
+    base = config.flink.checkpoint_dir or str(state_home() / "checkpoints")
+    if "://" not in base:
+        base = Path(base).resolve().as_uri()
+    return f"{base.rstrip('/')}/{job_name}"
+
+
+def latest_checkpoint(root: str) -> Path | None:
+    """The newest complete checkpoint (a chk-N folder with its _metadata) of a local root."""
+    if not root.startswith("file:"):
+        return None
+    folder = Path(root.removeprefix("file://"))
+    complete = [m.parent for m in folder.glob("*/chk-*/_metadata")]
+    return max(complete, key=lambda p: p.stat().st_mtime) if complete else None
+
+
+def flink_configuration(config: StreamingJobConfig, local: bool = True,
+                        job_name: str = "seedance-attribution") -> Configuration:
+    """Job settings; `local` adds what only an in-process MiniCluster needs (jars, Python)."""
+    checkpoints = checkpoint_root(config, job_name)
+    conf = Configuration()
+    if local:
+        conf.set_string("pipeline.jars", ";".join(p.as_uri() for p in flink_connector_jars()))
+        conf.set_string("python.executable", sys.executable)
+        conf.set_string("python.client.executable", sys.executable)
+    conf.set_string("python.execution-mode", config.flink.python_execution_mode)
+    conf.set_string("pipeline.auto-watermark-interval",
+                    f"{int(config.event_time.watermark_interval_s * 1000)} ms")
+    conf.set_string("execution.checkpointing.interval",
+                    f"{int(config.flink.checkpoint_interval_s * 1000)} ms")
+    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    conf.set_string("execution.checkpointing.dir", checkpoints)
+    # kept when the job is cancelled (Ctrl-C) so that the next run can resume from it
+    conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
+                    "RETAIN_ON_CANCELLATION")
+    conf.set_string("execution.checkpointing.storage", "filesystem")
+    conf.set_string("state.backend.type", "hashmap")
+    conf.set_string("restart-strategy.type", "fixed-delay")
+    conf.set_string("restart-strategy.fixed-delay.attempts", str(config.flink.restart_attempts))
+    conf.set_string("restart-strategy.fixed-delay.delay",
+                    f"{int(config.flink.restart_delay_s * 1000)} ms")
+    return conf
+
+
+def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig, str], None],
+                 config: StreamingJobConfig, bootstrap: str, job_name: str,
+                 env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+    """Build and run a job; blocks until a bounded job finishes (or forever, unbounded).
+
+    Without `env`, Flink runs in a MiniCluster of its own inside this process.
+    """
+    if env is None:
+        prefer_this_python()
+        separate_python_workers(config)
+        conf = flink_configuration(config, job_name=job_name)
+        resume_from = latest_checkpoint(checkpoint_root(config, job_name)) \
+            if config.flink.resume else None
+        if resume_from is not None:
+            # state (journeys, open intervals) and source offsets come back together
+            log.warning("resuming %s from checkpoint %s", job_name, resume_from)
+            print(f"Resuming from checkpoint {resume_from}", flush=True)
+            conf.set_string("execution.state-recovery.path", resume_from.as_uri())
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        env.set_parallelism(config.flink.parallelism)
+    route_by_gateway()  # a Spark session in this process keeps its own exception handler
+    build(env, config, bootstrap)
+    return env.execute(job_name)

@@ -1,0 +1,1 @@
+"""Kafka from Python: topics, producers, reading back, and the clients' security settings."""

@@ -1,0 +1,101 @@
+"""Small Kafka helpers shared by the CLI, the demo and the tests: topics and bounded reads."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+# Records written by the jobs carry event time, which can be older than the retention
+# period; topics created here keep records by their arrival time instead.
+TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+
+def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
+                  config: dict[str, str] | None = None,
+                  client: dict[str, Any] | None = None) -> None:
+    """Create the topics that are missing (`config`: topic settings beyond TOPIC_CONFIG;
+    `client`: kafka-python settings, pipelines.kafka.security.for_python)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
+    try:
+        existing = set(admin.list_topics())
+        missing = [NewTopic(t, partitions, 1, topic_configs={**TOPIC_CONFIG, **(config or {})})
+                   for t in topics if t not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(missing)
+    finally:
+        admin.close()
+    _wait_for_leaders(bootstrap, topics, client=client)
+
+
+def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+    """Delete (if present) and create again: a clean slate for demos."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        present = [t for t in topics if t in set(admin.list_topics())]
+        if present:
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                admin.delete_topics(present)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and set(present) & set(admin.list_topics()):
+                time.sleep(0.2)
+    finally:
+        admin.close()
+    ensure_topics(bootstrap, topics, partitions)
+
+
+def _wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 30,
+                      client: dict[str, Any] | None = None) -> None:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **(client or {}))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(consumer.partitions_for_topic(t) for t in topics):
+                return
+            time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def producer(bootstrap: str, **config: object) -> KafkaProducer:
+    return KafkaProducer(bootstrap_servers=bootstrap, acks="all", **config)
+
+
+def read_all(bootstrap: str, topic: str, read_committed: bool = True,
+             timeout_s: float = 30.0,
+             client: dict[str, Any] | None = None) -> Iterator[tuple[bytes | None, bytes]]:
+    """Every (key, value) of a topic from the beginning up to its current end."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **(client or {}),
+        isolation_level="read_committed" if read_committed else "read_uncommitted")
+    try:
+        partitions = [TopicPartition(topic, p)
+                      for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        if not partitions:
+            return
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        # With read_committed, end offsets are the last stable offsets.
+        end = consumer.end_offsets(partitions)
+        remaining = {tp for tp in partitions if end[tp] > consumer.position(tp)}
+        deadline = time.monotonic() + timeout_s
+        while remaining and time.monotonic() < deadline:
+            for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
+                for record in records:
+                    if record.offset < end[tp]:
+                        yield record.key, record.value
+            remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
+        if remaining:
+            raise TimeoutError(f"reading {topic} did not reach its end within {timeout_s}s")
+    finally:
+        consumer.close()
+
+
+def count_messages(bootstrap: str, topic: str) -> int:
+    return sum(1 for _ in read_all(bootstrap, topic))

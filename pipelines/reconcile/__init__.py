@@ -1,0 +1,3 @@
+"""The daily reconciliation against billing: the billing parsers, the Beam job, its store and
+the alerts it raises.
+"""

@@ -1,0 +1,297 @@
+"""Typed, validated configuration of the streaming job, loaded from YAML.
+
+Unknown keys are rejected (a typo must not silently fall back to a default); addresses and
+secrets may come from environment variables, listed in ENV_VARS and shown in CLI help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.settings.secrets import readable_secret
+from udfs.attribution import validate_models
+from udfs.journeys import DAY_MS, JourneyConfig
+from udfs.lifecycle import STAGES, StageWeights
+from udfs.models import ModelParams
+from udfs.settings import ComputeSettings
+
+# The YAML lives with the other operator-facing files in jobs/config/.
+DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
+
+ENV_VARS = {
+    "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
+    "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path or postgresql://user@host:port/db "
+                              "(overrides warehouse.url)",
+    "SEEDANCE_HOME": "state folder: broker data, checkpoints, embedded warehouse "
+                     "(default <project>/.seedance)",
+    "SEEDANCE_JARS": "folder of the fetched jars (default <project>/.cache/jars)",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as file + key + what is wrong."""
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicsConfig:
+    spans: str = "otlp_spans"
+    credits: str = "attribution_credits"
+    dead_letter: str = "otlp_spans_dlq"
+    late: str = "late_events"
+    conversions: str = "conversions"
+    ad_spend: str = "ad_spend"
+    roi_dead_letter: str = "roi_inputs_dlq"
+    roi: str = "roi_daily"
+    accounting: str = "run_accounting"
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    encoding: str = "auto"
+    starting_offsets: str = "committed"
+    group_id: str = "seedance-attribution"
+    bounded: bool = False
+
+
+@dataclass(frozen=True)
+class EventTimeConfig:
+    max_out_of_orderness_s: float = 300.0
+    idleness_s: float = 10.0
+    watermark_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class AttributionConfig:
+    models: tuple[str, ...] = ("last_click", "first_click", "linear", "position_based",
+                               "time_decay", "shapley_simplified", "shapley", "markov")
+    half_life_days: float = ModelParams.half_life_days
+    markov_order: int = ModelParams.markov_order
+    refit_every_s: float = 86400.0
+
+
+@dataclass(frozen=True)
+class FlinkConfig:
+    parallelism: int = 1
+    checkpoint_interval_s: float = 10.0
+    checkpoint_dir: str = ""
+    python_execution_mode: str = "thread"
+    transaction_timeout_s: int = 900
+    resume: bool = True
+    accounting_every_s: float = 30.0
+    user_buckets: int = 4
+    restart_attempts: int = 3
+    restart_delay_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    metrics_topic: str = "otlp_metrics"
+    metrics_dead_letter: str = "otlp_metrics_dlq"
+    costs_topic: str = "gpu_costs"
+    prices: str = ""
+    nominal_interval_s: float = 10.0
+    max_gap_s: float = 60.0
+    link_timeout_s: float = 600.0
+    emit_every_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class RoiConfig:
+    currency: str = "USD"
+    stage_weights: StageWeights = StageWeights()
+    link_window_days: float = 31.0
+    retention_days: float = 40.0
+
+
+@dataclass(frozen=True)
+class WarehouseConfig:
+    url: str = ""
+
+
+@dataclass(frozen=True)
+class StreamingJobConfig:
+    kafka: KafkaConfig = KafkaConfig()
+    topics: TopicsConfig = TopicsConfig()
+    input: InputConfig = InputConfig()
+    event_time: EventTimeConfig = EventTimeConfig()
+    journey: JourneyConfig = JourneyConfig()
+    attribution: AttributionConfig = AttributionConfig()
+    flink: FlinkConfig = FlinkConfig()
+    gpu: GpuConfig = GpuConfig()
+    roi: RoiConfig = RoiConfig()
+    warehouse: WarehouseConfig = WarehouseConfig()
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.input.encoding in ("auto", "otlp_proto", "otlp_json"), "input.encoding",
+             "must be auto, otlp_proto or otlp_json"),
+            (self.input.starting_offsets in ("committed", "earliest", "latest"),
+             "input.starting_offsets", "must be committed, earliest or latest"),
+            (self.flink.parallelism >= 1, "flink.parallelism", "must be at least 1"),
+            (self.flink.checkpoint_interval_s > 0, "flink.checkpoint_interval_s",
+             "must be positive"),
+            (self.flink.accounting_every_s > 0, "flink.accounting_every_s", "must be positive"),
+            (self.flink.restart_attempts >= 0, "flink.restart_attempts", "must not be negative"),
+            (self.flink.restart_delay_s >= 0, "flink.restart_delay_s", "must not be negative"),
+            (self.flink.user_buckets >= 1, "flink.user_buckets", "must be at least 1"),
+            (self.flink.user_buckets >= self.flink.parallelism, "flink.user_buckets",
+             f"({self.flink.user_buckets}) must be at least flink.parallelism "
+             f"({self.flink.parallelism}): a bucket is the smallest unit of work"),
+            (self.flink.python_execution_mode in ("thread", "process"),
+             "flink.python_execution_mode", "must be thread or process"),
+            (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",
+             "must not be negative"),
+            (self.event_time.watermark_interval_s > 0, "event_time.watermark_interval_s",
+             "must be positive"),
+            (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
+            (self.gpu.emit_every_s > 0, "gpu.emit_every_s", "must be positive"),
+            (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",
+             "must be at least gpu.nominal_interval_s"),
+            (self.attribution.half_life_days > 0, "attribution.half_life_days",
+             "must be positive"),
+            (self.attribution.markov_order >= 1, "attribution.markov_order",
+             "must be at least 1"),
+            (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
+             "must be at least 1 second"),
+            (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
+            (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
+        ]
+        for ok, key, problem in checks:
+            if not ok:
+                raise ConfigError(f"{key} {problem}")
+        try:
+            validate_models(self.attribution.models)
+        except ValueError as error:
+            raise ConfigError(f"attribution.models: {error}") from None
+        if not self.attribution.models:
+            raise ConfigError("attribution.models must name at least one model")
+        self.computation  # noqa: B018 (built now, so a bad combination fails at load time)
+
+    @cached_property
+    def computation(self) -> ComputeSettings:
+        """What the stream, the backfill and `seedance attribute` compute with."""
+        attribution, roi = self.attribution, self.roi
+        return ComputeSettings(
+            journey=self.journey, models=attribution.models,
+            params=ModelParams(half_life_days=attribution.half_life_days,
+                               markov_order=attribution.markov_order),
+            refit_every_ms=int(attribution.refit_every_s * 1000),
+            stage_weights=roi.stage_weights,
+            link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency)
+
+    def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
+        """A copy with some keys of one section changed (used by CLI flags and tests)."""
+        updated = dataclasses.replace(getattr(self, section), **changes)
+        return dataclasses.replace(self, **{section: updated})
+
+
+# Sections that, when given, must give every key: half a set of stage weights filled up
+# with defaults (or an empty one read as the defaults) is a mistake nobody would notice.
+_COMPLETE: dict[type, tuple[str, ...]] = {StageWeights: STAGES}
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if data is None and cls in _COMPLETE:
+        raise ConfigError(f"{where[:-1]} is empty; give every one of "
+                          f"{', '.join(_COMPLETE[cls])} (or leave the key out for the defaults)")
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the top level'} must be a mapping, got {data!r}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(where + k for k in unknown)}; "
+                          f"known: {', '.join(sorted(known))}")
+    missing = [k for k in _COMPLETE.get(cls, ()) if k not in data]
+    if missing:
+        raise ConfigError(f"{where[:-1]} must give every one of {', '.join(_COMPLETE[cls])}; "
+                          f"missing {', '.join(missing)}")
+    values: dict[str, Any] = {}
+    for name, raw in data.items():
+        hint = hints[name]
+        key = f"{where}{name}"
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, raw, key + ".")
+        else:
+            values[name] = _coerce(hint, raw, key)
+    try:
+        return cls(**values)
+    except ValueError as error:  # the section's own rules; their messages start with a key
+        raise ConfigError(f"{where}{error}") from None
+
+
+def _coerce(hint: Any, raw: Any, key: str) -> Any:
+    text = str(hint)
+    if raw is None:
+        if "None" in text:
+            return None
+        raise ConfigError(f"{key} must not be null")
+    if hint is bool:
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{key} must be true or false, got {raw!r}")
+        return raw
+    if hint is str:
+        return str(raw)
+    whole = hint is int or text.startswith("int")
+    if whole or hint is float or text.startswith("float"):
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ConfigError(f"{key} must be a number, got {raw!r}")
+        if whole and raw != int(raw):
+            raise ConfigError(f"{key} must be a whole number, got {raw!r}")
+        return int(raw) if whole else float(raw)
+    if text.startswith("tuple"):
+        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+            raise ConfigError(f"{key} must be a list of names, got {raw!r}")
+        return tuple(raw)
+    if text.startswith("dict"):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{key} must be a mapping, got {raw!r}")
+        return {str(k): str(v) for k, v in raw.items()}
+    raise ConfigError(f"{key}: unsupported type {hint}")
+
+
+def read_yaml(source: Path) -> dict[str, Any]:
+    """A job config file's mapping, or a ConfigError naming the file (every job's loader)."""
+    try:
+        data = yaml.safe_load(Path(source).read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {source}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {data!r}")
+    problem = readable_secret(Path(source), data)
+    if problem:
+        raise ConfigError(problem)
+    return data
+
+
+def load_config(path: Path | None = None) -> StreamingJobConfig:
+    """Load a job config (defaults when path is None), then apply environment overrides."""
+    source = path or DEFAULT_CONFIG
+    data = read_yaml(source)
+    try:
+        config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    if os.environ.get("SEEDANCE_KAFKA_BOOTSTRAP"):
+        config = config.replace("kafka", bootstrap=os.environ["SEEDANCE_KAFKA_BOOTSTRAP"])
+    if os.environ.get("SEEDANCE_WAREHOUSE_URL"):
+        config = config.replace("warehouse", url=os.environ["SEEDANCE_WAREHOUSE_URL"])
+    return config

@@ -1,0 +1,3 @@
+"""Inputs: the sample telemetry generator and exporter, GPU samplers, ad spend files and the
+strict reading of CLI input files.
+"""

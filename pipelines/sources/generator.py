@@ -1,0 +1,301 @@
+"""Sample telemetry: realistic user journeys emitted as real OpenTelemetry spans to Kafka.
+
+`plan_events` decides what happens (pure and deterministic for a seed); `emit` drives the
+OpenTelemetry SDK with the Kafka exporter to put those events on the topic as an
+instrumented web shop would: one trace per page view or checkout, with child spans
+(a GPU-backed recommendation call, a database write) around them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+from pipelines.sources.ad_spend import SpendRecord
+from schemas import telemetry as attr
+from schemas.gpu import GpuSample
+
+CHANNELS: dict[str, tuple[str, ...]] = {
+    "paid_search": ("gs-brand", "gs-generic"),
+    "paid_social": ("meta-prospecting", "meta-retargeting"),
+    "display": ("dv360-awareness",),
+    "email": ("newsletter-weekly", "cart-reminder"),
+    "affiliate": ("aff-coupons",),
+    "organic_search": ("",),
+}
+CHANNEL_WEIGHTS = (0.25, 0.22, 0.15, 0.15, 0.08, 0.15)
+GPU_MODELS = {"GPU-6f1c2a3e-0000-4000-8000-00000000a100": "NVIDIA A100-SXM4-80GB",
+              "GPU-6f1c2a3e-0000-4000-8000-0000000l40s": "NVIDIA L40S"}
+GPUS = tuple(GPU_MODELS)
+HOUR_NS = 3_600_000_000_000
+DAY_NS = 24 * HOUR_NS
+
+
+@dataclass(frozen=True)
+class PlannedEvent:
+    """One thing a user did; `emit_rank` orders emission (it differs from event time)."""
+
+    kind: str  # "touchpoint" | "conversion" | "invalid_conversion"
+    user_id: str
+    ts_ns: int
+    channel: str = ""
+    campaign: str = ""
+    order_id: str = ""
+    revenue: float = 0.0
+    currency: str = "USD"
+    emit_rank: float = 0.0
+    gpu_uuid: str = ""
+
+
+@dataclass
+class Plan:
+    events: list[PlannedEvent] = field(default_factory=list)
+    malformed: list[bytes] = field(default_factory=list)
+
+    @property
+    def late_count(self) -> int:
+        return sum(1 for e in self.events if e.emit_rank > 1e30)
+
+
+def plan_events(users: int, seed: int = 7, days: int = 45,
+                start: datetime = datetime(2026, 10, 1, tzinfo=UTC),
+                late_fraction: float = 0.01, malformed_messages: int = 3,
+                jitter_s: float = 120.0) -> Plan:
+    """A deterministic population: converters, repeat buyers, window-shoppers, direct buyers.
+
+    Events are emitted in time order with up to `jitter_s` of disorder; `late_fraction`
+    of touches are held back to the very end (far behind the watermark: late data).
+    """
+    rng = random.Random(seed)
+    start_ns = int(start.timestamp()) * 1_000_000_000
+    span_ns = days * DAY_NS
+    end_ns = start_ns + span_ns  # nothing happens after the window (it lies in the past)
+    plan = Plan()
+    order_seq = 0
+    for index in range(users):
+        user = f"user-{index:06d}"
+        persona = rng.random()
+        at = start_ns + int(rng.random() * span_ns * 0.8)
+        cycles = 2 if persona < 0.15 else 1
+        converts = persona < 0.6
+        for _cycle in range(cycles):
+            direct = converts and rng.random() < 0.05
+            touches = 0 if direct else rng.randint(1, 6)
+            for _ in range(touches):
+                channel = rng.choices(list(CHANNELS), CHANNEL_WEIGHTS)[0]
+                campaign = rng.choice(CHANNELS[channel])
+                gpu = rng.choice(GPUS) if rng.random() < 0.3 else ""
+                plan.events.append(PlannedEvent("touchpoint", user, at, channel, campaign,
+                                                gpu_uuid=gpu))
+                at += int(rng.expovariate(1 / (1.5 * DAY_NS)))
+            if converts:
+                at += int(rng.random() * 6 * HOUR_NS)
+                order_seq += 1
+                revenue = round(rng.lognormvariate(4.0, 0.6), 2)
+                # One order in ~200 is broken at the source (negative amount): it must be
+                # dead-lettered with the reason, not counted.
+                kind = "invalid_conversion" if rng.random() < 0.005 else "conversion"
+                plan.events.append(PlannedEvent(kind, user, at, order_id=f"order-{order_seq:07d}",
+                                                revenue=-revenue if kind != "conversion"
+                                                else revenue))
+            at += int((5 + rng.random() * 35) * DAY_NS)
+    plan.events = [e for e in plan.events if e.ts_ns < end_ns]
+    ranked: list[PlannedEvent] = []
+    for event in sorted(plan.events, key=lambda e: (e.ts_ns, e.user_id, e.kind)):
+        late = event.kind == "touchpoint" and rng.random() < late_fraction
+        rank = LATE_RANK + len(ranked) if late else event.ts_ns + rng.random() * jitter_s * 1e9
+        ranked.append(replace(event, emit_rank=rank))
+    plan.events = sorted(ranked, key=lambda e: e.emit_rank)
+    plan.malformed = MALFORMED_SAMPLES[:malformed_messages]
+    return plan
+
+
+# Which ad platform bills a campaign, and a rough price per touch it drove.
+AD_ACCOUNTS = {"gs-": ("google_ads", "123-456-7890", 4.50), "meta-": ("meta", "act_1001", 3.50),
+               "dv360-": ("dv360", "adv-77", 2.00), "aff-": ("affiliate", "aff-net-5", 1.50)}
+
+
+def plan_spend(plan: Plan, seed: int = 7) -> list[SpendRecord]:
+    """Daily spend of the paid campaigns in the plan: touches that day x a price, with noise
+    (email and organic cost nothing here). Deterministic for a plan and seed."""
+    rng = random.Random(seed)
+    touches: dict[tuple[str, str], int] = {}
+    for event in plan.events:
+        if event.kind == "touchpoint" and event.campaign:
+            day = datetime.fromtimestamp(event.ts_ns / 1e9, UTC).strftime("%Y-%m-%d")
+            touches[event.campaign, day] = touches.get((event.campaign, day), 0) + 1
+    out = []
+    for (campaign, day), count in sorted(touches.items()):
+        for prefix, (platform, account, price) in AD_ACCOUNTS.items():
+            if campaign.startswith(prefix):
+                amount = round(count * price * (0.8 + 0.4 * rng.random()), 2)
+                out.append(SpendRecord(platform, account, campaign, day, amount, "USD"))
+    return out
+
+
+LATE_RANK = 1e31  # emitted after everything else: far behind the watermark
+MALFORMED_SAMPLES = [
+    b"this is not OTLP",
+    b"\x0a\xff\xff\xff\x0f\x01",  # a length prefix that runs past the end
+    b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 7}]}]}',  # cut-off JSON
+    b"",
+]
+
+
+class SeededIds(IdGenerator):
+    """Trace and span ids from a seeded generator, so a seed reproduces the same telemetry."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = random.Random(seed ^ 0x5EED)
+
+    def generate_span_id(self) -> int:
+        return self._rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._rng.getrandbits(128) or 1
+
+
+class BatchingProcessor(SpanProcessor):
+    """Hands finished spans to the exporter in batches, synchronously and losslessly.
+
+    (Applications normally use the SDK's BatchSpanProcessor; it drops spans when its queue
+    is full, which a generator that must be reproducible cannot allow.)
+    """
+
+    def __init__(self, exporter: SpanExporter, batch_size: int) -> None:
+        self.exporter = exporter
+        self.batch_size = batch_size
+        self.buffer: list[ReadableSpan] = []
+        self.failures = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.buffer.append(span)
+        if len(self.buffer) >= self.batch_size:
+            self.force_flush()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        if self.buffer:
+            result = self.exporter.export(self.buffer)
+            self.failures += result.name != "SUCCESS"
+            self.buffer = []
+        return self.failures == 0
+
+    def shutdown(self) -> None:
+        self.force_flush()
+        self.exporter.shutdown()
+
+
+class SpanEmitter:
+    """The OpenTelemetry SDK set up as an instrumented shop: planned events in, spans out
+    through `exporter` in batches of `batch_size`."""
+
+    def __init__(self, exporter: SpanExporter, seed: int = 7, batch_size: int = 500) -> None:
+        self.processor = BatchingProcessor(exporter, batch_size)
+        self.provider = TracerProvider(
+            resource=Resource.create({"service.name": "web-shop",
+                                      "k8s.namespace.name": "shop",
+                                      "k8s.pod.name": "web-shop-7d9f8c6b5-x2kqp"}),
+            id_generator=SeededIds(seed))
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("seedance.generator")
+
+    def event(self, event: PlannedEvent) -> int:
+        """Spans of one event (returns how many)."""
+        return _emit_event(self.tracer, event)
+
+    def flush(self) -> None:
+        self.processor.force_flush()
+        if self.processor.failures:
+            raise RuntimeError(f"{self.processor.failures} span batches could not be exported")
+
+    def close(self) -> None:
+        self.flush()
+        self.provider.shutdown()
+
+
+def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
+         seed: int = 7, batch_size: int = 500,
+         progress: Callable[[int, int], None] | None = None) -> int:
+    """Emit the plan through the OpenTelemetry SDK; returns the number of spans exported."""
+    emitter = SpanEmitter(exporter, seed, batch_size)
+    # Malformed messages go out at fixed points of the stream, between span batches.
+    checkpoints = {int(len(plan.events) * (i + 1) / (len(plan.malformed) + 1)): payload
+                   for i, payload in enumerate(plan.malformed)}
+    spans = 0
+    for position, event in enumerate(plan.events):
+        if position in checkpoints:
+            emitter.flush()
+            send_raw(checkpoints[position])
+        spans += emitter.event(event)
+        if progress and position % 10_000 == 0:
+            progress(position, len(plan.events))
+    emitter.close()
+    return spans
+
+
+def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
+    start = event.ts_ns
+    if event.kind == "touchpoint":
+        attributes: dict[str, str | float] = {
+            attr.USER_ID: event.user_id, attr.CHANNEL: event.channel,
+            "http.request.method": "GET", "url.path": "/landing"}
+        if event.campaign:
+            attributes[attr.CAMPAIGN] = event.campaign
+        root = tracer.start_span("GET /landing", kind=trace.SpanKind.SERVER,
+                                 attributes=attributes, start_time=start)
+        children = 0
+        if event.gpu_uuid:
+            with trace.use_span(root, end_on_exit=False):
+                child = tracer.start_span("recommendations.rank", start_time=start + 2_000_000,
+                                          attributes={attr.GPU_UUID: event.gpu_uuid,
+                                                      attr.GPU_WORKLOAD: "ranker",
+                                                      attr.USER_ID: event.user_id})
+                child.end(end_time=start + 42_000_000)
+                children = 1
+        root.end(end_time=start + 60_000_000)
+        return 1 + children
+    attributes = {attr.USER_ID: event.user_id, attr.ORDER_ID: event.order_id,
+                  attr.ORDER_REVENUE: event.revenue, attr.ORDER_CURRENCY: event.currency,
+                  "http.request.method": "POST", "url.path": "/checkout"}
+    root = tracer.start_span("POST /checkout", kind=trace.SpanKind.SERVER,
+                             attributes=attributes, start_time=start)
+    with trace.use_span(root, end_on_exit=False):
+        tracer.start_span("INSERT orders", kind=trace.SpanKind.CLIENT, start_time=start + 5_000_000,
+                          attributes={"db.system.name": "postgresql"}
+                          ).end(end_time=start + 9_000_000)
+    root.end(end_time=start + 80_000_000)
+    return 2
+
+
+def valid_events(plan: Plan) -> Iterable[PlannedEvent]:
+    """Events the pipeline should use: not broken at the source and not emitted late."""
+    return (e for e in plan.events if e.kind != "invalid_conversion" and e.emit_rank < LATE_RANK)
+
+
+def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:
+    """DCGM-like samples of the plan's GPUs around their calls (the interval that holds a
+    call and the one before it); the time in between is left unsampled, as when a node is
+    scaled down."""
+    rng = random.Random(seed ^ 0x6A)
+    stamps: dict[str, set[int]] = {gpu: set() for gpu in GPUS}
+    for event in plan.events:
+        if event.gpu_uuid and event.emit_rank < LATE_RANK:
+            end_ms = (event.ts_ns + 42_000_000) // 1_000_000
+            closing = -(-end_ms // interval_ms) * interval_ms
+            stamps[event.gpu_uuid].update((closing - interval_ms, closing))
+    out = []
+    for gpu, times in stamps.items():
+        for ts in sorted(times):
+            out.append(GpuSample(ts, gpu, GPU_MODELS[gpu], "gpu-node-1", "", "",
+                                 round(rng.uniform(5, 90), 1), round(rng.uniform(2, 60), 1),
+                                 round(rng.uniform(2_000, 30_000)), 40_000.0,
+                                 round(rng.uniform(80, 350), 1), float(ts)))
+    return sorted(out, key=lambda s: (s.ts_ms, s.gpu_uuid))

@@ -1,0 +1,3 @@
+"""The local services for development and tests: a Kafka broker from the official jars and a
+PostgreSQL server.
+"""

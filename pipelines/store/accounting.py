@@ -1,0 +1,34 @@
+"""The attribution job's run accounting (the `run_accounting` topic), read back and shown.
+
+Every input record ends somewhere: in = processed + dead-lettered + late + other, where
+other = spans this job has no use for (GPU calls go to the GPU cost job). The job keeps the
+totals in Flink state and publishes them every 30 s and at the end of a bounded input.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipelines.kafka.io import read_all
+
+
+def latest_report(bootstrap: str, topic: str,
+                  client: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The newest totals row (read_committed), or None if the job published none yet."""
+    rows = [json.loads(value) for _, value in read_all(bootstrap, topic, client=client)]
+    return rows[-1] if rows else None
+
+
+def adds_up(report: dict[str, Any]) -> bool:
+    return report["records_in"] == (report["processed"] + report["dead_lettered"]
+                                    + report["late"] + report["other"])
+
+
+def format_report(report: dict[str, Any], dead_letter_topic: str, late_topic: str) -> str:
+    check = "adds up" if adds_up(report) else "DOES NOT ADD UP"
+    return (f"Accounting ({'final' if report['final'] else 'running'}): "
+            f"{report['records_in']:,} records in ({report['messages']:,} messages) = "
+            f"{report['processed']:,} processed + {report['dead_lettered']:,} dead-lettered "
+            f"({dead_letter_topic}) + {report['late']:,} late ({late_topic}) + "
+            f"{report['other']:,} not for this job -- {check}")
