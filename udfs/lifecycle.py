@@ -52,8 +52,6 @@ class StageWeights:
         return cls(**{stage: weights[stage] for stage in STAGES})
 
 
-DEFAULT_WEIGHTS = StageWeights().as_mapping()
-
 
 @dataclass(frozen=True)
 class LifecycleConfig:
