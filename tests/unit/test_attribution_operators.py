@@ -20,7 +20,10 @@ import pytest
 from pipelines.codec import credit_messages
 from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
-from pipelines.flink.attribution_job import (
+from pipelines.flink.attribute_journeys import AttributeJourneys
+from pipelines.flink.decode_otlp import DecodeOtlp
+from pipelines.flink.fit_models import FitDataDrivenModels
+from pipelines.flink.operator_support import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
     CONVERSIONS,
@@ -29,9 +32,6 @@ from pipelines.flink.attribution_job import (
     DUPLICATE_ORDERS,
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
-    AttributeJourneys,
-    DecodeOtlp,
-    FitDataDrivenModels,
 )
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.codec.frame import frame
-from pipelines.flink.attribution_job import ACCOUNTING, DEAD_LETTERS, DecodeOtlp
+from pipelines.flink.decode_otlp import DecodeOtlp
+from pipelines.flink.operator_support import ACCOUNTING, DEAD_LETTERS
 from tests.unit.test_otlp_events import both, plain, random_payloads
 
 FUZZ = settings(max_examples=300, deadline=None,

@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
-from pipelines.flink.attribution_job import FitDataDrivenModels
+from pipelines.flink.fit_models import FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, Timers
 from udfs.data_driven import period_end

@@ -1,0 +1,228 @@
+"""The attribution job's keyed heart: per bucket of users, a journey book advanced by the
+watermark; the conversions a step closes are credited by the per-conversion models, and the
+closed journeys go on to the data-driven fit."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+from pyflink.common import Types
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
+
+from pipelines.codec import credit_messages, table_messages
+from pipelines.codec.otlp import dead_letter_json
+from pipelines.flink.legacy_state import LegacyBookState
+from pipelines.flink.operator_support import (
+    CLOSED_JOURNEYS,
+    CONVERSIONS,
+    DUPLICATE_ORDERS,
+    LATE_EVENTS,
+    PICKLE_PROTOCOL,
+    Batch,
+    collect_garbage_rarely,
+    event_json,
+    put_all,
+)
+from schemas.events import EventColumns, pack, records_of, size, take, unpack
+from schemas.records import DeadLetter
+from udfs.attribution import per_conversion_credit_rows
+from udfs.data_driven import closed_by_period
+from udfs.journey_book import Changes, JourneyBook, Progress
+from udfs.journey_columns import ClosedJourneys, ConvertedJourneys
+from udfs.journeys import JourneyConfig
+from udfs.models import ModelParams
+from udfs.order_ledger import OrderLedger
+
+CONVERSION_FIELDS = ("order_id", "user_id", "conversion_ts_ms", "revenue", "currency", "stage",
+                     "touches", "trace_ids")
+
+
+def conversion_rows(converted: ConvertedJourneys) -> list[tuple[Any, ...]]:
+    """One row per order (CONVERSION_FIELDS): what the ROI job needs to bring compute cost
+    to it (the traces of its journey, the order's first) and to count it (stage,
+    revenue)."""
+    bounds = converted.touches.offsets.tolist()
+    touch_traces = converted.touches.trace_id.tolist()
+    return [(order, user, ts, revenue, currency, stage, end - start,
+             list(dict.fromkeys(t for t in (trace, *touch_traces[start:end]) if t)))
+            for order, user, ts, revenue, currency, stage, trace, start, end in zip(
+                converted.order_id.tolist(), converted.user_id.tolist(),
+                converted.ts_ms.tolist(), converted.revenue.tolist(),
+                converted.currency.tolist(), converted.stage.tolist(),
+                converted.trace_id.tolist(), bounds[:-1], bounds[1:], strict=True)]
+
+
+class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
+    """Per bucket of users: a JourneyBook in memory, what it reports stored in keyed state.
+
+    Events older than the watermark on arrival go to the late side output; the others wait
+    in the book. One timer per bucket, at the earliest time the book has something to do
+    (a waiting event, a journey that could close unconverted, an order history running
+    out), brings the whole bucket up to the watermark in one call. State per bucket: the
+    book at its last compaction (one value: udfs.journey_book.Snapshot, pickled), the
+    batches since (map, by batch id) and the book's progress (its watermarks since); the
+    in-memory book is rebuilt from them after a restart (udfs/journey_book.py). State
+    an earlier version stored (a map of users' journey states) is read once and moved.
+    """
+
+    def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
+                 params: ModelParams, refit_period_ms: int | None, process_mode: bool,
+                 buckets: int | None = None, duplicate_order_ms: int | None = None,
+                 source: str = "") -> None:
+        self.journey = journey
+        # an order id seen again within this much event time is a duplicate
+        self.duplicate_order_ms = duplicate_order_ms or journey.lookback_ms
+        self.source = source
+        self.buckets = buckets  # kept with the state: a restore under another count fails
+        self.process_mode = process_mode
+        self.models = models
+        self.params = params
+        # the data-driven models (if any) learn from every closed journey, per refit period
+        self.refit_period_ms = refit_period_ms
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        collect_garbage_rarely()
+        self.snapshot = runtime_context.get_state(
+            ValueStateDescriptor("book-snapshot", Types.PICKLED_BYTE_ARRAY()))
+        self.batches = runtime_context.get_map_state(
+            MapStateDescriptor("book-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.progress = runtime_context.get_state(
+            ValueStateDescriptor("book-progress", Types.PICKLED_BYTE_ARRAY()))
+        self.legacy = LegacyBookState(runtime_context)  # as earlier versions stored the book
+        self.books: dict[int, JourneyBook] = {}
+        self.timers: dict[int, int] = {}  # bucket -> the timer last registered
+        # the order ids of the duplicate horizon (udfs/order_ledger.py), per bucket
+        self.seen_orders = runtime_context.get_map_state(
+            MapStateDescriptor("seen-orders", Types.STRING(), Types.LONG()))
+        self.ledgers: dict[int, OrderLedger] = {}
+
+    def _ledger(self, bucket: int) -> OrderLedger:
+        ledger = self.ledgers.get(bucket)
+        if ledger is None:  # first sight of this bucket since (re)start: from its state
+            ledger = OrderLedger(self.duplicate_order_ms, self.seen_orders.items())
+            self.ledgers[bucket] = ledger
+        return ledger
+
+    def _first_copies(self, bucket: int, events: EventColumns) -> tuple[EventColumns,
+                                                                          list[str]]:
+        """The batch without orders seen before, and those orders' dead letters."""
+        orders = events.orders
+        if not len(orders.ts_ms):
+            return events, []
+        keep, added = self._ledger(bucket).admit(orders.order_id, orders.ts_ms)
+        if added:
+            self._put_all(self.seen_orders, added)
+        if keep.all():
+            return events, []
+        repeated = EventColumns(take(events.touches, np.zeros(len(events.touches.ts_ms), bool)),
+                                take(orders, ~keep))
+        letters = [dead_letter_json(DeadLetter(
+            "duplicate_order", f"order {order.order_id} was seen before (within "
+            f"{self.duplicate_order_ms / 86_400_000:g} days of event time): credited once",
+            orjson.dumps(order._asdict())), self.source) for order in records_of(repeated)]
+        return EventColumns(events.touches, take(orders, keep)), letters
+
+    def _book(self, bucket: int) -> JourneyBook:
+        book = self.books.get(bucket)
+        if book is None:  # first sight of this bucket since (re)start: from its state
+            stored = self.progress.value()
+            if stored is not None and len(stored) > 2 and self.buckets is not None \
+                    and stored[2] != self.buckets:
+                raise ValueError(
+                    f"this job's state was written with flink.user_buckets: {stored[2]}, "
+                    f"the config says {self.buckets}: a user's state is found by their "
+                    "bucket, so the count is fixed for the life of the state; set it back, "
+                    "or start afresh (flink.resume: false, a new input.group_id)")
+            if stored is None and self.legacy.present():
+                book = self._moved_from_legacy_state()
+            else:
+                snapshot = self.snapshot.value()
+                book = JourneyBook.restore(
+                    self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
+                    pickle.loads(snapshot) if snapshot is not None else None,
+                    [(key, unpack(events)) for key, events in self.batches.items()])
+            self.books[bucket] = book
+        return book
+
+    def _moved_from_legacy_state(self) -> JourneyBook:
+        book = self.legacy.book(self.journey)
+        changes = book.compact()
+        changes.batches = dict(book.batches)  # every waiting batch, in the new form
+        changes.removed_batches = []
+        self._store(changes)
+        self.legacy.clear()
+        return book
+
+    def _store(self, changes: Changes) -> None:
+        if changes.snapshot is not None:
+            self.snapshot.update(pickle.dumps(changes.snapshot, PICKLE_PROTOCOL))
+        if changes.batches:
+            self._put_all(self.batches, {key: pack(events)
+                                         for key, events in changes.batches.items()})
+        for batch_id in changes.removed_batches:
+            self.batches.remove(batch_id)
+        if changes.progress is not None:
+            self.progress.update((changes.progress.compacted, changes.progress.advances,
+                                  self.buckets))
+
+    def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
+        put_all(state, values, self.process_mode)
+
+    def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
+        # A timer is registered only when it is earlier than the bucket's pending one: a
+        # later one would fire in the same watermark step as it, for nothing (the first
+        # call brings the book up to the watermark); the pending one, when it fires,
+        # schedules what is due then.
+        due = book.next_due()
+        pending = self.timers.get(bucket)
+        if due is not None and (pending is None or due < pending):
+            ctx.timer_service().register_event_time_timer(due)
+            self.timers[bucket] = due
+
+    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        bucket, _, payload = value
+        book = self._book(bucket)
+        watermark = ctx.timer_service().current_watermark()
+        events, duplicates = self._first_copies(bucket, unpack(payload))
+        for letter in duplicates:
+            yield DUPLICATE_ORDERS, letter
+        late, changes = book.add(events, watermark)
+        if size(late):
+            for event in records_of(late):
+                yield LATE_EVENTS, event_json(event, max(watermark, book.watermark))
+        elif not duplicates:  # the batch is stored as it came (no need to encode it again)
+            self._put_all(self.batches, {key: payload for key in changes.batches})
+            changes.batches.clear()
+        self._store(changes)
+        self._schedule(bucket, book, ctx)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
+        bucket = ctx.get_current_key()
+        book = self._book(bucket)
+        watermark = max(timestamp, ctx.timer_service().current_watermark())
+        advanced = book.advance(watermark)
+        self._store(advanced.changes)
+        for order_id in self._ledger(bucket).expire(watermark):
+            self.seen_orders.remove(order_id)
+        if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
+            self.timers.pop(bucket, None)
+        converted = advanced.closed.converted
+        if len(converted):
+            for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS,
+                                                              conversion_rows(converted)):
+                yield CONVERSIONS, message
+            if self.models:
+                yield from credit_messages.encode_chunks_bytes(
+                    per_conversion_credit_rows(converted, self.models, self.params))
+        if self.refit_period_ms and len(advanced.closed):
+            # a fit needs no trace ids; pickled here and read once by the fit (the key
+            # selector between passes bytes on)
+            closed = ClosedJourneys(converted.without_traces(), advanced.closed.lapsed)
+            yield CLOSED_JOURNEYS, pickle.dumps(closed_by_period(closed, self.refit_period_ms),
+                                                PICKLE_PROTOCOL)
+        self._schedule(bucket, book, ctx)

@@ -1,0 +1,175 @@
+"""The attribution job's first operator: each Kafka record (an OTLP batch, framed by the
+source) -> touches and orders as columns, in batches per user bucket; late events, dead
+letters and the accounting of every span on side outputs."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from pyflink.datastream import ProcessFunction, RuntimeContext
+
+from pipelines.codec.events import (
+    DecodedEvents,
+    PackedMessage,
+    by_bucket,
+    decode_events,
+    decode_message,
+)
+from pipelines.codec.frame import Framed, unframe
+from pipelines.codec.otlp import dead_letter_json
+from pipelines.flink.operator_support import (
+    ACCOUNTING,
+    DEAD_LETTERS,
+    LATE_EVENTS,
+    PICKLE_PROTOCOL,
+    collect_garbage_rarely,
+    counted,
+    event_json,
+)
+from schemas.events import EventColumns, newest, pack, records_of, take
+from schemas.records import DeadLetter
+
+log = logging.getLogger(__name__)
+
+
+class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
+    """One Kafka record (a whole OTLP batch, framed by the source: pipelines/codec/frame.py)
+    -> touchpoints and orders as columns, in batches per user bucket: (bucket, newest event
+    time, packed EventColumns).
+
+    An event is late when it is not newer than its partition's newest event time before it
+    (the source's header says), or an earlier event of its own message, minus the allowed
+    out-of-orderness: the bound the source's watermark for that partition follows, decided
+    per record, so the same partition's records are classified the same way whatever the
+    partition count, parallelism or interleaving; and an event that passes it is never
+    behind the job's watermark (the minimum over partitions) when it reaches its journey.
+
+    Nothing stops this operator: a null record, unreadable bytes, any error while decoding
+    one record become dead letters (with the record's partition and offset), counted.
+    """
+
+    def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
+                 buckets: int) -> None:
+        self.encoding = encoding
+        self.source = source
+        self.slack_ms = max_out_of_orderness_ms
+        self.buckets = buckets
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        collect_garbage_rarely()
+
+    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        try:
+            record = unframe(value)
+        except ValueError as error:
+            yield from self._dead(DeadLetter("unreadable_record", str(error), bytes(value)),
+                                  None)
+            return
+        if record.value is None:
+            yield from self._dead(DeadLetter(
+                "null_value", "the record's value is null (a tombstone or a producer "
+                "error): no spans", b""), record)
+            return
+        try:
+            yield from self._decode(record)
+        except Exception as error:  # noqa: BLE001 - one record must never stop the job
+            log.exception("decoding record %s:%s failed", record.partition, record.offset)
+            yield from self._dead(DeadLetter(
+                "decoder_error", f"{type(error).__name__}: {error}", record.value), record)
+
+    def _dead(self, letter: DeadLetter, record: Framed | None) -> Iterator[Any]:
+        yield DEAD_LETTERS, dead_letter_json(letter, self.source,
+                                             None if record is None else record.partition,
+                                             None if record is None else record.offset)
+        yield ACCOUNTING, counted(messages=1, records_in=1, dead_lettered=1)
+
+    def _decode(self, record: Framed) -> Iterator[Any]:
+        # GPU calls feed the cost job; this job attributes touches and orders: it checks
+        # them (dead-letters the invalid ones) but does not build them
+        value, newest_before = record.value, record.partition_newest_ms
+        assert value is not None
+        decoded = decode_message(value, self.buckets, self.encoding)
+        out: list[Any] = []
+        if isinstance(decoded, PackedMessage):
+            if self._none_late(decoded.ts_ms, newest_before):
+                # the common case, every span plain and none late: the scanner's buckets
+                # as they are
+                for bucket, (batch_newest, events) in decoded.buckets.items():
+                    out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
+                used = len(decoded.ts_ms)
+                out.append((ACCOUNTING, counted(
+                    messages=1, records_in=decoded.spans, used=used,
+                    other=decoded.spans - used, other_gpu_calls=decoded.unbuilt_gpu_calls,
+                    other_tracing_spans=decoded.ignored)))
+                yield from out
+                return
+            decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
+        for letter in decoded.dead_letters:
+            out.append((DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
+                                                       record.offset)))
+        touches, orders = decoded.touches, decoded.orders
+        used = len(touches.ts_ms) + len(orders.ts_ms)
+        late_count = 0
+        if used:
+            late_touches, late_orders, bounds = self._late(decoded, newest_before)
+            late_count = int(late_touches.sum() + late_orders.sum())
+            if late_count:
+                out.extend(self._late_json(decoded, late_touches, late_orders, bounds))
+                batches = by_bucket(decoded, ~late_touches, ~late_orders)
+            else:
+                batches = by_bucket(decoded)
+            for bucket, events in batches.items():
+                out.append((bucket, newest(events), pack(events)))
+        records_in = decoded.records_in
+        dead = len(decoded.dead_letters)
+        out.append((ACCOUNTING, counted(
+            messages=1, records_in=records_in, used=used, other=records_in - used - dead,
+            dead_lettered=dead, late=late_count, other_gpu_calls=decoded.unbuilt_gpu_calls,
+            other_tracing_spans=decoded.ignored)))
+        # emitted only once the whole record is decoded: a failure half-way leaves nothing
+        # of it behind but its dead letter
+        yield from out
+
+    @staticmethod
+    def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:
+        """For each of these times (in message order), the newest seen up to it."""
+        newest = np.maximum.accumulate(ts)
+        np.maximum(newest, newest_before, out=newest)
+        return newest
+
+    def _none_late(self, ts: np.ndarray, newest_before: int) -> bool:
+        """True when none of these times (in message order) is late."""
+        if not len(ts):
+            return True
+        return not (ts <= self._newest_so_far(ts, newest_before) - self.slack_ms).any()
+
+    def _late(self, decoded: DecodedEvents,
+              newest_before: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which touches and orders are late, and the bound each event met (both kinds
+        together, in message order)."""
+        n_touches = len(decoded.touch_seq)
+        seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
+        ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
+        order = np.argsort(seq, kind="stable")
+        newest = self._newest_so_far(ts[order], newest_before)
+        bounds = np.empty(len(ts), np.int64)
+        bounds[order] = newest - self.slack_ms
+        late = ts <= bounds
+        return late[:n_touches], late[n_touches:], bounds
+
+    def _late_json(self, decoded: DecodedEvents, late_touches: np.ndarray,
+                   late_orders: np.ndarray, bounds: np.ndarray) -> Iterator[Any]:
+        n_touches = len(late_touches)
+        late = EventColumns(take(decoded.touches, late_touches), take(decoded.orders,
+                                                                     late_orders))
+        seq = np.concatenate([decoded.touch_seq[late_touches],
+                              decoded.order_seq[late_orders]])
+        bound = np.concatenate([bounds[:n_touches][late_touches],
+                                bounds[n_touches:][late_orders]])
+        records = records_of(late)
+        for at in np.argsort(seq, kind="stable").tolist():  # message order
+            yield LATE_EVENTS, event_json(records[at], int(bound[at]))

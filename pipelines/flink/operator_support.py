@@ -1,0 +1,81 @@
+"""What the attribution job's operators share: their side outputs, the accounting record,
+the batch record between decoder and journeys, and how they keep Python's costs down."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import orjson
+from pyflink.common import Types
+from pyflink.datastream import OutputTag
+
+from schemas.records import Conversion, Touchpoint
+
+DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
+LATE_EVENTS = OutputTag("late-events", Types.STRING())
+CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
+DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
+# credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
+# table_messages.encode_bytes)
+RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())
+CONVERSIONS = OutputTag("conversions", RESULT_TYPE)
+ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
+
+# What became of every input record (a span; a message that cannot be split into spans
+# counts as one): used (a touch or an order) = processed + late; other = spans this job
+# has no use for (GPU calls are the GPU cost job's, plain tracing spans nobody's).
+# `other` is broken down by why: valid GPU calls and ordinary tracing spans; orders seen
+# before (duplicate_orders) are used, and dead-lettered, not processed.
+COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late",
+          "other_gpu_calls", "other_tracing_spans", "duplicate_orders")
+
+
+def counted(**counts: int) -> tuple[int, ...]:
+    """An accounting record: the COUNTS named, the rest 0."""
+    unknown = counts.keys() - set(COUNTS)
+    if unknown:
+        raise KeyError(f"not an accounting count: {', '.join(sorted(unknown))}")
+    return tuple(counts.get(name, 0) for name in COUNTS)
+
+
+ONE_LATE = counted(late=1)
+ONE_DUPLICATE_ORDER = counted(dead_lettered=1, duplicate_orders=1)
+
+
+Event = Touchpoint | Conversion
+Batch = tuple[int, int, bytes]
+"""One message's events of one user bucket: (bucket, newest event time, the events as
+columns (schemas.events.EventColumns), packed: schemas.events.pack).
+
+The events are packed once, by the decoder, and read once, by the journey book: between
+the two the record passes the timestamp assigner and the key selector, Python operators
+of their own that would otherwise each unpickle and pickle every event again."""
+
+
+PICKLE_PROTOCOL = 5
+
+
+def collect_garbage_rarely() -> None:
+    """Python's cyclic garbage collector, with its default thresholds, runs every 700 new
+    objects and rescans every survivor again and again as they pile up: the books' user
+    states, the credit rows of a refit period. Measured here it took a third to a half of
+    the operators' time (1.2 million spans, bench/streaming.py; a refit period's credits
+    6.0 s -> 2.6 s). What these operators keep has no reference cycles (reference counting
+    frees it), so collecting rarely frees the same memory."""
+    gc.set_threshold(50_000, 20, 100)
+
+
+def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
+    # PyFlink 2.2's process-mode map state reads put_all's argument as (key, value) pairs;
+    # the thread-mode one wants a dict
+    state.put_all(values.items() if process_mode else values)
+
+
+
+def event_json(event: Event, watermark: int) -> str:
+    """A late event as the late-events topic carries it, with the bound it missed."""
+    body = {"type": "touchpoint" if isinstance(event, Touchpoint) else "conversion",
+            **event._asdict(), "watermark_ms": watermark}
+    return orjson.dumps(body).decode()
+
