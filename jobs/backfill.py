@@ -35,6 +35,7 @@ from pipelines.backfill.roi import (
     credit_rows,
     roi_rows,
 )
+from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.settings import ComputeSettings
@@ -268,11 +269,8 @@ def request_of(args: argparse.Namespace) -> BackfillRequest:
     if args.engine:
         config = config.replace(engine=args.engine)
     streaming = config.streaming()
-    bootstrap = args.bootstrap or streaming.kafka.bootstrap
-    if config.source == "kafka" and not bootstrap:
-        from jobs.cli import resolve_bootstrap
-
-        bootstrap = resolve_bootstrap(None, streaming)
+    # the archive source needs no Kafka
+    bootstrap = resolve_bootstrap(args.bootstrap, streaming) if config.source == "kafka" else ""
     return BackfillRequest(args.date_from, args.date_to, config, streaming, args.run_id,
                            args.restart, bootstrap)
 
@@ -283,7 +281,6 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from jobs.cli import resolve_bootstrap
     from pipelines.backfill.archive import archive_topic
 
     config = load_backfill_config(Path(args.config) if args.config else None)

@@ -7,12 +7,11 @@ import argparse
 import json
 from pathlib import Path
 
+from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError
 from pipelines.flink.standalone import ClusterError, StandaloneFlink
 
-CONFIG_HELP = "job config YAML (default: jobs/config/streaming.yaml)"
 
-
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("cluster", help="a standalone Flink cluster on loopback: up, down, "
                                        "status; submit and stop jobs with `flink`")
     actions = p.add_subparsers(dest="action", required=True)
@@ -25,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     submit.add_argument("--job", choices=["attribution", "gpu-cost", "roi"],
                         default="attribution")
     submit.add_argument("--config", help=CONFIG_HELP)
-    submit.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the local stack)")
+    submit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     submit.add_argument("--from-savepoint", metavar="PATH", help="start from this savepoint")
     stop = actions.add_parser("stop", help="stop a job with a savepoint (flink stop)")
     stop.add_argument("job_id")
@@ -34,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from jobs.cli import CliError, resolve_bootstrap
-    from pipelines.settings.job_config import load_config
+    from pipelines.kafka.address import resolve_bootstrap
+    from pipelines.settings.job_config import DEFAULT_CONFIG, load_config
 
     cluster = StandaloneFlink()
     try:
@@ -56,7 +55,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             config_file = Path(args.config) if args.config else None
             config = load_config(config_file)
             bootstrap = resolve_bootstrap(args.bootstrap, config)
-            job_id = cluster.submit(args.job, config_file or _default_config(), bootstrap,
+            job_id = cluster.submit(args.job, config_file or DEFAULT_CONFIG, bootstrap,
                                     savepoint=args.from_savepoint)
             print(f"submitted {args.job} as job {job_id} (parallelism "
                   f"{config.flink.parallelism}); `seedance cluster status` follows it")
@@ -66,7 +65,3 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     except ClusterError as error:
         raise CliError(str(error)) from None
     return 0
-
-
-def _default_config() -> Path:
-    return Path(__file__).resolve().parent / "config" / "streaming.yaml"

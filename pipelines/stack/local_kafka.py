@@ -24,7 +24,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipelines.settings.paths import SETUP_HINT, jars_home
+from pipelines.settings.paths import SETUP_HINT, jars_home, state_home
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,11 @@ class LocalKafka:
             _reap(info.pid)
         self.state_file.unlink(missing_ok=True)
         return True
+
+
+def default_broker() -> LocalKafka:
+    """The broker of `seedance stack up`, in the state folder (`<state>/kafka`)."""
+    return LocalKafka(state_home() / "kafka")
 
 
 def _new_cluster_id() -> str:

@@ -1,0 +1,12 @@
+"""The `seedance` commands, grouped by concern; each module registers its subcommands on the
+parser that `jobs.cli` assembles (`add_<command>(sub)`) and implements them (`cmd_<command>`).
+
+- stack: the local Kafka broker and the one-command demo
+- inputs: what is published to Kafka: sample telemetry, GPU samples, ad spend
+- stream: the streaming jobs on Flink, loading their results and the report
+- attribute: batch attribution of a file
+- cluster: a standalone Flink cluster and jobs submitted to it
+
+The backfill, archive, reconcile and dashboard commands live with their jobs
+(jobs/backfill.py, jobs/reconcile.py, jobs/dashboard.py).
+"""

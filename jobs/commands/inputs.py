@@ -1,0 +1,141 @@
+"""What is published to Kafka: `seedance generate` (sample telemetry through the
+OpenTelemetry SDK), `seedance probe` (GPU samples) and `seedance spend publish` (ad spend)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, job_config
+from pipelines.kafka.address import resolve_bootstrap
+
+
+def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    probe = sub.add_parser("probe", help="sample GPUs (NVML, dcgm-exporter or a recording) "
+                                          "and publish to Kafka")
+    source = probe.add_mutually_exclusive_group()
+    source.add_argument("--from-prometheus", metavar="URL",
+                        help="a dcgm-exporter /metrics endpoint")
+    source.add_argument("--replay", metavar="FILE", help="recorded samples (JSON lines)")
+    probe.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
+    probe.add_argument("--count", type=int, default=None, help="stop after N scrapes")
+    probe.add_argument("--realtime", action="store_true",
+                       help="replay at the recorded pace instead of at once")
+    probe.add_argument("--topic", default="otlp_metrics")
+    probe.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    probe.add_argument("--no-publish", action="store_true", help="print only")
+    probe.add_argument("--prices", help="GPU price catalog YAML (default: the examples)")
+    probe.add_argument("--warn-mem-bandwidth", type=float, default=90.0, metavar="PCT")
+    probe.add_argument("--warn-idle-util", type=float, default=5.0, metavar="PCT")
+    probe.add_argument("--warn-egress-mb-s", type=float, default=500.0, metavar="MB_S")
+    probe.set_defaults(func=cmd_probe)
+
+
+def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    gen = sub.add_parser("generate", help="emit sample telemetry through the OpenTelemetry SDK")
+    gen.add_argument("--users", type=int, default=1000)
+    gen.add_argument("--seed", type=int, default=7)
+    gen.add_argument("--days", type=int, default=45)
+    gen.add_argument("--topic", default="otlp_spans")
+    gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
+    gen.add_argument("--partition-by-trace", action="store_true",
+                     help="one message per trace, keyed by the trace id (hex)")
+    gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    gen.add_argument("--gpu-recording", metavar="FILE",
+                     help="also write GPU samples for the generated GPU calls (JSON lines, "
+                          "for `seedance probe --replay`)")
+    gen.set_defaults(func=cmd_generate)
+
+
+def add_spend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    spend = sub.add_parser("spend", help="publish ad spend (CSV: platform,account,campaign,"
+                                          "day,amount,currency) to the ad spend topic")
+    spend.add_argument("action", choices=["publish"])
+    spend.add_argument("file", help="CSV file; a restated day is simply published again")
+    spend.add_argument("--topic", help="default: topics.ad_spend of the config")
+    spend.add_argument("--config", help=CONFIG_HELP)
+    spend.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    spend.set_defaults(func=cmd_spend)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from jobs.demo import generate
+
+    bootstrap = resolve_bootstrap(args.bootstrap)
+    summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
+                       encoding=args.encoding, partition_by_trace=args.partition_by_trace)
+    print(summary)
+    if args.gpu_recording:
+        from jobs.demo import write_gpu_recording
+
+        count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days)
+        print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
+              f"(publish them with `seedance probe --replay {args.gpu_recording}`)")
+    return 0
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from pipelines.codec.metrics import encode_samples
+    from pipelines.kafka.io import producer
+    from pipelines.sources.gpu_probe import Thresholds, run_probe
+    from pipelines.sources.gpu_sources import (
+        GpuSourceError,
+        nvml_source,
+        prometheus_source,
+        replay_source,
+    )
+    from schemas.gpu import load_catalog
+
+    catalog = load_catalog(Path(args.prices) if args.prices else None)
+    limits = Thresholds(args.warn_mem_bandwidth, args.warn_idle_util,
+                        egress_mb_s=args.warn_egress_mb_s)
+    if args.replay:
+        scrapes = replay_source(Path(args.replay), args.interval if args.realtime else 0.0)
+    elif args.from_prometheus:
+        scrapes = prometheus_source(args.from_prometheus, args.interval, args.count)
+    else:
+        scrapes = nvml_source(args.interval, args.count)
+    publish = None
+    sink = None
+    if not args.no_publish:
+        bootstrap = resolve_bootstrap(args.bootstrap)
+        sink = producer(bootstrap)
+
+        def publish(batch: list) -> None:
+            sink.send(args.topic, encode_samples(batch)).get(30)
+
+    try:
+        samples, warnings = run_probe(scrapes, catalog, publish, limits)
+    except GpuSourceError as error:
+        raise CliError(str(error)) from None
+    finally:
+        if sink is not None:
+            sink.close()
+    target = "not published" if args.no_publish else f"published to {args.topic}"
+    print(f"{samples} samples {target}; {warnings} warnings")
+    return 0
+
+
+def cmd_spend(args: argparse.Namespace) -> int:
+    from pipelines.kafka.io import ensure_topics, producer
+    from pipelines.sources.ad_spend import SpendError, read_csv
+
+    try:
+        records = read_csv(Path(args.file))
+    except SpendError as error:
+        raise CliError(str(error)) from None
+    config = job_config(args)
+    topic = args.topic or config.topics.ad_spend
+    bootstrap = resolve_bootstrap(args.bootstrap, config)
+    ensure_topics(bootstrap, [topic])
+    out = producer(bootstrap)
+    try:
+        for record in records:
+            out.send(topic, record.to_json().encode())
+        out.flush()
+    finally:
+        out.close()
+    days = sorted({r.day for r in records})
+    span = f"{days[0]} .. {days[-1]}" if days else "no days"
+    print(f"published {len(records)} spend records ({span}) to {topic}")
+    return 0
