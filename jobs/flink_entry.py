@@ -22,6 +22,7 @@ from pipelines.flink.attribution_job import build_pipeline
 from pipelines.flink.gpu_cost_job import build_gpu_pipeline
 from pipelines.flink.kafka import flink_configuration
 from pipelines.flink.roi_job import build_roi_pipeline
+from pipelines.kafka.address import KafkaAddressError, resolve_bootstrap
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import flink_connector_jars
 
@@ -40,10 +41,10 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="")
     args = parser.parse_args()
     config = load_config(args.config)
-    bootstrap = args.bootstrap or config.kafka.bootstrap
-    if not bootstrap:
-        parser.error("no Kafka address: set kafka.bootstrap, SEEDANCE_KAFKA_BOOTSTRAP "
-                     "or --bootstrap")
+    try:
+        bootstrap = resolve_bootstrap(args.bootstrap, config)
+    except KafkaAddressError as error:
+        parser.error(str(error))
     name, build = JOBS[args.job]
     env = StreamExecutionEnvironment.get_execution_environment(
         flink_configuration(config, local=False, job_name=name))

@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pipelines.kafka.address import resolve_bootstrap
 from pipelines.reconcile.config import (
     RECONCILE_ENV_VARS,
     ReconcileConfig,
@@ -200,18 +201,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_reconcile)
 
 
-def find_bootstrap(explicit: str | None, config: ReconcileConfig) -> str:
-    """--bootstrap, the config (or SEEDANCE_KAFKA_BOOTSTRAP), else the local stack if
-    it runs, else '' (Kafka deliveries then wait for a run that has a broker)."""
-    if explicit or config.kafka.bootstrap:
-        return explicit or config.kafka.bootstrap
-    from pipelines.settings.paths import state_home
-    from pipelines.stack.local_kafka import LocalKafka
-
-    info = LocalKafka(state_home() / "kafka").info()
-    return info.bootstrap if info else ""
-
-
 def cmd_reconcile(args: argparse.Namespace) -> int:
     config = load_reconcile_config(Path(args.config) if args.config else None)
     if args.runner:
@@ -227,7 +216,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     log.setLevel(logging.INFO)
     log.propagate = False
     try:
-        bootstrap = find_bootstrap(args.bootstrap, config)
+        # Kafka is optional: without a broker, Kafka deliveries wait for a run that has one
+        bootstrap = resolve_bootstrap(args.bootstrap, config, required=False)
         request = ReconcileRequest(first, last, tuple(args.billing), bootstrap,
                                    dispatch=not args.no_dispatch)
         print(f"seedance reconcile {first}..{last}")

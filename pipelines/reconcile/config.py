@@ -86,6 +86,7 @@ class WarehouseSection:
 
 @dataclass(frozen=True)
 class KafkaSection:
+    # the file's address; where Kafka is: pipelines.kafka.address.resolve_bootstrap
     bootstrap: str = ""
     properties: dict[str, str] = field(default_factory=dict)
 
@@ -239,7 +240,6 @@ def load_reconcile_config(path: Path | None = None) -> ReconcileConfig:
 
 
 ENV_OVERRIDES = ((("warehouse", "url"), "SEEDANCE_WAREHOUSE_URL"),
-                 (("kafka", "bootstrap"), "SEEDANCE_KAFKA_BOOTSTRAP"),
                  (("alerts", "webhook", "url"), "SEEDANCE_WEBHOOK_URL"),
                  (("alerts", "webhook", "secret"), "SEEDANCE_WEBHOOK_SECRET"))
 

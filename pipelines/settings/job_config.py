@@ -42,6 +42,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class KafkaConfig:
+    # the file's address; where Kafka is: pipelines.kafka.address.resolve_bootstrap
     bootstrap: str = ""
     properties: dict[str, str] = field(default_factory=dict)
 
@@ -283,15 +284,15 @@ def read_yaml(source: Path) -> dict[str, Any]:
 
 
 def load_config(path: Path | None = None) -> StreamingJobConfig:
-    """Load a job config (defaults when path is None), then apply environment overrides."""
+    """Load a job config (defaults when path is None), then apply environment overrides.
+    SEEDANCE_KAFKA_BOOTSTRAP is not one of them: `kafka.bootstrap` stays the file's, and
+    pipelines.kafka.address.resolve_bootstrap reads the variable ahead of it."""
     source = path or DEFAULT_CONFIG
     data = read_yaml(source)
     try:
         config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    if os.environ.get("SEEDANCE_KAFKA_BOOTSTRAP"):
-        config = config.replace("kafka", bootstrap=os.environ["SEEDANCE_KAFKA_BOOTSTRAP"])
     if os.environ.get("SEEDANCE_WAREHOUSE_URL"):
         config = config.replace("warehouse", url=os.environ["SEEDANCE_WAREHOUSE_URL"])
     return config

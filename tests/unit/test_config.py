@@ -1,5 +1,6 @@
 import pytest
 
+from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig, load_config
 
 
@@ -50,7 +51,9 @@ def test_values_and_environment_overrides(tmp_path, monkeypatch):
     monkeypatch.setenv("SEEDANCE_KAFKA_BOOTSTRAP", "other:9093")
     config = load_config(path)
     assert (config.journey.lookback_days, config.journey.max_touches) == (7.0, 5)
-    assert config.kafka.bootstrap == "other:9093"
+    # kafka.bootstrap stays the file's; the variable wins where the address is resolved
+    assert config.kafka.bootstrap == "broker:9092"
+    assert resolve_bootstrap(None, config) == "other:9093"
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
