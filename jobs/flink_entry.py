@@ -1,7 +1,8 @@
 """Entry point for a real Flink cluster:
 
     flink run --python jobs/flink_entry.py \\
-        [--streaming-job attribution|gpu-cost|roi] [--config jobs/config/streaming.yaml] \\
+        [--streaming-job attribution|gpu-cost|roi|experiments] \\
+        [--config jobs/config/streaming.yaml] \\
         [--bootstrap broker:9092]
 
 The job's jars (the Kafka connector and the project's JVM classes, .cache/jars/flink after
@@ -19,6 +20,7 @@ from pathlib import Path
 from pyflink.datastream import StreamExecutionEnvironment
 
 from pipelines.flink.attribution_job import build_pipeline
+from pipelines.flink.experiments_job import build_experiments_pipeline
 from pipelines.flink.gpu_cost_job import build_gpu_pipeline
 from pipelines.flink.kafka import flink_configuration
 from pipelines.flink.roi_job import build_roi_pipeline
@@ -28,7 +30,8 @@ from pipelines.settings.paths import flink_connector_jars
 
 JOBS = {"attribution": ("seedance-attribution", build_pipeline),
         "gpu-cost": ("seedance-gpu-cost", build_gpu_pipeline),
-        "roi": ("seedance-roi", build_roi_pipeline)}
+        "roi": ("seedance-roi", build_roi_pipeline),
+        "experiments": ("seedance-experiments", build_experiments_pipeline)}
 
 
 def main() -> None:

@@ -35,6 +35,17 @@ class Conversion(NamedTuple):
     span_id: str
 
 
+class Exposure(NamedTuple):
+    """A user saw a variant of a feature flag (an experiment) at ts_ms."""
+
+    user_id: str
+    ts_ms: int
+    flag_key: str
+    variant: str
+    trace_id: str
+    span_id: str
+
+
 class GpuCall(NamedTuple):
     """A GPU-backed service call; cost attaches to it through the GPU UUID or the pod."""
 

@@ -8,6 +8,10 @@ is its executable form. A span is classified by the attributes it carries:
 * `gpu.uuid` or `k8s.pod.name` together with `gpu.workload` -> a GPU-backed call
 
 Anything else is ordinary tracing and is ignored (counted, not dead-lettered).
+
+Independently of the kind, a span that carries `feature_flag.key` (the OpenTelemetry
+feature-flag semantic conventions) records an experiment exposure: the experiments job
+reads those (`span_to_exposure`); the attribution and GPU jobs never look at them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from schemas.records import Conversion, GpuCall, Touchpoint
+from schemas.records import Conversion, Exposure, GpuCall, Touchpoint
 
 # --- attribute names (the public contract) -------------------------------------------
 USER_ID = "user.id"
@@ -31,6 +35,13 @@ GPU_UUID = "gpu.uuid"
 GPU_WORKLOAD = "gpu.workload"
 K8S_POD = "k8s.pod.name"
 K8S_NAMESPACE = "k8s.namespace.name"
+# experiments: OpenTelemetry's feature-flag semantic conventions
+FLAG_KEY = "feature_flag.key"
+FLAG_VARIANT = "feature_flag.result.variant"
+FLAG_VARIANT_LEGACY = "feature_flag.variant"  # conventions before 1.32; still accepted
+FLAG_CONTEXT_ID = "feature_flag.context.id"  # the targeting key, when user.id is absent
+EXPOSURE_KEYS = (FLAG_KEY, FLAG_VARIANT, FLAG_VARIANT_LEGACY, FLAG_CONTEXT_ID, USER_ID,
+                 USER_ID_LEGACY)
 
 # A span carrying none of these (and no gpu.workload) is ordinary tracing.
 MARKERS = frozenset({CHANNEL, ORDER_ID, GPU_UUID})
@@ -182,3 +193,28 @@ def span_to_record(
             workload=_text(attrs, GPU_WORKLOAD, kind, False),
         )
     return None
+
+
+def span_to_exposure(attrs: Mapping[str, Any], trace_id: str, span_id: str,
+                     start_ns: int) -> Exposure | None:
+    """The experiment exposure a span records (None: it carries no `feature_flag.key`).
+
+    Raises InvalidSpan when the flag is named but the exposure is unusable: no variant, or
+    no user to keep the variant for (a user keeps the variant of their first exposure)."""
+    if attrs.get(FLAG_KEY) in (None, ""):
+        return None
+    kind = "exposure"
+    _start(kind, start_ns)
+    variant_key = FLAG_VARIANT if attrs.get(FLAG_VARIANT) not in (None, "") \
+        else FLAG_VARIANT_LEGACY
+    if attrs.get(variant_key) in (None, ""):
+        raise InvalidSpan(kind, FLAG_VARIANT, "is missing")
+    user = _user(attrs, kind, required=False)
+    if not user:
+        user = _text(attrs, FLAG_CONTEXT_ID, kind, False)
+    if not user:
+        raise InvalidSpan(kind, USER_ID, f"is missing (and so is {FLAG_CONTEXT_ID})")
+    return Exposure(user_id=user, ts_ms=start_ns // 1_000_000,
+                    flag_key=_text(attrs, FLAG_KEY, kind, True),
+                    variant=_text(attrs, variant_key, kind, True),
+                    trace_id=trace_id, span_id=span_id)

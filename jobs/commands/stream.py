@@ -24,10 +24,11 @@ def add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="run a streaming job on Flink: attribution (default), "
-                                   "gpu-cost or roi")
+                                   "gpu-cost, roi or experiments")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
-    p.add_argument("--job", choices=["attribution", "gpu-cost", "roi"], default="attribution")
+    p.add_argument("--job", choices=["attribution", "gpu-cost", "roi", "experiments"],
+                   default="attribution")
     p.add_argument("--bounded", action="store_true",
                    help="stop at the end of the input present at start")
     p.set_defaults(func=cmd_run)
@@ -55,7 +56,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                   + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
                      if args.job == "gpu-cost" else [])
                   + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
-                     if args.job == "roi" else []), client=client)
+                     if args.job == "roi" else [])
+                  + ([topics.experiment_exposures, topics.experiment_conversions]
+                     if args.job == "experiments" else []), client=client)
+    if args.job == "experiments":
+        from pipelines.flink.experiments_job import run_experiments_job
+
+        print(f"Running the experiments job on {bootstrap}: {topics.spans} + "
+              f"{topics.conversions} -> {topics.experiment_exposures} + "
+              f"{topics.experiment_conversions}; {until}")
+        with resume_hint(config, "seedance-experiments", args.verbose):
+            run_experiments_job(config, bootstrap)
+        return 0
     if args.job == "roi":
         from pipelines.flink.roi_job import run_roi_job
 

@@ -58,6 +58,8 @@ class TopicsConfig:
     roi_dead_letter: str = "roi_inputs_dlq"
     roi: str = "roi_daily"
     accounting: str = "run_accounting"
+    experiment_exposures: str = "experiment_exposures"
+    experiment_conversions: str = "experiment_conversions"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,18 @@ class RoiConfig:
 
 
 @dataclass(frozen=True)
+class ExperimentsConfig:
+    # a user's first exposure to a flag is remembered this long after their last activity
+    retention_days: float = 90.0
+    # whose allocated ad spend and compute an exposed user's orders carry (empty: last_click
+    # when it runs, else the first of attribution.models)
+    cost_model: str = ""
+    window_days: float = 7.0  # the strategy table's window
+    alpha: float = 0.05  # significance level of the difference to control
+    control_variant: str = "control"  # the variant the others are compared with
+
+
+@dataclass(frozen=True)
 class WarehouseConfig:
     url: str = ""
 
@@ -134,6 +148,7 @@ class StreamingJobConfig:
     flink: FlinkConfig = FlinkConfig()
     gpu: GpuConfig = GpuConfig()
     roi: RoiConfig = RoiConfig()
+    experiments: ExperimentsConfig = ExperimentsConfig()
     warehouse: WarehouseConfig = WarehouseConfig()
 
     def __post_init__(self) -> None:
@@ -170,6 +185,14 @@ class StreamingJobConfig:
              "must be at least 1 second"),
             (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
+            (self.experiments.retention_days > 0, "experiments.retention_days",
+             "must be positive"),
+            (self.experiments.window_days >= 1, "experiments.window_days",
+             "must be at least 1"),
+            (0 < self.experiments.alpha < 1, "experiments.alpha", "must be between 0 and 1"),
+            (self.experiments.cost_model in ("", *self.attribution.models),
+             "experiments.cost_model",
+             f"({self.experiments.cost_model}) must be one of attribution.models"),
         ]
         for ok, key, problem in checks:
             if not ok:
@@ -181,6 +204,13 @@ class StreamingJobConfig:
         if not self.attribution.models:
             raise ConfigError("attribution.models must name at least one model")
         self.computation  # noqa: B018 (built now, so a bad combination fails at load time)
+
+    @property
+    def experiment_cost_model(self) -> str:
+        """The model whose allocated costs an experiment's orders carry."""
+        models = self.attribution.models
+        return self.experiments.cost_model or ("last_click" if "last_click" in models
+                                               else models[0])
 
     @cached_property
     def computation(self) -> ComputeSettings:

@@ -9,6 +9,7 @@ instrumented web shop would: one trace per page view or checkout, with child spa
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -43,7 +44,7 @@ DAY_NS = 24 * HOUR_NS
 class PlannedEvent:
     """One thing a user did; `emit_rank` orders emission (it differs from event time)."""
 
-    kind: str  # "touchpoint" | "conversion" | "invalid_conversion"
+    kind: str  # "touchpoint" | "conversion" | "invalid_conversion" | "exposure"
     user_id: str
     ts_ns: int
     channel: str = ""
@@ -53,6 +54,20 @@ class PlannedEvent:
     currency: str = "USD"
     emit_rank: float = 0.0
     gpu_uuid: str = ""
+    flag_key: str = ""  # an exposure: the experiment's flag and the variant the user saw
+    variant: str = ""
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """An experiment to put in the telemetry: every user is exposed at their first event
+    to one of `variants` (the first is the control), drawn with `weights` (default equal);
+    the orders of users in any other variant earn `revenue_lift` more (0: an A/A test)."""
+
+    flag_key: str
+    variants: tuple[str, ...]
+    revenue_lift: float = 0.0
+    weights: tuple[float, ...] | None = None
 
 
 @dataclass
@@ -68,11 +83,13 @@ class Plan:
 def plan_events(users: int, seed: int = 7, days: int = 45,
                 start: datetime = datetime(2026, 10, 1, tzinfo=UTC),
                 late_fraction: float = 0.01, malformed_messages: int = 3,
-                jitter_s: float = 120.0) -> Plan:
+                jitter_s: float = 120.0,
+                experiments: tuple[ExperimentPlan, ...] = ()) -> Plan:
     """A deterministic population: converters, repeat buyers, window-shoppers, direct buyers.
 
     Events are emitted in time order with up to `jitter_s` of disorder; `late_fraction`
     of touches are held back to the very end (far behind the watermark: late data).
+    `experiments` adds exposures (and their lift); without them the plan is what it was.
     """
     rng = random.Random(seed)
     start_ns = int(start.timestamp()) * 1_000_000_000
@@ -108,6 +125,8 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
                                                 else revenue))
             at += int((5 + rng.random() * 35) * DAY_NS)
     plan.events = [e for e in plan.events if e.ts_ns < end_ns]
+    for experiment in experiments:
+        plan.events = _with_experiment(plan.events, experiment, seed)
     ranked: list[PlannedEvent] = []
     for event in sorted(plan.events, key=lambda e: (e.ts_ns, e.user_id, e.kind)):
         late = event.kind == "touchpoint" and rng.random() < late_fraction
@@ -116,6 +135,31 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
     plan.events = sorted(ranked, key=lambda e: e.emit_rank)
     plan.malformed = MALFORMED_SAMPLES[:malformed_messages]
     return plan
+
+
+def _with_experiment(events: list[PlannedEvent], experiment: ExperimentPlan,
+                     seed: int) -> list[PlannedEvent]:
+    """The events with every user exposed to the experiment at their first event, and the
+    lift applied to the later orders of users outside the control. Drawn from a generator
+    of its own, so the rest of the plan does not change."""
+    rng = random.Random(seed ^ zlib.crc32(experiment.flag_key.encode()))
+    first: dict[str, int] = {}
+    for event in events:
+        if event.ts_ns < first.get(event.user_id, 2**63):
+            first[event.user_id] = event.ts_ns
+    variant_of = {user: rng.choices(experiment.variants, experiment.weights)[0]
+                  for user in sorted(first)}
+    control = experiment.variants[0]
+    out = []
+    for event in events:
+        treated = variant_of[event.user_id] != control and experiment.revenue_lift
+        if event.kind == "conversion" and treated and event.ts_ns >= first[event.user_id]:
+            event = replace(event, revenue=round(event.revenue * (1 + experiment.revenue_lift),
+                                                 2))
+        out.append(event)
+    out += [PlannedEvent("exposure", user, at, flag_key=experiment.flag_key,
+                         variant=variant_of[user]) for user, at in sorted(first.items())]
+    return out
 
 
 # Which ad platform bills a campaign, and a rough price per touch it drove.
@@ -243,6 +287,14 @@ def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
 
 def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
     start = event.ts_ns
+    if event.kind == "exposure":  # as OpenFeature's OpenTelemetry hook records one
+        tracer.start_span(f"GET /api/flags/{event.flag_key}", kind=trace.SpanKind.SERVER,
+                          start_time=start, attributes={
+                              attr.USER_ID: event.user_id, attr.FLAG_KEY: event.flag_key,
+                              attr.FLAG_VARIANT: event.variant,
+                              "feature_flag.provider.name": "seedance-sample"}
+                          ).end(end_time=start + 3_000_000)
+        return 1
     if event.kind == "touchpoint":
         attributes: dict[str, str | float] = {
             attr.USER_ID: event.user_id, attr.CHANNEL: event.channel,
@@ -277,7 +329,13 @@ def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
 
 def valid_events(plan: Plan) -> Iterable[PlannedEvent]:
     """Events the pipeline should use: not broken at the source and not emitted late."""
-    return (e for e in plan.events if e.kind != "invalid_conversion" and e.emit_rank < LATE_RANK)
+    return (e for e in plan.events
+            if e.kind in ("touchpoint", "conversion") and e.emit_rank < LATE_RANK)
+
+
+def valid_exposures(plan: Plan) -> Iterable[PlannedEvent]:
+    """The plan's experiment exposures (none is late or broken)."""
+    return (e for e in plan.events if e.kind == "exposure")
 
 
 def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:

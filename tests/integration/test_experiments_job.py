@@ -1,0 +1,87 @@
+"""The experiments job on Flink: telemetry with two experiments (feature-flag exposures on
+spans) through the attribution job and the experiments job, on 3 partitions at
+parallelism 2. Every user keeps the variant of their first exposure (a later exposure to
+another variant changes nothing), every order after the exposure counts for each flag,
+and an exposure span without a variant is a dead letter with the reason."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+from pipelines.flink.attribution_job import run_job
+from pipelines.flink.experiments_job import run_experiments_job
+from pipelines.kafka.io import read_all
+from pipelines.sources.generator import (
+    ExperimentPlan,
+    PlannedEvent,
+    plan_events,
+    valid_events,
+    valid_exposures,
+)
+from tests.integration.test_flink_job import messages, publish
+
+HOUR_NS = 3_600_000_000_000
+EXPERIMENTS = (ExperimentPlan("bidding", ("control", "dynamic"), revenue_lift=0.3),
+               ExperimentPlan("checkout-copy", ("control", "short", "long")))
+
+
+def rows(kafka: str, topic: str) -> list[dict]:
+    return [json.loads(value) for _, value in read_all(kafka, topic)]
+
+
+def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, topic):
+    plan = plan_events(150, seed=21, late_fraction=0.0, malformed_messages=0,
+                       experiments=EXPERIMENTS)
+    first = {(e.user_id, e.flag_key): (e.variant, e.ts_ns // 10**6)
+             for e in valid_exposures(plan)}
+    # a few users see the other variant later: they keep their first
+    again = []
+    for user, flag in sorted(first)[:10]:
+        variant, ms = first[user, flag]
+        other = next(v for e in EXPERIMENTS if e.flag_key == flag for v in e.variants
+                     if v != variant)
+        ts = (ms + 5) * 10**6 + HOUR_NS
+        again.append(PlannedEvent("exposure", user, ts, flag_key=flag, variant=other,
+                                  emit_rank=ts))
+    broken = PlannedEvent("exposure", "user-000001", plan.events[50].ts_ns, flag_key="bidding",
+                          variant="", emit_rank=plan.events[50].emit_rank + 1)
+    plan = replace(plan, events=sorted([*plan.events, *again, broken],
+                                       key=lambda e: e.emit_rank))
+    spans = topic("spans", 3)
+    publish(kafka, spans, plan)
+
+    config = job_config.replace("topics", spans=spans,
+                                experiment_exposures=topic("exposures"),
+                                experiment_conversions=topic("experiment-conversions"))
+    config = config.replace("flink", parallelism=2).replace("attribution",
+                                                            models=("last_click",))
+    run_job(config, kafka, env=flink.environment(config))
+    run_experiments_job(config, kafka, env=flink.environment(config))
+
+    exposures = rows(kafka, config.topics.experiment_exposures)
+    got = {(r["user_id"], r["flag_key"]): (r["variant"], r["first_exposure_ms"])
+           for r in exposures}
+    assert len(got) == len(exposures)  # one row per user and flag
+    assert got == first
+
+    orders = [e for e in valid_events(plan) if e.kind == "conversion"]
+    expected = {(flag, e.order_id): (first[e.user_id, flag][0], e.revenue)
+                for e in orders for flag in ("bidding", "checkout-copy")
+                if first[e.user_id, flag][1] <= e.ts_ns // 10**6}
+    conversions = rows(kafka, config.topics.experiment_conversions)
+    got_orders = {(r["flag_key"], r["order_id"]): (r["variant"], r["revenue"])
+                  for r in conversions}
+    assert len(got_orders) == len(conversions) and got_orders.keys() == expected.keys()
+    assert all(got_orders[k][0] == v[0] and math.isclose(got_orders[k][1], v[1])
+               for k, v in expected.items())
+    # the lift is in the telemetry: the treated users' orders earn more on average
+    mean = {v: sum(r for (f, _), (var, r) in expected.items() if f == "bidding" and var == v)
+            / sum(1 for (f, _), (var, _r) in expected.items() if f == "bidding" and var == v)
+            for v in ("control", "dynamic")}
+    assert mean["dynamic"] > 1.1 * mean["control"]
+
+    dead = [d for d in messages(kafka, config.topics.dead_letter)
+            if "exposure" in d.get("detail", "")]
+    assert len(dead) == 1 and "feature_flag.result.variant is missing" in dead[0]["detail"]
