@@ -5,7 +5,7 @@ the generator's personas: converters, repeat buyers, window-shoppers; spend per 
 and day and GPU costs on a third of the touches' traces in the warehouse), then backfills
 every day of it twice into fresh SQLite warehouses: `seedance backfill` with the Spark
 engine (local[*], the shipped settings) and with the pandas engine (one process, the same
-pipelines.backfill.frames / udfs functions). Each run is a child process; its peak
+pipelines.backfill.frames / .credits / udfs functions). Each run is a child process; its peak
 resident memory is the sum over its whole process tree (driver, JVM, Python workers),
 sampled every 0.2 s. Prints events/s, phase times and peak RSS side by side, the ratio,
 and checks that both warehouses hold the same totals.

@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.backfill.archive import day_of
+from pipelines.backfill.credits import concat_credits
 from pipelines.backfill.frames import (
     EVENT_COLUMNS as EVENTS,
 )
 from pipelines.backfill.frames import (
     SORT_KEY,
     BackfillWindow,
-    concat_credits,
     typed,
 )
 from pipelines.backfill.local import credits_of_events

@@ -11,8 +11,8 @@ out by then, are stepped together by `udfs.journey_columns.step_users` (the rule
 `udfs/journeys.py`, over arrays). The journeys that close are the same as when every user
 is stepped on their own (the batch `closed_journeys_of`), whatever the batching.
 
-The book keeps its users as columns too: per user their last order, next wake-up and a
-block of open touches in a shared pool (the strings of channels and campaigns as codes).
+The book keeps its users as columns too (`udfs.journey_state.UserColumns`): per user their
+last order, next wake-up and a block of open touches in a shared pool.
 
 An engine keeps a `JourneyBook` in memory and stores what each call reports (`Changes`) in
 its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same book.
@@ -21,18 +21,18 @@ batch that arrived since (as it arrived) and the watermarks the book advanced to
 Restoring replays those advances, which is exact because an advance depends on nothing but
 the events and the watermark. The book compacts (reports a new snapshot and starts the log
 again) once the log has grown as large as the snapshot, and at least `compact_every`
-advances apart, so storing costs in proportion to what arrives.
+advances apart, so storing costs in proportion to what arrives. The stored forms
+(`Snapshot`, `Progress`, `Changes`) are defined in udfs/journey_state.py and importable
+from here, the module that stored pickles of a Snapshot or Progress name.
 """
 
 from __future__ import annotations
 
 import heapq
 import zlib
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from schemas.events import (
     EMPTY,
@@ -53,12 +53,12 @@ from udfs.journey_columns import (
     ranges_to_rows,
     step_users,
 )
+from udfs.journey_state import NEVER, Changes, Progress, Snapshot, UserColumns
 from udfs.journeys import JourneyConfig
 from udfs.lifecycle import stages_of
 
 COMPACT_EVERY = 32
 MAX_LOGGED_ADVANCES = 1024  # bounds the replay after a restart in a quiet period
-NEVER = np.iinfo(np.int64).max
 
 
 def bucket_of(user_id: str, buckets: int) -> int:
@@ -67,124 +67,22 @@ def bucket_of(user_id: str, buckets: int) -> int:
     return zlib.crc32(user_id.encode()) % buckets
 
 
-@dataclass(frozen=True)
-class Progress:
-    """The book's watermark at its last compaction and the advances since, in order."""
-
-    compacted: int
-    advances: tuple[int, ...] = ()
-
-    @property
-    def watermark(self) -> int:
-        return self.advances[-1] if self.advances else self.compacted
-
-
-class Snapshot(NamedTuple):
-    """The whole book at a compaction (waiting batches are stored on their own)."""
-
-    users: list[str]
-    rows: np.ndarray  # int64 per user: their row in the book (kept, so that a restored
-    # book steps users in the same order and emits the same journeys in the same order)
-    last_order: np.ndarray  # int64 per user, NONE: none
-    touch_counts: np.ndarray  # int64 per user: their open touches, flat below
-    touch_ts: np.ndarray
-    touch_channel: np.ndarray  # codes into channels
-    touch_campaign: np.ndarray  # codes into campaigns
-    touch_trace: np.ndarray  # object
-    channels: list[str]
-    campaigns: list[str]
-
-
-@dataclass
-class Changes:
-    """What one call asks the engine to store or delete."""
-
-    snapshot: Snapshot | None = None  # replaces the stored snapshot
-    batches: dict[int, EventColumns] = field(default_factory=dict)  # store (new or left over)
-    removed_batches: list[int] = field(default_factory=list)  # delete these
-    progress: Progress | None = None  # store this (replaces the one stored)
-
-
 @dataclass
 class Advanced:
     closed: ClosedJourneys
     changes: Changes
 
 
-class _Codes:
-    """Strings as small ints, in first-seen order (codes never change)."""
-
-    def __init__(self, names: list[str] | None = None) -> None:
-        self.names: list[str] = list(names or ())
-        self.index = {name: code for code, name in enumerate(self.names)}
-
-    def of(self, values: np.ndarray) -> np.ndarray:
-        return _lookup(values, self.index, self.names)
-
-
-def _lookup(values: np.ndarray, index: dict[str, int], names: list) -> np.ndarray:
-    """Each value's number in `index`; a value not there yet gets the next number (in
-    first-seen order) and is appended to `names`. Distinct values are looked up once (the
-    hash table of pandas.factorize does the rest in C)."""
-    if not len(values):
-        return np.zeros(0, np.int64)
-    local, distinct = pd.factorize(values)
-    distinct = distinct.tolist()
-    table = np.fromiter((index.get(v, -1) for v in distinct), np.int64, len(distinct))
-    if table.min() < 0:
-        for at in np.flatnonzero(table < 0).tolist():
-            value = distinct[at]
-            table[at] = index[value] = len(names)
-            names.append(value)
-    return table[local]
-
-
-class _Pool:
-    """Every user's open touches, a block per user, in growable columns; a user's new
-    block is appended and the old one left behind until the pool is compacted."""
-
-    def __init__(self) -> None:
-        self.size = 0
-        self.ts = np.zeros(0, np.int64)
-        self.channel = np.zeros(0, np.int64)
-        self.campaign = np.zeros(0, np.int64)
-        self.trace = np.zeros(0, object)
-
-    def append(self, ts: np.ndarray, channel: np.ndarray, campaign: np.ndarray,
-               trace: np.ndarray) -> int:
-        start, end = self.size, self.size + len(ts)
-        if end > len(self.ts):
-            capacity = max(1024, 2 * end)
-            for name in ("ts", "channel", "campaign", "trace"):
-                old = getattr(self, name)
-                grown = np.zeros(capacity, old.dtype)
-                grown[:start] = old[:start]
-                setattr(self, name, grown)
-        self.ts[start:end] = ts
-        self.channel[start:end] = channel
-        self.campaign[start:end] = campaign
-        self.trace[start:end] = trace
-        self.size = end
-        return start
-
-
-class JourneyBook:
-    """The users of one bucket: their journeys in progress and the events not yet stepped."""
+class JourneyBook(UserColumns):
+    """The users of one bucket: their journeys in progress (the columns it inherits) and the
+    events not yet stepped."""
 
     def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY,
                  log_ratio: float = 1.0) -> None:
+        super().__init__()
         self.config = config
         self.compact_every = compact_every
         self.log_ratio = log_ratio  # compact once the log holds this many events per row
-        self.users: dict[str, int] = {}  # user id -> row of the per-user columns
-        self.names: list[str | None] = []  # row -> user id (None: a free row)
-        self.last_order = np.zeros(0, np.int64)
-        self.wake = np.zeros(0, np.int64)  # when the user next needs attention
-        self.touch_start = np.zeros(0, np.int64)
-        self.touch_count = np.zeros(0, np.int64)
-        self.pool = _Pool()
-        self.channels = _Codes()
-        self.campaigns = _Codes()
         self.batches: dict[int, EventColumns] = {}  # waiting events, by batch id
         self.progress = Progress(-(2**63))
         self._next_batch = 0
@@ -214,7 +112,9 @@ class JourneyBook:
         is late, as it was before the restart."""
         book = cls(config, compact_every, log_ratio)
         if snapshot is not None:
-            book._load(snapshot)
+            book.load(snapshot)
+            book.wake = book._wake_of(np.arange(len(book.names)))
+            book._next_wake = int(book.wake.min()) if len(book.names) else NEVER
         for batch_id, events in sorted(batches, key=lambda item: item[0]):
             book._wait(batch_id, events)
             book._logged += size(events)
@@ -279,41 +179,8 @@ class JourneyBook:
 
     # --- state -----------------------------------------------------------------------
 
-    def snapshot(self) -> Snapshot:
-        rows = np.fromiter((row for row in self.users.values()), np.int64, len(self.users))
-        counts = self.touch_count[rows]
-        flat, _ = ranges_to_rows(self.touch_start[rows], self.touch_start[rows] + counts)
-        pool = self.pool
-        return Snapshot(list(self.users), rows, self.last_order[rows].copy(), counts.copy(),
-                        pool.ts[flat], pool.channel[flat], pool.campaign[flat],
-                        pool.trace[flat], list(self.channels.names),
-                        list(self.campaigns.names))
-
-    def _load(self, snapshot: Snapshot) -> None:
-        rows = np.asarray(snapshot.rows, np.int64)
-        n = int(rows.max()) + 1 if len(rows) else 0
-        self.names = [None] * n
-        for user, row in zip(snapshot.users, rows.tolist(), strict=True):
-            self.names[row] = user
-        self.users = dict(zip(snapshot.users, rows.tolist(), strict=True))
-        self.channels = _Codes(snapshot.channels)
-        self.campaigns = _Codes(snapshot.campaigns)
-        self.last_order = np.full(n, NONE, np.int64)
-        self.last_order[rows] = snapshot.last_order
-        self.touch_count = np.zeros(n, np.int64)
-        self.touch_count[rows] = snapshot.touch_counts
-        self.touch_start = np.zeros(n, np.int64)
-        starts = np.zeros(len(rows), np.int64)
-        np.cumsum(np.asarray(snapshot.touch_counts, np.int64)[:-1], out=starts[1:])
-        self.touch_start[rows] = starts
-        self.pool = _Pool()
-        self.pool.append(snapshot.touch_ts, snapshot.touch_channel, snapshot.touch_campaign,
-                         snapshot.touch_trace)
-        self.wake = self._wake_of(np.arange(n))
-        self._next_wake = int(self.wake.min()) if n else NEVER
-
     def _compact(self, watermark: int, changes: Changes) -> None:
-        self._compact_rows()
+        self.compact_rows()
         changes.snapshot = self.snapshot()
         changes.removed_batches.extend(self._finished_batches)
         for batch_id in self._cut_batches - self._finished_batches:
@@ -323,40 +190,11 @@ class JourneyBook:
         self._logged = sum(size(events) for events in self.batches.values())
         self.progress = changes.progress = Progress(watermark)
 
-    def _compact_rows(self) -> None:
-        """Drop free user rows and touches no user holds any more."""
-        live = np.fromiter(self.users.values(), np.int64, len(self.users))
-        if len(self.names) > 2 * len(live) + 1024:
-            live.sort()
-            self.names = [self.names[row] for row in live.tolist()]
-            self.users = {user: row for row, user in enumerate(self.names)}  # type: ignore
-            for name in ("last_order", "wake", "touch_start", "touch_count"):
-                setattr(self, name, getattr(self, name)[live])
-        held = int(self.touch_count.sum())
-        if self.pool.size > 2 * held + 4096:
-            flat, offsets = ranges_to_rows(self.touch_start, self.touch_start + self.touch_count)
-            old, self.pool = self.pool, _Pool()
-            self.pool.append(old.ts[flat], old.channel[flat], old.campaign[flat],
-                             old.trace[flat])
-            self.touch_start = offsets[:-1].copy()
-
     # --- stepping --------------------------------------------------------------------
 
     def _wait(self, batch_id: int, events: EventColumns) -> None:
         self.batches[batch_id] = events
         heapq.heappush(self._batch_due, (earliest(events), batch_id))
-
-    def _rows_of(self, users: np.ndarray) -> np.ndarray:
-        """Each user's row, new users given one."""
-        before = len(self.names)
-        rows = _lookup(users, self.users, self.names)
-        grow = len(self.names) - before
-        if grow > 0:
-            self.last_order = np.concatenate([self.last_order, np.full(grow, NONE)])
-            self.wake = np.concatenate([self.wake, np.full(grow, NEVER)])
-            self.touch_start = np.concatenate([self.touch_start, np.zeros(grow, np.int64)])
-            self.touch_count = np.concatenate([self.touch_count, np.zeros(grow, np.int64)])
-        return rows
 
     def _due_events(self, watermark: int) -> EventColumns:
         """The waiting events at or before `watermark`, taken out of their batches."""
@@ -389,8 +227,8 @@ class JourneyBook:
     def _step_to(self, watermark: int) -> ClosedJourneys:
         events = self._due_events(watermark)
         touches, orders = events
-        touch_rows = self._rows_of(touches.user_id)
-        order_rows = self._rows_of(orders.user_id)
+        touch_rows = self.rows_of(touches.user_id)
+        order_rows = self.rows_of(orders.user_id)
         # NEVER is the largest time: a free row must not wake even at the final watermark
         woken = np.flatnonzero(self.wake <= min(watermark, NEVER - 1))
         involved = np.unique(np.concatenate([touch_rows, order_rows, woken]))
@@ -437,7 +275,7 @@ class JourneyBook:
             stages_of(stepped.previous_order, orders.ts_ms[order_at], names == "",
                       self.config.lifecycle),
             journey_touches(stepped.order_touches))
-        lapsed = LapsedJourneys(self._names_of(stepped.lapsed_users), stepped.lapsed_close,
+        lapsed = LapsedJourneys(self.names_of(stepped.lapsed_users), stepped.lapsed_close,
                                 journey_touches(stepped.lapsed_touches))
 
         # what the involved users keep
@@ -455,10 +293,7 @@ class JourneyBook:
         expired = (last_order != NONE) & (last_order + config.history_ms < watermark)
         self.last_order[involved[expired]] = NONE
         self.wake[involved] = self._wake_of(involved)
-        gone = involved[self.wake[involved] == NEVER]
-        for row in gone.tolist():
-            del self.users[self.names[row]]
-            self.names[row] = None
+        self.free(involved[self.wake[involved] == NEVER])
         self._next_wake = int(self.wake.min()) if len(self.wake) else NEVER
         return ClosedJourneys(converted, lapsed)
 
@@ -473,13 +308,6 @@ class JourneyBook:
         last_order = self.last_order[rows]
         order_wake = np.where(last_order != NONE, last_order + config.history_ms + 1, NEVER)
         return np.minimum(touch_wake, order_wake)
-
-    def _names_of(self, rows: np.ndarray) -> np.ndarray:
-        names = self.names
-        out = np.empty(len(rows), object)
-        out[:] = [names[row] for row in rows.tolist()]
-        return out
-
 
 _NO_TOUCHES = JourneyTouches(np.zeros(1, np.int64), np.zeros(0, np.int64),
                              np.zeros(0, object), np.zeros(0, object), np.zeros(0, object))

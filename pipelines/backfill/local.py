@@ -10,18 +10,20 @@ from pathlib import Path
 import pandas as pd
 
 from pipelines.backfill.archive import read_kind
+from pipelines.backfill.credits import (
+    concat_credits,
+    conversion_credits,
+    data_driven_credits,
+    fit_weights,
+    path_counts,
+)
 from pipelines.backfill.frames import (
     SORT_KEY,
     BackfillWindow,
     ComputedDays,
     closed_journeys,
-    concat_credits,
-    conversion_credits,
-    data_driven_credits,
     events_frame,
-    fit_weights,
     journeys_of_batches,
-    path_counts,
 )
 from pipelines.backfill.roi import exploded_claims, link_costs
 from udfs.settings import ComputeSettings

@@ -11,8 +11,8 @@ credits    per-conversion models on each batch of converted journeys (mapInPanda
 stage      the credits of every day, partitioned by day, in the work folder; the driver
            links GPU cost through the claimed traces and writes one day at a time
 
-All the logic is in `pipelines.backfill.frames` / `backfill_roi`, over `udfs/`: the Spark
-code only moves rows.
+All the logic is in `pipelines.backfill.frames` / `.credits` / `.roi`, over `udfs/`: the
+Spark code only moves rows.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ from pyspark.sql.utils import AnalysisException
 
 from pipelines.backfill.archive import SCHEMAS, TIME_COLUMN, day_of
 from pipelines.backfill.config import SparkConfig
+from pipelines.backfill.credits import (
+    concat_credits,
+    conversion_credits,
+    data_driven_credits,
+    fit_groups,
+    fit_weights,
+    weight_column,
+)
 from pipelines.backfill.frames import (
     CREDIT_COLUMNS,
     EVENT_COLUMNS,
@@ -39,15 +47,9 @@ from pipelines.backfill.frames import (
     SORT_KEY,
     BackfillWindow,
     ComputedDays,
-    concat_credits,
-    conversion_credits,
-    data_driven_credits,
     events_of_messages,
-    fit_groups,
-    fit_weights,
     journeys_of_batches,
     spark_schema,
-    weight_column,
 )
 from pipelines.backfill.roi import CLAIM_COLUMNS, link_costs
 from pipelines.codec.otlp import MAX_FUTURE_S

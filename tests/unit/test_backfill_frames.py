@@ -11,14 +11,13 @@ import pandas as pd
 import pytest
 
 from pipelines.backfill.archive import DAY_MS, tables_by_date, write_tables
+from pipelines.backfill.credits import fit_weights, path_counts
 from pipelines.backfill.frames import (
     EVENT_COLUMNS,
     SORT_KEY,
     BackfillWindow,
     closed_journeys,
-    fit_weights,
     journeys_of_batches,
-    path_counts,
 )
 from pipelines.backfill.local import compute_events, compute_from_archive, read_archive_events
 from pipelines.backfill.roi import link_costs, roi_rows
