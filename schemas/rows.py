@@ -1,0 +1,293 @@
+"""The result rows, each declared once: its columns in order, with a logical type.
+
+The jobs write these rows to the result topics, the loader and the backfill store them in
+the warehouse (schemas/sql/*.sql, whose tables must have exactly these columns: a unit test
+compares them), the dashboard reads them back. Consumers derive what they need from a
+declaration -- a tuple of names, a Spark DDL string, pandas dtypes -- instead of keeping
+a copy of the layout.
+
+Logical types (`Type`):
+
+    string         text                 SQL TEXT              Spark string   pandas object
+    date           a UTC day YYYY-MM-DD SQL TEXT              Spark string   pandas object
+    bigint         64-bit integer       SQL INTEGER | BIGINT  Spark bigint   pandas int64
+    double         float                SQL DOUBLE PRECISION  Spark double   pandas float64
+    boolean        true/false           SQL BOOLEAN           Spark boolean  pandas bool
+    array<string>  list of text         (not stored in SQL)   Spark array<string>  object
+    array<bigint>  list of integers     (not stored in SQL)   Spark array<bigint>  object
+
+A row stored in the warehouse names its `table` and its primary `key` (leading columns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Type = Literal["string", "date", "bigint", "double", "boolean", "array<string>",
+               "array<bigint>"]
+
+SPARK_TYPES: dict[str, str] = {"string": "string", "date": "string", "bigint": "bigint",
+                               "double": "double", "boolean": "boolean",
+                               "array<string>": "array<string>",
+                               "array<bigint>": "array<bigint>"}
+PANDAS_DTYPES: dict[str, str] = {"bigint": "int64", "double": "float64", "boolean": "bool"}
+# the SQL types schemas/sql/*.sql may declare for each logical type (portable SQL)
+SQL_TYPES: dict[str, tuple[str, ...]] = {"string": ("TEXT",), "date": ("TEXT",),
+                                         "bigint": ("INTEGER", "BIGINT"),
+                                         "double": ("DOUBLE PRECISION",),
+                                         "boolean": ("BOOLEAN",)}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: Type
+    doc: str = ""
+    nullable: bool = False  # None / SQL NULL allowed
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row layout: its columns in order, and where it is stored (if it is)."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...] = ()  # the columns that identify a row (a table's: leading)
+    table: str = ""  # the warehouse table holding these rows; '' for none
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: a column declared twice")
+        if not set(self.key) <= set(names):
+            raise ValueError(f"{self.name}: the key {self.key} is not among its columns")
+        if self.table and names[:len(self.key)] != self.key:
+            raise ValueError(f"{self.name}: the key {self.key} is not its leading columns")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+    def derive(self, name: str, doc: str, items: Iterable[str | Column],
+               key: tuple[str, ...] = (), table: str = "") -> Row:
+        """Another layout of the same row: `items` are this row's columns by name (in the
+        order given) or new columns."""
+        columns = tuple(self.column(i) if isinstance(i, str) else i for i in items)
+        return Row(name, doc, columns, key, table)
+
+    def select(self, *names: str) -> Row:
+        """These columns only, in this order (a frame's or a step's view of the row)."""
+        key = self.key if set(self.key) <= set(names) else ()
+        return replace(self, columns=tuple(self.column(n) for n in names), key=key, table="")
+
+    def without(self, *names: str) -> Row:
+        return self.select(*(n for n in self.names if n not in names))
+
+    def renamed(self, **names: str) -> Row:
+        """The same columns, some under another name (old=new)."""
+        columns = tuple(replace(c, name=names.get(c.name, c.name)) for c in self.columns)
+        key = tuple(names.get(k, k) for k in self.key)
+        return replace(self, columns=columns, key=key, table="")
+
+    def spark_types(self) -> dict[str, str]:
+        """Column name -> Spark SQL type, in order."""
+        return {c.name: SPARK_TYPES[c.type] for c in self.columns}
+
+    def spark_ddl(self) -> str:
+        """A Spark DDL schema string (`name type, ...`)."""
+        return ", ".join(f"{name} {kind}" for name, kind in self.spark_types().items())
+
+    def pandas_dtypes(self) -> dict[str, str]:
+        """Column name -> pandas dtype: numbers as numbers, the rest as objects."""
+        return {c.name: PANDAS_DTYPES.get(c.type, "object") for c in self.columns}
+
+
+# -- credits ------------------------------------------------------------------------------
+CREDIT = Row(
+    "credit",
+    "One touch's share of one conversion under one attribution model: a row of the "
+    "credits topic (schemas.records.Credit). The credits of a conversion sum to 1 per model.",
+    (Column("model", "string", "attribution model"),
+     Column("order_id", "string"),
+     Column("user_id", "string", "'' when the order had no resolvable user"),
+     Column("conversion_ts_ms", "bigint", "order time, ms since epoch (UTC)"),
+     Column("touch_index", "bigint", "position in the journey, 0 = first"),
+     Column("channel", "string", "'(unattributed)' if no touch in the lookback"),
+     Column("campaign", "string"),
+     Column("touch_ts_ms", "bigint"),
+     Column("credit", "double", "share of the conversion, 0..1"),
+     Column("revenue", "double", "credit x order revenue"),
+     Column("currency", "string"),
+     Column("stage", "string", "lifecycle stage: new|repeat|winback|unknown")),
+    key=("model", "order_id", "touch_index"))
+
+ATTRIBUTION_CREDITS = CREDIT.derive(
+    "attribution_credits",
+    "Credit rows as the warehouse stores them, with the order's day.",
+    ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms",
+     Column("conversion_date", "date", "order day (UTC)"),
+     "channel", "campaign", "touch_ts_ms", "credit", "revenue", "currency", "stage"),
+    key=("model", "order_id", "touch_index"), table="attribution_credits")
+
+BACKFILL_CREDIT = CREDIT.derive(
+    "backfill_credit",
+    "Credit rows as the backfill computes them, with the order's day (its partition).",
+    (*CREDIT.names, Column("day", "date", "order day (UTC)")), key=CREDIT.key)
+
+# -- conversions --------------------------------------------------------------------------
+CONVERSION = Row(
+    "conversion",
+    "One order as the conversions topic carries it: what the ROI job needs to bring "
+    "compute cost to it (the traces of its journey, the order's own first) and to count it.",
+    (Column("order_id", "string"),
+     Column("user_id", "string"),
+     Column("conversion_ts_ms", "bigint"),
+     Column("revenue", "double"),
+     Column("currency", "string"),
+     Column("stage", "string"),
+     Column("touches", "bigint", "touches in the journey"),
+     Column("trace_ids", "array<string>", "the order's trace, then its touches' traces")),
+    key=("order_id",))
+
+# -- ad spend and ROI ---------------------------------------------------------------------
+AD_SPEND = Row(
+    "ad_spend",
+    "Ad spend as a platform reports it, one row per campaign-day (ad_spend topic; "
+    "pipelines.sources.ad_spend.SpendRecord). A restatement replaces the row.",
+    (Column("platform", "string", "google_ads, meta, ... (lower case)"),
+     Column("account", "string", "the platform's account / customer id"),
+     Column("campaign", "string", "matches marketing.campaign on the touches"),
+     Column("day", "date", "the platform's reporting day"),
+     Column("amount", "double"),
+     Column("currency", "string")),
+    key=("platform", "account", "campaign", "day"), table="ad_spend")
+
+ROI_DAILY = Row(
+    "roi_daily",
+    "ROI per model and day by channel, campaign and lifecycle stage (roi topic, "
+    "kind=roi): revenue / (ad_spend + compute_cost). A day reported again wins.",
+    (Column("model", "string"),
+     Column("day", "date", "day of the conversions (UTC)"),
+     Column("dimension", "string", "channel | campaign | stage"),
+     Column("key", "string", "the channel, campaign or stage"),
+     Column("conversions", "double", "credited conversions"),
+     Column("revenue", "double"),
+     Column("ad_spend", "double"),
+     Column("compute_cost", "double"),
+     Column("roi", "double", "None when there is no cost", nullable=True),
+     Column("currency", "string")),
+    key=("model", "day", "dimension", "key"), table="roi_daily")
+
+ROI_UNALLOCATED = Row(
+    "roi_unallocated",
+    "Cost no conversion took that day (roi topic, kind=unallocated): spend of a campaign "
+    "the model credited nothing to, GPU cost of traces no journey carried. Amount 0 "
+    "withdraws a key reported before.",
+    (Column("model", "string"),
+     Column("day", "date"),
+     Column("cost_kind", "string", "ad_spend | compute"),
+     Column("key", "string", "the campaign; '' for compute"),
+     Column("amount", "double"),
+     Column("currency", "string")),
+    key=("model", "day", "cost_kind", "key"), table="roi_unallocated")
+
+# -- GPU cost -----------------------------------------------------------------------------
+GPU_CALL_COST = Row(
+    "gpu_call_cost",
+    "GPU cost of one GPU-backed call in one priced interval (gpu_costs topic, kind=call).",
+    (Column("gpu_uuid", "string"),
+     Column("interval_end_ms", "bigint"),
+     Column("trace_id", "string"),
+     Column("span_id", "string"),
+     Column("interval_start_ms", "bigint"),
+     Column("model", "string", "the GPU's model"),
+     Column("workload", "string"),
+     Column("pod", "string"),
+     Column("namespace", "string"),
+     Column("user_id", "string"),
+     Column("gpu_seconds", "double"),
+     Column("cost_usd", "double"),
+     Column("interval_cost_usd", "double", "the whole interval's cost (calls + idle)"),
+     Column("price_known", "boolean", "false: priced at the catalog's fallback")),
+    key=("gpu_uuid", "interval_end_ms", "trace_id", "span_id"), table="gpu_call_costs")
+
+GPU_IDLE_COST = Row(
+    "gpu_idle_cost",
+    "Idle GPU time and its cost in one priced interval (gpu_costs topic, kind=idle).",
+    (Column("gpu_uuid", "string"),
+     Column("interval_end_ms", "bigint"),
+     Column("interval_start_ms", "bigint"),
+     Column("model", "string"),
+     Column("idle_seconds", "double"),
+     Column("cost_usd", "double"),
+     Column("interval_cost_usd", "double"),
+     Column("price_known", "boolean")),
+    key=("gpu_uuid", "interval_end_ms"), table="gpu_idle_costs")
+
+# -- bookkeeping --------------------------------------------------------------------------
+KAFKA_OFFSET = Row(
+    "kafka_offset",
+    "A topic partition's next offset to load, committed with the rows it carried.",
+    (Column("consumer", "string"),
+     Column("topic", "string"),
+     Column("partition", "bigint"),
+     Column("next_offset", "bigint")),
+    key=("consumer", "topic", "partition"), table="kafka_offsets")
+
+BACKFILL_RUN = Row(
+    "backfill_run",
+    "A day a backfill run replaced, written with the day's rows (resume after a failure).",
+    (Column("run_id", "string"),
+     Column("day", "date"),
+     Column("source", "string", "archive | kafka"),
+     Column("engine", "string", "spark | pandas"),
+     Column("credits", "bigint"),
+     Column("roi_rows", "bigint"),
+     Column("unallocated_rows", "bigint"),
+     Column("finished_at", "string", "ISO 8601 UTC")),
+    key=("run_id", "day"), table="backfill_runs")
+
+ACCOUNTING = Row(
+    "accounting",
+    "The attribution job's run accounting (run_accounting topic): what became of every "
+    "input record; records_in = processed + dead_lettered + late + other.",
+    (Column("job", "string"),
+     Column("messages", "bigint"),
+     Column("records_in", "bigint"),
+     Column("used", "bigint", "touches and orders"),
+     Column("other", "bigint", "spans this job has no use for"),
+     Column("dead_lettered", "bigint"),
+     Column("late", "bigint"),
+     Column("other_gpu_calls", "bigint"),
+     Column("other_tracing_spans", "bigint"),
+     Column("duplicate_orders", "bigint"),
+     Column("processed", "bigint", "used - late - duplicate_orders"),
+     Column("final", "boolean", "the end of a bounded input")),
+    key=("job",))
+
+DEAD_LETTER = Row(
+    "dead_letter",
+    "Input that could not be used (dead-letter topic; pipelines.codec.otlp."
+    "dead_letter_json): the reason and the original bytes.",
+    (Column("reason", "string"),
+     Column("detail", "string"),
+     Column("source", "string", "the topic it came from"),
+     Column("partition", "bigint", "absent when unknown", nullable=True),
+     Column("offset", "bigint", "absent when unknown", nullable=True),
+     Column("payload_bytes", "bigint"),
+     Column("payload_truncated", "boolean"),
+     Column("payload_base64", "string")))
+
+ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
+                         ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
+                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER)
+TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}
