@@ -11,7 +11,8 @@ import sys
 from jobs import backfill, dashboard, reconcile
 from jobs.commands import attribute, cluster, inputs, stack, stream
 from jobs.commands.common import CliError
-from pipelines.settings.job_config import ENV_VARS, ConfigError
+from pipelines.settings.environment import env_help
+from pipelines.settings.job_config import ConfigError
 from pipelines.stack.local_kafka import StackError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -28,12 +29,12 @@ COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add
 
 
 def build_parser() -> argparse.ArgumentParser:
-    env_help = "\n".join(f"  {name:26} {text}" for name, text in ENV_VARS.items())
+    env_lines = env_help()
     parser = argparse.ArgumentParser(
         prog="seedance",
         description="Streaming telemetry and ROI attribution: OpenTelemetry spans through "
                     "Kafka into Flink, credited to marketing channels.",
-        epilog=f"environment variables:\n{env_help}",
+        epilog=f"environment variables:\n{env_lines}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log more")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -29,6 +29,7 @@ from pipelines.reconcile.config import (
     load_reconcile_config,
     load_resource_map,
 )
+from pipelines.settings.environment import env_help
 from udfs.drift import CurrencyError
 from udfs.periods import days_between, parse_day
 
@@ -176,13 +177,13 @@ def date_range(args: argparse.Namespace, today: date | None = None) -> tuple[str
 
 
 def add_parser(sub: Any) -> None:
-    env_help = "\n".join(f"  {name:26} {text}" for name, text in RECONCILE_ENV_VARS.items())
+    env_lines = env_help(RECONCILE_ENV_VARS)
     p = sub.add_parser(
         "reconcile", help="reconcile our numbers against billing data for a date range",
         description="Compare our spend, conversions, revenue and GPU cost with the ad "
                     "platforms' reports and the cloud bill, per key and day; alert on "
                     "drift above the thresholds. Rerunning a day replaces its rows.",
-        epilog=f"environment variables:\n{env_help}",
+        epilog=f"environment variables:\n{env_lines}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     when = p.add_mutually_exclusive_group()
     when.add_argument("--date", metavar="D", help="one day, YYYY-MM-DD or 'yesterday' (UTC)")

@@ -16,9 +16,9 @@ variable.
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
+from pipelines.settings.environment import setting
 from pipelines.settings.job_config import ConfigError
 from pipelines.stack.local_kafka import default_broker
 
@@ -52,7 +52,7 @@ def resolve_bootstrap(flag: str | None = None, config: _WithKafka | None = None,
                       required: bool = True) -> str:
     """The Kafka bootstrap address, in the module's order. With `required`, no address
     raises KafkaAddressError; without, it is ''."""
-    address = (flag or os.environ.get(ENV_VAR, "")
+    address = (flag or setting(ENV_VAR)
                or (config.kafka.bootstrap if config is not None else "")
                or local_broker_address()).strip()
     if not address and required:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hmac
-import os
 import re
 import types
 from dataclasses import dataclass, field, fields
@@ -21,6 +20,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from pipelines.reconcile.billing.meta import DEFAULT_PURCHASE_ACTIONS
+from pipelines.settings.environment import setting
 from pipelines.settings.job_config import ConfigError, read_yaml
 from pipelines.settings.paths import PROJECT_ROOT
 from udfs.attribution import validate_models
@@ -30,13 +30,8 @@ from udfs.periods import parse_day, zone
 DEFAULT_RECONCILE_CONFIG = (PROJECT_ROOT / "jobs" / "config"
                             / "reconcile.yaml")
 
-RECONCILE_ENV_VARS = {
-    "SEEDANCE_WAREHOUSE_URL": "warehouse URL (overrides warehouse.url)",
-    "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
-    "SEEDANCE_WEBHOOK_URL": "alert webhook URL (overrides alerts.webhook.url)",
-    "SEEDANCE_WEBHOOK_SECRET": "HMAC-SHA256 key of the alert webhook (overrides "
-                               "alerts.webhook.secret; never printed)",
-}
+RECONCILE_ENV_VARS = ("SEEDANCE_WAREHOUSE_URL", "SEEDANCE_KAFKA_BOOTSTRAP",
+                      "SEEDANCE_WEBHOOK_URL", "SEEDANCE_WEBHOOK_SECRET")
 
 
 class Secret:
@@ -231,8 +226,8 @@ def load_reconcile_config(path: Path | None = None) -> ReconcileConfig:
         # overrides go in before the config is built, so its checks see the final values
         # (a webhook URL in the file, its secret in the environment)
         for path_keys, variable in ENV_OVERRIDES:
-            if os.environ.get(variable):
-                _set(data, path_keys, os.environ[variable])
+            if setting(variable):
+                _set(data, path_keys, setting(variable))
         config: ReconcileConfig = _build(ReconcileConfig, data, "")
         return config
     except ConfigError as error:

@@ -1,13 +1,12 @@
 """Typed, validated configuration of the streaming job, loaded from YAML.
 
 Unknown keys are rejected (a typo must not silently fall back to a default); addresses and
-secrets may come from environment variables, listed in ENV_VARS and shown in CLI help.
+secrets may come from environment variables (pipelines/settings/environment.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, get_type_hints
 
 import yaml
 
+from pipelines.settings.environment import setting
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from udfs.attribution import validate_models
@@ -26,14 +26,6 @@ from udfs.settings import ComputeSettings
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
 
-ENV_VARS = {
-    "SEEDANCE_KAFKA_BOOTSTRAP": "Kafka bootstrap servers (overrides kafka.bootstrap)",
-    "SEEDANCE_WAREHOUSE_URL": "warehouse URL, sqlite:///path or postgresql://user@host:port/db "
-                              "(overrides warehouse.url)",
-    "SEEDANCE_HOME": "state folder: broker data, checkpoints, embedded warehouse "
-                     "(default <project>/.seedance)",
-    "SEEDANCE_JARS": "folder of the fetched jars (default <project>/.cache/jars)",
-}
 
 
 class ConfigError(ValueError):
@@ -323,6 +315,6 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
         config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    if os.environ.get("SEEDANCE_WAREHOUSE_URL"):
-        config = config.replace("warehouse", url=os.environ["SEEDANCE_WAREHOUSE_URL"])
+    if setting("SEEDANCE_WAREHOUSE_URL"):
+        config = config.replace("warehouse", url=setting("SEEDANCE_WAREHOUSE_URL"))
     return config

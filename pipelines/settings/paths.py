@@ -7,8 +7,9 @@ embedded warehouse; SEEDANCE_JARS (default `<project>/.cache/jars`) the jars fet
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from pipelines.settings.environment import setting
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,14 +17,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def state_home() -> Path:
     """The state folder (broker data, checkpoints, the embedded warehouse): created readable
     by its owner alone (0700) when it does not exist yet."""
-    home = Path(os.environ.get("SEEDANCE_HOME", PROJECT_ROOT / ".seedance")).resolve()
+    home = Path(setting("SEEDANCE_HOME") or PROJECT_ROOT / ".seedance").resolve()
     if not home.exists():
         home.mkdir(parents=True, mode=0o700, exist_ok=True)
     return home
 
 
 def jars_home() -> Path:
-    return Path(os.environ.get("SEEDANCE_JARS", PROJECT_ROOT / ".cache" / "jars")).resolve()
+    return Path(setting("SEEDANCE_JARS") or PROJECT_ROOT / ".cache" / "jars").resolve()
 
 
 SETUP_HINT = "run `make setup` (or `bash jobs/setup/bootstrap.sh`) to fetch them"

@@ -98,3 +98,21 @@ def test_one_settings_value_carries_what_the_yaml_says(tmp_path):
     assert settings.credit_lag_ms == 3_600_000  # the ROI job waits a refit period for credits
     with pytest.raises(AttributeError):
         settings.models = ("linear",)  # frozen: every engine gets the same value
+
+
+def test_every_environment_variable_is_read_through_one_documented_list():
+    """No module reads a SEEDANCE_ variable behind the list's back (the Airflow DAG, which
+    runs without the project's packages, may read its own, if the list documents it)."""
+    import re
+    from pathlib import Path
+
+    from pipelines.settings.environment import ENV_VARS
+
+    root = Path(__file__).resolve().parents[2]
+    for path in [*root.glob("pipelines/**/*.py"), *root.glob("jobs/**/*.py")]:
+        text = path.read_text()
+        for name in re.findall(r"SEEDANCE_[A-Z_]+", text):
+            assert name in ENV_VARS, f"{path}: {name} is not in ENV_VARS"
+        direct = re.findall(r"os\.environ(?:\.get)?[\[(]\s*[\"'](SEEDANCE_[A-Z_]+)", text)
+        if path.name != "backfill_dag.py":
+            assert not direct, f"{path} reads {direct} itself: use settings.environment"
