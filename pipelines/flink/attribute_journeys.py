@@ -15,7 +15,7 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.codec.otlp import dead_letter_json
+from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.flink.legacy_state import LegacyBookState
 from pipelines.flink.operator_support import (
     CLOSED_JOURNEYS,

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from pyflink.datastream import ProcessFunction, RuntimeContext
 
+from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.events import (
     DecodedEvents,
     PackedMessage,
@@ -20,7 +21,6 @@ from pipelines.codec.events import (
     decode_message,
 )
 from pipelines.codec.frame import Framed, unframe
-from pipelines.codec.otlp import dead_letter_json
 from pipelines.flink.operator_support import (
     ACCOUNTING,
     DEAD_LETTERS,

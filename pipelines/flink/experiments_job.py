@@ -39,9 +39,10 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.codec import table_messages
+from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.exposures import decode_exposures
 from pipelines.codec.frame import unframe
-from pipelines.codec.otlp import MAX_FUTURE_S, dead_letter_json
+from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
 

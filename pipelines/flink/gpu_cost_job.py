@@ -35,9 +35,10 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
+from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.frame import unframe
 from pipelines.codec.metrics import decode_samples
-from pipelines.codec.otlp import MAX_FUTURE_S, dead_letter_json, decode_spans
+from pipelines.codec.otlp import MAX_FUTURE_S, decode_spans
 from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas.gpu import GpuSample, load_catalog, sample_problem

@@ -11,7 +11,7 @@ import json
 import math
 import random
 
-from pipelines.codec.otlp import DEAD_LETTER_PAYLOAD_BYTES
+from pipelines.codec.dead_letters import DEAD_LETTER_PAYLOAD_BYTES
 from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.generator import plan_events
