@@ -25,7 +25,6 @@ MAX_LINES = 400
 # TEMPORARY: the modules over MAX_LINES when this test was written, being split by their
 # own changes; whoever splits one removes its entry here. Nothing new goes on this list.
 OVER_MAX_LINES = {
-    "pipelines/codec/otlp.py",
     "pipelines/store/warehouse.py",
 }
 
