@@ -276,7 +276,7 @@ ACCOUNTING = Row(
 
 DEAD_LETTER = Row(
     "dead_letter",
-    "Input that could not be used (dead-letter topic; pipelines.codec.otlp."
+    "Input that could not be used (dead-letter topic; pipelines.codec.dead_letters."
     "dead_letter_json): the reason and the original bytes.",
     (Column("reason", "string"),
      Column("detail", "string"),

@@ -21,15 +21,18 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from schemas import rows
 from udfs.lifecycle import StageWeights
 
-CREDIT_COLUMNS = ["model", "order_id", "touch_index", "channel", "campaign", "stage", "credit",
-                  "revenue"]
-SPEND_COLUMNS = ["platform", "account", "campaign", "amount"]
-COMPUTE_COLUMNS = ["order_id", "cost"]
-ROI_COLUMNS = ["model", "dimension", "key", "conversions", "revenue", "ad_spend",
-               "compute_cost", "roi"]
-UNALLOCATED_COLUMNS = ["model", "kind", "key", "amount"]
+# the frames of one day: views of the result rows (schemas/rows.py) without day and currency
+CREDIT_COLUMNS = list(rows.CREDIT.select("model", "order_id", "touch_index", "channel",
+                                         "campaign", "stage", "credit", "revenue").names)
+SPEND_COLUMNS = list(rows.AD_SPEND.select("platform", "account", "campaign", "amount").names)
+COMPUTE_COLUMNS = ["order_id", "cost"]  # per-order compute cost, an input of the day only
+ROI_COLUMNS = list(rows.ROI_DAILY.without("day", "currency").names)
+# roi_unallocated's cost_kind is `kind` in the day's frame
+UNALLOCATED_COLUMNS = list(rows.ROI_UNALLOCATED.select("model", "cost_kind", "key", "amount")
+                           .renamed(cost_kind="kind").names)
 DIMENSIONS = ("channel", "campaign", "stage")
 
 

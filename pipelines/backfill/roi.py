@@ -17,21 +17,19 @@ import numpy as np
 import pandas as pd
 
 from pipelines.backfill.archive import DAY_MS, day_of
+from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
 from udfs.settings import ComputeSettings
 
 CLAIM_COLUMNS = ["trace_id", "order_id", "conversion_ts_ms"]
 COST_COLUMNS = ["trace_id", "ts_ms", "cost"]
-SPEND_COLUMNS = ["platform", "account", "campaign", "day", "amount"]
+SPEND_COLUMNS = list(AD_SPEND.without("currency").names)  # spend of one currency
 
-# Warehouse column orders (schemas/sql/warehouse.sql)
-CREDIT_ROW = ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms",
-              "conversion_date", "channel", "campaign", "touch_ts_ms", "credit", "revenue",
-              "currency", "stage")
-ROI_ROW = ("model", "day", "dimension", "key", "conversions", "revenue", "ad_spend",
-           "compute_cost", "roi", "currency")
-UNALLOCATED_ROW = ("model", "day", "cost_kind", "key", "amount", "currency")
+# Warehouse column orders (schemas/rows.py, the tables of schemas/sql/warehouse.sql)
+CREDIT_ROW = ATTRIBUTION_CREDITS.names
+ROI_ROW = ROI_DAILY.names
+UNALLOCATED_ROW = ROI_UNALLOCATED.names
 
 
 def _days(ts_ms: pd.Series) -> np.ndarray:

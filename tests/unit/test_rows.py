@@ -10,7 +10,7 @@ import re
 import pytest
 
 from pipelines.codec import credit_messages
-from pipelines.codec.otlp import dead_letter_json
+from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.sources.ad_spend import SpendRecord
 from pipelines.store.warehouse import Warehouse
@@ -77,3 +77,11 @@ def test_derived_layouts():
     with pytest.raises(ValueError, match="leading"):
         rows.Row("t", "", (rows.Column("a", "string"), rows.Column("b", "string")),
                  key=("b",), table="t")
+
+
+def test_a_table_message_takes_the_row_declaration_for_its_fields():
+    from pipelines.codec import table_messages
+    row = ("o-1", "u-1", 5, 9.5, "EUR", "new", 2, ["t-1", "t-2"])
+    by_row = table_messages.encode(rows.CONVERSION, [row])
+    assert by_row == table_messages.encode(rows.CONVERSION.names, [row])
+    assert table_messages.decode(by_row) == [dict(zip(rows.CONVERSION.names, row, strict=True))]
