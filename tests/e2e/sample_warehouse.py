@@ -21,7 +21,8 @@ import pandas as pd
 
 from pipelines.settings.job_config import AttributionConfig
 from pipelines.sources.generator import plan_events
-from pipelines.store.warehouse import CREDIT_COLUMNS, ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+from pipelines.store.warehouse import Warehouse
+from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
 from tests.reference import reference_credits
 from udfs.lifecycle import StageWeights
 from udfs.roi import day_roi
@@ -74,11 +75,10 @@ def fill_sample_warehouse(url: str, users: int = 600, seed: int = 11,
     recon = _reconciliation_rows(credit_rows, spend, all_days, rng)
     alerts = _alert_rows(recon, rng)
     with Warehouse(url) as warehouse:
-        warehouse.upsert("attribution_credits", CREDIT_COLUMNS, 3, credit_rows)
-        warehouse.upsert("ad_spend", ("platform", "account", "campaign", "day", "amount",
-                                      "currency"), 4, spend)
-        warehouse.upsert("roi_daily", ROI_COLUMNS, 4, roi)
-        warehouse.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, unallocated)
+        warehouse.store(ATTRIBUTION_CREDITS, credit_rows)
+        warehouse.store(AD_SPEND, spend)
+        warehouse.store(ROI_DAILY, roi)
+        warehouse.store(ROI_UNALLOCATED, unallocated)
         warehouse.apply_ddl(RECONCILIATION_DDL)
         warehouse.upsert("reconciliation_daily", DAILY_COLUMNS, 6, recon)
         warehouse.upsert("alerts", ALERT_COLUMNS, 1, alerts)
@@ -91,7 +91,7 @@ def _day(ts_ms: int) -> str:
 
 def _roi_rows(credit_rows: list[tuple], spend: list[tuple], compute: dict[str, float],
               days: list[str], rng: random.Random) -> tuple[list[tuple], list[tuple]]:
-    frame = pd.DataFrame(credit_rows, columns=CREDIT_COLUMNS)
+    frame = pd.DataFrame(credit_rows, columns=ATTRIBUTION_CREDITS.names)
     spend_frame = pd.DataFrame(spend, columns=["platform", "account", "campaign", "day", "amount",
                                                "currency"])
     models = list(AttributionConfig.models)

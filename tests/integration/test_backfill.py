@@ -28,8 +28,9 @@ from pipelines.flink.roi_job import run_roi_job
 from pipelines.kafka.io import ensure_topics, producer
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.sources.generator import Plan, plan_events, valid_events
-from pipelines.store.warehouse import GPU_CALL_COLUMNS, Warehouse
+from pipelines.store.warehouse import Warehouse
 from schemas.records import Conversion, Touchpoint
+from schemas.rows import GPU_CALL_COST
 from tests.integration.test_flink_job import messages, publish
 
 FIRST, LAST = "2026-10-20", "2026-10-25"  # the plan runs 2026-10-01 .. 2026-11-14
@@ -58,7 +59,7 @@ class Streamed:
 
 
 def gpu_cost(trace_id: str, end_ms: int, cost: float) -> dict:
-    row = dict.fromkeys(GPU_CALL_COLUMNS, "")
+    row = dict.fromkeys(GPU_CALL_COST.names, "")
     row.update(kind="call", gpu_uuid="GPU-1", interval_end_ms=end_ms, trace_id=trace_id,
                span_id=f"{next(_ids):016x}", interval_start_ms=end_ms - 60_000,
                gpu_seconds=1.0, cost_usd=cost, interval_cost_usd=cost, price_known=True)

@@ -24,9 +24,7 @@ MAX_LINES = 400
 
 # TEMPORARY: the modules over MAX_LINES when this test was written, being split by their
 # own changes; whoever splits one removes its entry here. Nothing new goes on this list.
-OVER_MAX_LINES = {
-    "pipelines/store/warehouse.py",
-}
+OVER_MAX_LINES: set[str] = set()
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,10 @@ from pipelines.dashboard.app import DashboardApp
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
 from pipelines.dashboard.queries import build_view, options
 from pipelines.dashboard.tables import format_value
-from pipelines.store.warehouse import ROI_COLUMNS, UNALLOCATED_COLUMNS, Warehouse
+from pipelines.store.warehouse import Warehouse
+from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
 
 RECONCILIATION_DDL = Path(__file__).resolve().parents[2] / "schemas" / "sql" / "reconciliation.sql"
-SPEND = ("platform", "account", "campaign", "day", "amount", "currency")
-CREDITS = ("model", "order_id", "touch_index", "user_id", "conversion_ts_ms", "conversion_date",
-           "channel", "campaign", "touch_ts_ms", "credit", "revenue", "currency", "stage")
 
 
 def roi_row(model: str, day: str, dimension: str, key: str, conversions: float, revenue: float,
@@ -45,7 +43,7 @@ def warehouse(url: str) -> Iterator[Warehouse]:
     """Two days of ROI for last_click and linear: search (campaign gs-1 on google_ads),
     social (meta-1 on meta) and organic (no campaign, no spend)."""
     with Warehouse(url) as wh:
-        wh.upsert("ad_spend", SPEND, 4, [
+        wh.store(AD_SPEND, [
             ("google_ads", "g-1", "gs-1", "2026-10-01", 100.0, "USD"),
             ("google_ads", "g-1", "gs-1", "2026-10-02", 50.0, "USD"),
             ("meta", "m-1", "meta-1", "2026-10-01", 40.0, "USD"),
@@ -63,13 +61,13 @@ def warehouse(url: str) -> Iterator[Warehouse]:
                      roi_row(model, "2026-10-01", "stage", "new", 3, 480, 100 * scale + 40, 10),
                      roi_row(model, "2026-10-02", "stage", "repeat", 2, 160,
                              50 * scale, 10)]
-        wh.upsert("roi_daily", ROI_COLUMNS, 4, rows)
-        wh.upsert("roi_unallocated", UNALLOCATED_COLUMNS, 4, [
+        wh.store(ROI_DAILY, rows)
+        wh.store(ROI_UNALLOCATED, [
             ("linear", "2026-10-01", "ad_spend", "gs-1", 50.0, "USD"),
             ("linear", "2026-10-02", "ad_spend", "gs-1", 25.0, "USD"),
             ("last_click", "2026-10-02", "ad_spend", "meta-1", 40.0, "USD"),
             ("last_click", "2026-10-02", "compute", "", 3.0, "USD")])
-        wh.upsert("attribution_credits", CREDITS, 3, [
+        wh.store(ATTRIBUTION_CREDITS, [
             ("last_click", "o1", 1, "u1", 0, "2026-10-01", "search", "gs-1", 0, 1.0, 300.0,
              "USD", "new"),
             ("linear", "o1", 0, "u1", 0, "2026-10-01", "social", "meta-1", 0, 0.5, 150.0,
@@ -289,7 +287,7 @@ def test_pages_and_errors(url: str, warehouse: Warehouse) -> None:
 
 
 def test_names_from_the_data_are_escaped(url: str, warehouse: Warehouse) -> None:
-    warehouse.upsert("roi_daily", ROI_COLUMNS, 4, [
+    warehouse.store(ROI_DAILY, [
         roi_row("last_click", "2026-10-01", "campaign", "<script>alert(1)</script>", 1, 5, 1, 0),
         roi_row("last_click", "2026-10-01", "channel", '"><img src=x>', 1, 5, 1, 0)])
     _, _, body = call(DashboardApp(url), "/roi")
@@ -317,7 +315,7 @@ def test_chart_axes_and_outliers() -> None:
 def test_credits_before_any_roi_rows(url: str) -> None:
     """Credits loaded, ROI job not run yet: credited revenue shows, costs are not zeros."""
     with Warehouse(url) as wh:
-        wh.upsert("attribution_credits", CREDITS, 3, [
+        wh.store(ATTRIBUTION_CREDITS, [
             ("linear", "o1", 0, "u1", 0, "2026-10-01", "email", "news", 0, 1.0, 42.0, "USD",
              "new")])
         assert "No ROI rows yet" in build_view(wh, "roi", Filters()).notice

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from pipelines.dashboard import app as app_module
-from pipelines.store.warehouse import ROI_COLUMNS, Warehouse
+from pipelines.store.warehouse import Warehouse
+from schemas.rows import ROI_DAILY
 from tests.unit.test_dashboard_queries import roi_row, url, warehouse  # noqa: F401 (fixtures)
 
 
@@ -107,7 +108,7 @@ def test_a_foreign_host_is_refused(server):
 
 
 def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):  # noqa: F811
-    warehouse.upsert("roi_daily", ROI_COLUMNS, 4, [
+    warehouse.store(ROI_DAILY, [
         roi_row("last_click", "2026-10-03", "channel", name, 1, 10, 1, 0)
         for name in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "plain")])
     status, _, body = get(server, "/csv/roi_by_channel.csv")

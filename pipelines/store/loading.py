@@ -1,0 +1,165 @@
+"""The warehouse's loading of the result topics: each topic's messages as rows of its table
+(schemas/rows.py), read from Kafka up to the end (or followed) with exactly-once effect.
+
+The loader reads with read_committed and stores the next Kafka offset in the same database
+transaction as the rows (the kafka_offsets table), so a crash never loses or doubles; rows
+are upserted by key, so loading again changes nothing. `TopicLoading` gives `Warehouse`
+these methods (`warehouse.load_credits(bootstrap, topic)`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from pipelines.codec import credit_messages
+from pipelines.sources.ad_spend import SpendError
+from pipelines.sources.ad_spend import parse_message as parse_spend
+from schemas import rows
+
+if TYPE_CHECKING:
+    from pipelines.store.warehouse import Warehouse
+
+LOADER = "warehouse-loader"  # the consumer name kafka_offsets keeps the offsets under
+_CASTS: dict[str, Callable[[Any], Any]] = {"bigint": int, "double": float}
+_CREDIT_CASTS = [(c.name, _CASTS.get(c.type)) for c in rows.ATTRIBUTION_CREDITS.columns]
+
+
+def credit_rows(message: bytes) -> list[tuple[object, ...]]:
+    """A credits-topic message (a JSON table of rows) -> rows of attribution_credits."""
+    return [credit_row(data) for data in credit_messages.decode(message)]
+
+
+def credit_row(data: dict[str, Any]) -> tuple[object, ...]:
+    """A credit row (rows.CREDIT, as a dict) -> a row of attribution_credits."""
+    values = {**data, "stage": data.get("stage", "unknown"),
+              "conversion_date": datetime.fromtimestamp(data["conversion_ts_ms"] / 1000, UTC)
+              .strftime("%Y-%m-%d")}
+    return tuple(cast(values[name]) if cast else values[name] for name, cast in _CREDIT_CASTS)
+
+
+def last_per_key(rows: list[tuple[object, ...]], keys: int) -> list[tuple[object, ...]]:
+    """One row per key, the last one (a batch may hold a key twice; one statement can't)."""
+    return list({row[:keys]: row for row in rows}.values())
+
+
+class TopicLoading:
+    """`Warehouse`'s methods that write the result topics' messages into its tables."""
+
+    def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
+        self.store(rows.ATTRIBUTION_CREDITS,
+                   [row for message in messages for row in credit_rows(message)])
+
+    def upsert_gpu_costs(self: Warehouse, messages: list[bytes]) -> None:
+        """gpu_costs messages: kind call and idle rows (the rest, e.g. unobserved, skipped)."""
+        calls, idle = [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "call":
+                calls.append(tuple(row[c] for c in rows.GPU_CALL_COST.names))
+            elif row["kind"] == "idle":
+                idle.append(tuple(row[c] for c in rows.GPU_IDLE_COST.names))
+        self.store(rows.GPU_CALL_COST, calls)
+        self.store(rows.GPU_IDLE_COST, idle)
+
+    def upsert_roi(self: Warehouse, messages: list[bytes]) -> None:
+        roi, unallocated = [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "roi":
+                roi.append(tuple(row[c] for c in rows.ROI_DAILY.names))
+            elif row["kind"] == "unallocated":
+                unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
+        # a day reported again within one batch: the later row wins, as in the topic
+        self.store(rows.ROI_DAILY, last_per_key(roi, len(rows.ROI_DAILY.key)))
+        keys = len(rows.ROI_UNALLOCATED.key)
+        amount = rows.ROI_UNALLOCATED.names.index("amount")
+        latest = last_per_key(unallocated, keys)
+        self.store(rows.ROI_UNALLOCATED, [row for row in latest if row[amount] != 0])
+        # amount 0: a day reported again withdrew that key (its cost found a conversion)
+        self.executemany(f"DELETE FROM {rows.ROI_UNALLOCATED.table} WHERE "
+                         + " AND ".join(f"{k} = ?" for k in rows.ROI_UNALLOCATED.key),
+                         [row[:keys] for row in latest if row[amount] == 0])
+
+    def upsert_spend(self: Warehouse, messages: list[bytes], currency: str) -> None:
+        """Spend records as the ROI job used them: invalid ones and other currencies (which
+        it dead-letters) are left out."""
+        spend = []
+        for message in messages:
+            try:
+                record = parse_spend(message)
+            except SpendError:
+                continue
+            if record.currency == currency:
+                spend.append(tuple(getattr(record, c) for c in rows.AD_SPEND.names))
+        self.store(rows.AD_SPEND, last_per_key(spend, len(rows.AD_SPEND.key)))
+
+    def load_roi(self: Warehouse, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_roi, follow=follow)
+
+    def load_spend(self: Warehouse, bootstrap: str, topic: str, currency: str = "USD",
+                   follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic,
+                                    lambda batch: self.upsert_spend(batch, currency),
+                                    follow=follow)
+
+    def load_credits(self: Warehouse, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_credits, follow=follow)
+
+    def load_gpu_costs(self: Warehouse, bootstrap: str, topic: str,
+                       follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_gpu_costs, follow=follow)
+
+    def load_from_kafka(self: Warehouse, bootstrap: str, topic: str,
+                        apply: Callable[[list[bytes]], None],
+                        consumer: str = LOADER, follow: bool = False,
+                        idle_timeout_s: float = 30.0,
+                        progress: Callable[[int], None] | None = None) -> int:
+        """Load `topic` up to its end (or forever with follow) through `apply`, which writes
+        a batch of messages; returns the number of messages loaded."""
+        client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                               enable_auto_commit=False, isolation_level="read_committed",
+                               **self.kafka_client)
+        loaded = 0
+        try:
+            partitions = [TopicPartition(topic, p)
+                          for p in sorted(client.partitions_for_topic(topic) or [])]
+            if not partitions:
+                return 0
+            client.assign(partitions)
+            stored = dict(self.query(
+                "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
+                (consumer, topic)))
+            for tp in partitions:
+                if tp.partition in stored:
+                    client.seek(tp, stored[tp.partition])
+                else:
+                    client.seek_to_beginning(tp)
+            end = client.end_offsets(partitions)
+            last_progress = time.monotonic()
+            while True:
+                batch = client.poll(timeout_ms=500, max_records=10_000)
+                values = [r.value for records in batch.values() for r in records]
+                if values:
+                    with self.transaction():  # rows and offsets commit together
+                        apply(values)
+                        self.store(rows.KAFKA_OFFSET,
+                                   [(consumer, topic, tp.partition, client.position(tp))
+                                    for tp in batch])
+                    loaded += len(values)
+                    last_progress = time.monotonic()
+                    if progress:
+                        progress(loaded)
+                if not follow:
+                    if all(client.position(tp) >= end[tp] for tp in partitions):
+                        break
+                    if time.monotonic() - last_progress > idle_timeout_s:
+                        raise TimeoutError(f"loading {topic} stalled before reaching its end")
+        finally:
+            client.close()
+        return loaded
