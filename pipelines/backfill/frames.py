@@ -30,6 +30,7 @@ import pandas as pd
 
 from pipelines.backfill.archive import DAY_MS, day_of, day_start_ms
 from pipelines.codec.otlp import decode_spans
+from schemas import rows
 from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
 from schemas.records import Conversion, Touchpoint
 from udfs.data_driven import period_end
@@ -58,11 +59,7 @@ JOURNEY_COLUMNS = {
     "currency": "string", "stage": "string", "day": "string", "trace_ids": "array<string>",
     "touch_ts": "array<bigint>", "touch_channel": "array<string>",
     "touch_campaign": "array<string>"}
-CREDIT_COLUMNS = {"model": "string", "order_id": "string", "user_id": "string",
-                  "conversion_ts_ms": "bigint", "touch_index": "bigint", "channel": "string",
-                  "campaign": "string", "touch_ts_ms": "bigint", "credit": "double",
-                  "revenue": "double", "currency": "string", "stage": "string",
-                  "day": "string"}
+CREDIT_COLUMNS = rows.BACKFILL_CREDIT.spark_types()
 
 
 def spark_schema(columns: Mapping[str, str]) -> str:

@@ -28,6 +28,7 @@ from pipelines.flink.operator_support import (
     event_json,
     put_all,
 )
+from schemas import rows
 from schemas.events import EventColumns, pack, records_of, size, take, unpack
 from schemas.records import DeadLetter
 from udfs.attribution import per_conversion_credit_rows
@@ -38,8 +39,7 @@ from udfs.journeys import JourneyConfig
 from udfs.models import ModelParams
 from udfs.order_ledger import OrderLedger
 
-CONVERSION_FIELDS = ("order_id", "user_id", "conversion_ts_ms", "revenue", "currency", "stage",
-                     "touches", "trace_ids")
+CONVERSION_FIELDS = rows.CONVERSION.names
 
 
 def conversion_rows(converted: ConvertedJourneys) -> list[tuple[Any, ...]]:

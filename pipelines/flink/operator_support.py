@@ -10,6 +10,7 @@ import orjson
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
 
+from schemas import rows
 from schemas.records import Conversion, Touchpoint
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
@@ -27,8 +28,7 @@ ACCOUNTING = OutputTag("accounting", Types.PICKLED_BYTE_ARRAY())
 # has no use for (GPU calls are the GPU cost job's, plain tracing spans nobody's).
 # `other` is broken down by why: valid GPU calls and ordinary tracing spans; orders seen
 # before (duplicate_orders) are used, and dead-lettered, not processed.
-COUNTS = ("messages", "records_in", "used", "other", "dead_lettered", "late",
-          "other_gpu_calls", "other_tracing_spans", "duplicate_orders")
+COUNTS = rows.ACCOUNTING.without("job", "processed", "final").names
 
 
 def counted(**counts: int) -> tuple[int, ...]:

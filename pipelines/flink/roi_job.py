@@ -43,6 +43,7 @@ from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.kafka import build_sink, build_source, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
+from schemas import rows
 from udfs.lifecycle import StageWeights
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
@@ -234,18 +235,22 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         result = day_roi(credits, spend, compute, self.models, self.weights,
                          self.unlinked.value() or 0.0)
         for row in result.roi.itertuples(index=False):
-            yield json.dumps({"kind": "roi", "day": day, **row._asdict(),
-                              "roi": None if math.isnan(row.roi) else row.roi,
-                              "currency": self.currency}, separators=(",", ":"))
-        rows = [(row.model, row.kind, row.key, float(row.amount))
+            values = {**row._asdict(), "day": day, "currency": self.currency,
+                      "roi": None if math.isnan(row.roi) else row.roi}
+            yield json.dumps({"kind": "roi", **{name: values[name]
+                                                for name in rows.ROI_DAILY.names}},
+                             separators=(",", ":"))
+        left = [(row.model, row.kind, row.key, float(row.amount))
                 for row in result.unallocated.itertuples(index=False)]
         # the topic is read as "latest row per key": a key reported before but gone now
         # (its spend found a conversion after all) is reported again with amount 0
-        for model, kind, key, amount in with_withdrawn(self.reported.value(), rows):
-            yield json.dumps({"kind": "unallocated", "day": day, "model": model,
-                              "cost_kind": kind, "key": key, "amount": amount,
-                              "currency": self.currency}, separators=(",", ":"))
-        self.reported.update(sorted({row[:3] for row in rows}))
+        for model, kind, key, amount in with_withdrawn(self.reported.value(), left):
+            values = {"model": model, "day": day, "cost_kind": kind, "key": key,
+                      "amount": amount, "currency": self.currency}
+            yield json.dumps({"kind": "unallocated", **{name: values[name] for name in
+                                                        rows.ROI_UNALLOCATED.names}},
+                             separators=(",", ":"))
+        self.reported.update(sorted({row[:3] for row in left}))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
