@@ -287,7 +287,49 @@ DEAD_LETTER = Row(
      Column("payload_truncated", "boolean"),
      Column("payload_base64", "string")))
 
+# -- per-order costs and experiments -------------------------------------------------------
+ORDER_COST = Row(
+    "order_cost",
+    "What one order earned and what it was allocated, under one model (roi topic, "
+    "kind=order_cost; the experiments' cost model): its revenue, its share of the day's ad "
+    "spend and of the GPU compute its journey used.",
+    (Column("model", "string"),
+     Column("day", "date", "day of the order (UTC)"),
+     Column("order_id", "string"),
+     Column("revenue", "double"),
+     Column("ad_spend", "double"),
+     Column("compute_cost", "double"),
+     Column("currency", "string")),
+    key=("model", "day", "order_id"), table="order_costs")
+
+EXPERIMENT_EXPOSURE = Row(
+    "experiment_exposure",
+    "A user's first exposure to a feature flag (experiment_exposures topic): the variant "
+    "they keep for the experiment.",
+    (Column("flag_key", "string", "the experiment's feature flag"),
+     Column("user_id", "string"),
+     Column("variant", "string"),
+     Column("first_exposure_ms", "bigint"),
+     Column("trace_id", "string", "the exposure span's trace")),
+    key=("flag_key", "user_id"), table="experiment_exposures")
+
+EXPERIMENT_CONVERSION = Row(
+    "experiment_conversion",
+    "An order of an exposed user after their first exposure (experiment_conversions "
+    "topic), counted for the variant they saw.",
+    (Column("flag_key", "string"),
+     Column("order_id", "string"),
+     Column("variant", "string"),
+     Column("user_id", "string"),
+     Column("conversion_ts_ms", "bigint"),
+     Column("revenue", "double"),
+     Column("currency", "string"),
+     Column("stage", "string"),
+     Column("first_exposure_ms", "bigint")),
+    key=("flag_key", "order_id"), table="experiment_conversions")
+
 ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
                          ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
-                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER)
+                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, ORDER_COST,
+                         EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

@@ -33,12 +33,14 @@ ROI_COLUMNS = list(rows.ROI_DAILY.without("day", "currency").names)
 # roi_unallocated's cost_kind is `kind` in the day's frame
 UNALLOCATED_COLUMNS = list(rows.ROI_UNALLOCATED.select("model", "cost_kind", "key", "amount")
                            .renamed(cost_kind="kind").names)
+ORDER_COLUMNS = list(rows.ORDER_COST.without("day", "currency").names)
 DIMENSIONS = ("channel", "campaign", "stage")
 
 
 class DayRoi(NamedTuple):
     roi: pd.DataFrame  # ROI_COLUMNS, one row per (model, dimension, key)
     unallocated: pd.DataFrame  # UNALLOCATED_COLUMNS: kind ad_spend|compute, key campaign|''
+    orders: pd.DataFrame  # ORDER_COLUMNS: each credited order's revenue and allocated cost
 
 
 def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -> pd.Series:
@@ -101,8 +103,11 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             if len(compute_by_order) else 0.0
         if orphan or unlinked_compute:
             unallocated.append((model, "compute", "", orphan + float(unlinked_compute)))
+    orders = credits.groupby(["model", "order_id"], sort=True, as_index=False).agg(
+        revenue=("revenue", "sum"), ad_spend=("ad_spend", "sum"),
+        compute_cost=("compute_cost", "sum"))[list(ORDER_COLUMNS)]
     return DayRoi(roi.reset_index(drop=True),
-                  pd.DataFrame(unallocated, columns=UNALLOCATED_COLUMNS))
+                  pd.DataFrame(unallocated, columns=UNALLOCATED_COLUMNS), orders)
 
 
 def with_withdrawn(previous: object, rows: list[tuple[str, str, str, float]]

@@ -185,11 +185,13 @@ def cmd_load(args: argparse.Namespace) -> int:
         gpu_rows = warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic)
         roi_rows = warehouse.load_roi(bootstrap, config.topics.roi)
         spend_rows = warehouse.load_spend(bootstrap, config.topics.ad_spend, config.roi.currency)
+        experiment_rows = sum(warehouse.load_experiments(bootstrap, topic) for topic in (
+            config.topics.experiment_exposures, config.topics.experiment_conversions))
     finally:
         warehouse.close()
     print(f"loaded {rows} credit messages (tables of credit rows), {gpu_rows} GPU cost rows, "
-          f"{roi_rows} ROI rows and {spend_rows} spend records into "
-          f"{redacted_url(warehouse.url)}")
+          f"{roi_rows} ROI rows, {spend_rows} spend records and {experiment_rows} experiment "
+          f"rows into {redacted_url(warehouse.url)}")
     return 0
 
 

@@ -10,7 +10,8 @@ roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.r
          splits each campaign's spend by credit x stage weight and each order's compute by
          credit, per model, and sums ROI by channel, campaign and stage; input that arrives
          for a day already reported (restated spend, late credits) reports it again
-write    one JSON row per (model, day, dimension, key) and per unallocated cost to `roi_daily`
+write    one JSON row per (model, day, dimension, key), per unallocated cost and per order (its
+         revenue and allocated cost under experiments.cost_model) to `roi_daily`
          (read it as a changelog: the latest row per key wins); unusable inputs to the
          dead-letter topic with the reason; all exactly-once
 """
@@ -185,11 +186,14 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
     watermark passes the day, and again whenever input for it arrives later."""
 
     def __init__(self, models: tuple[str, ...], weights: StageWeights,
-                 retention_ms: int, currency: str) -> None:
+                 retention_ms: int, currency: str, order_cost_model: str = "") -> None:
         self.models = models
         self.weights = weights
         self.retention_ms = retention_ms
         self.currency = currency
+        # each order's revenue and allocated cost under this model (the experiments'), as
+        # kind=order_cost rows; '' for none
+        self.order_cost_model = order_cost_model
 
     def open(self, runtime_context: RuntimeContext) -> None:
         pickled = Types.PICKLED_BYTE_ARRAY()
@@ -251,6 +255,12 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                                                         rows.ROI_UNALLOCATED.names}},
                              separators=(",", ":"))
         self.reported.update(sorted({row[:3] for row in left}))
+        orders = result.orders[result.orders.model == self.order_cost_model]
+        for row in orders.itertuples(index=False):
+            values = {**row._asdict(), "day": day, "currency": self.currency}
+            yield json.dumps({"kind": "order_cost", **{name: values[name] for name in
+                                                       rows.ORDER_COST.names}},
+                             separators=(",", ":"))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -284,7 +294,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     rows = (credits.union(spend, linked)
             .key_by(lambda item: item[1], key_type=Types.STRING())
             .process(RoiPerDay(settings.models, settings.stage_weights,
-                               int(roi.retention_days * DAY_MS), settings.currency),
+                               int(roi.retention_days * DAY_MS), settings.currency,
+                               config.experiment_cost_model),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi")) \

@@ -68,13 +68,16 @@ class TopicLoading:
         self.store(rows.GPU_IDLE_COST, idle)
 
     def upsert_roi(self: Warehouse, messages: list[bytes]) -> None:
-        roi, unallocated = [], []
+        roi, unallocated, orders = [], [], []
         for message in messages:
             row = json.loads(message)
             if row["kind"] == "roi":
                 roi.append(tuple(row[c] for c in rows.ROI_DAILY.names))
             elif row["kind"] == "unallocated":
                 unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
+            elif row["kind"] == "order_cost":
+                orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
+        self.store(rows.ORDER_COST, last_per_key(orders, len(rows.ORDER_COST.key)))
         # a day reported again within one batch: the later row wins, as in the topic
         self.store(rows.ROI_DAILY, last_per_key(roi, len(rows.ROI_DAILY.key)))
         keys = len(rows.ROI_UNALLOCATED.key)
@@ -98,6 +101,25 @@ class TopicLoading:
             if record.currency == currency:
                 spend.append(tuple(getattr(record, c) for c in rows.AD_SPEND.names))
         self.store(rows.AD_SPEND, last_per_key(spend, len(rows.AD_SPEND.key)))
+
+    def upsert_experiments(self: Warehouse, messages: list[bytes]) -> None:
+        """Either experiments topic: exposure rows and conversion rows, told by their
+        fields."""
+        exposures, conversions = [], []
+        for message in messages:
+            row = json.loads(message)
+            if "order_id" in row:
+                conversions.append(tuple(row[c] for c in rows.EXPERIMENT_CONVERSION.names))
+            else:
+                exposures.append(tuple(row[c] for c in rows.EXPERIMENT_EXPOSURE.names))
+        self.store(rows.EXPERIMENT_EXPOSURE,
+                   last_per_key(exposures, len(rows.EXPERIMENT_EXPOSURE.key)))
+        self.store(rows.EXPERIMENT_CONVERSION,
+                   last_per_key(conversions, len(rows.EXPERIMENT_CONVERSION.key)))
+
+    def load_experiments(self: Warehouse, bootstrap: str, topic: str,
+                         follow: bool = False) -> int:
+        return self.load_from_kafka(bootstrap, topic, self.upsert_experiments, follow=follow)
 
     def load_roi(self: Warehouse, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load_from_kafka(bootstrap, topic, self.upsert_roi, follow=follow)

@@ -111,3 +111,40 @@ CREATE TABLE IF NOT EXISTS roi_unallocated (
     currency   TEXT             NOT NULL,
     PRIMARY KEY (model, day, cost_kind, key)
 );
+
+-- Each order's revenue and allocated cost under the experiments' cost model (roi topic,
+-- kind=order_cost): what an experiment's ROI is summed from.
+CREATE TABLE IF NOT EXISTS order_costs (
+    model         TEXT             NOT NULL,
+    day           TEXT             NOT NULL,  -- YYYY-MM-DD (UTC) of the order
+    order_id      TEXT             NOT NULL,
+    revenue       DOUBLE PRECISION NOT NULL,
+    ad_spend      DOUBLE PRECISION NOT NULL,  -- its share of the day's ad spend
+    compute_cost  DOUBLE PRECISION NOT NULL,  -- its share of its journey's GPU compute
+    currency      TEXT             NOT NULL,
+    PRIMARY KEY (model, day, order_id)
+);
+
+-- A user's first exposure to a feature flag: the variant they keep (experiments job).
+CREATE TABLE IF NOT EXISTS experiment_exposures (
+    flag_key           TEXT   NOT NULL,
+    user_id            TEXT   NOT NULL,
+    variant            TEXT   NOT NULL,
+    first_exposure_ms  BIGINT NOT NULL,
+    trace_id           TEXT   NOT NULL,
+    PRIMARY KEY (flag_key, user_id)
+);
+
+-- Orders of exposed users after their first exposure, per flag (experiments job).
+CREATE TABLE IF NOT EXISTS experiment_conversions (
+    flag_key           TEXT             NOT NULL,
+    order_id           TEXT             NOT NULL,
+    variant            TEXT             NOT NULL,
+    user_id            TEXT             NOT NULL,
+    conversion_ts_ms   BIGINT           NOT NULL,
+    revenue            DOUBLE PRECISION NOT NULL,
+    currency           TEXT             NOT NULL,
+    stage              TEXT             NOT NULL,
+    first_exposure_ms  BIGINT           NOT NULL,
+    PRIMARY KEY (flag_key, order_id)
+);

@@ -37,7 +37,7 @@ def latest(rows):
     current = {}
     for row in rows:
         key = (row["kind"], row["model"], row["day"], row.get("dimension"),
-               row.get("cost_kind"), row["key"])
+               row.get("cost_kind"), row.get("key", row.get("order_id")))
         current[key] = row
     return current
 
@@ -110,6 +110,19 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
                    and kind == "ad_spend")
         assert math.isclose(allocated + left, 130.0)
 
+    # each order of the experiments' cost model (last_click) with its revenue and its share
+    # of the cost: they add up to the model's day
+    orders = {k[5]: r for k, r in rows.items() if k[0] == "order_cost" and k[2] == DAY}
+    assert {r["model"] for r in orders.values()} == {"last_click"}
+    day_rows = [r for k, r in rows.items() if k[0] == "roi" and k[1] == "last_click"
+                and k[2] == DAY and k[3] == "channel"]
+    for field in ("revenue", "ad_spend", "compute_cost"):
+        assert math.isclose(sum(r[field] for r in orders.values()),
+                            sum(r[field] for r in day_rows)), field
+    # an order carries its whole journey's compute (the call on oA's email touch) under
+    # any model; the models differ in how they split it between channels
+    assert orders["oA"]["compute_cost"] == pytest.approx(6.0)
+
     dead = messages(kafka, config.topics.roi_dead_letter)
     reasons = sorted(d["reason"] for d in dead)
     assert len(dead) == 3
@@ -124,6 +137,9 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
                              "model = 'last_click' AND day = ? AND dimension = 'channel' AND "
                              "key = 'display'", (DAY,))
     assert row == pytest.approx((180.0, 90.0, 6.0, 180 / 96))
+    stored = dict(warehouse.query("SELECT order_id, ad_spend FROM order_costs "
+                                  "WHERE model = 'last_click' AND day = ?", (DAY,)))
+    assert stored == pytest.approx({o: r["ad_spend"] for o, r in orders.items()})
     spend_rows = warehouse.query("SELECT campaign, amount FROM ad_spend ORDER BY campaign")
     assert spend_rows == [("display-campaign", 90.0), ("email-campaign", 30.0), ("ghost", 10.0)]
     warehouse.close()
