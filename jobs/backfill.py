@@ -29,6 +29,7 @@ from pipelines.backfill.frames import BackfillWindow, ComputedDays
 from pipelines.backfill.roi import (
     COST_COLUMNS,
     CREDIT_ROW,
+    ORDER_COST_ROW,
     ROI_ROW,
     SPEND_COLUMNS,
     UNALLOCATED_ROW,
@@ -107,12 +108,16 @@ def _insert(table: str, columns: tuple[str, ...]) -> str:
 def write_day(warehouse: Warehouse, day: str, credits: list[tuple[object, ...]],
               roi: list[tuple[object, ...]], unallocated: list[tuple[object, ...]],
               progress_row: tuple[object, ...],
-              before_commit: Callable[[str], None] | None = None) -> None:
+              before_commit: Callable[[str], None] | None = None,
+              orders: list[tuple[object, ...]] | None = None) -> None:
     """Replace one day's partition of the result tables, and mark it done, atomically."""
     with warehouse.transaction():
         warehouse.execute("DELETE FROM attribution_credits WHERE conversion_date = ?", (day,))
         warehouse.execute("DELETE FROM roi_daily WHERE day = ?", (day,))
         warehouse.execute("DELETE FROM roi_unallocated WHERE day = ?", (day,))
+        warehouse.execute("DELETE FROM order_costs WHERE day = ?", (day,))
+        if orders:
+            warehouse.executemany(_insert("order_costs", ORDER_COST_ROW), orders)
         if credits:
             warehouse.executemany(_insert("attribution_credits", CREDIT_ROW), credits)
         if roi:
@@ -204,7 +209,7 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
         summary.compute_s = time.monotonic() - started
         try:
             _write_days(warehouse, request, settings, computed, todo, run_id, summary,
-                        progress, before_commit)
+                        progress, before_commit, streaming.experiment_cost_model)
         finally:
             computed.cleanup()
     finally:
@@ -219,7 +224,7 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
 def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: ComputeSettings,
                 computed: ComputedDays, todo: list[str], run_id: str,
                 summary: BackfillSummary, progress: Callable[[str], None],
-                before_commit: Callable[[str], None] | None) -> None:
+                before_commit: Callable[[str], None] | None, order_cost_model: str) -> None:
     spend = read_spend(warehouse, todo, settings.currency)
     for number, day in enumerate(todo, 1):
         started = time.monotonic()
@@ -228,12 +233,12 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Comput
                                                        kind="stable")
         compute = computed.compute[computed.compute.day == day]
         unlinked = float(computed.unlinked.cost[computed.unlinked.day == day].sum())
-        roi, unallocated = roi_rows(day, credits, spend[spend.day == day], compute, unlinked,
-                                    settings)
+        roi, unallocated, orders = roi_rows(day, credits, spend[spend.day == day], compute,
+                                            unlinked, settings, order_cost_model)
         finished = datetime.now(UTC).isoformat(timespec="seconds")
         write_day(warehouse, day, credit_rows(credits), roi, unallocated,
                   (run_id, day, request.config.source, request.config.engine, len(credits),
-                   len(roi), len(unallocated), finished), before_commit)
+                   len(roi), len(unallocated), finished), before_commit, orders)
         elapsed = time.monotonic() - started
         summary.write_s += elapsed
         summary.written.append(day)

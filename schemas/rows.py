@@ -328,8 +328,41 @@ EXPERIMENT_CONVERSION = Row(
      Column("first_exposure_ms", "bigint")),
     key=("flag_key", "order_id"), table="experiment_conversions")
 
+EXPERIMENT_RESULT = Row(
+    "experiment_result",
+    "One variant of one experiment over a window, as `seedance experiments` computed it "
+    "(udfs/experiments.py): ROI with its interval, the difference to control, its "
+    "significance, the marginal cost and the sample-ratio check; what the dashboard shows.",
+    (Column("flag_key", "string"),
+     Column("variant", "string"),
+     Column("window_end", "date", "the window's last day (UTC)"),
+     Column("window_start", "date"),
+     Column("is_control", "boolean"),
+     Column("control_variant", "string", "'' when the experiment has none"),
+     Column("users", "bigint", "first exposed inside the window"),
+     Column("converters", "bigint"),
+     Column("conversions", "bigint"),
+     Column("revenue", "double"),
+     Column("ad_spend", "double"),
+     Column("compute_cost", "double"),
+     Column("roi", "double", nullable=True),
+     Column("roi_low", "double", nullable=True),
+     Column("roi_high", "double", nullable=True),
+     Column("roi_diff", "double", "ROI minus the control's", nullable=True),
+     Column("diff_low", "double", nullable=True),
+     Column("diff_high", "double", nullable=True),
+     Column("p_value", "double", nullable=True),
+     Column("significant", "boolean"),
+     Column("marginal_cost", "double", "cost per user vs the control's, minus 1",
+            nullable=True),
+     Column("srm_p_value", "double", nullable=True),
+     Column("srm", "boolean", "sample-ratio mismatch"),
+     Column("confidence", "double", "the intervals' level"),
+     Column("computed_at", "string", "ISO 8601 UTC")),
+    key=("flag_key", "variant", "window_end"), table="experiment_results")
+
 ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
                          ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
                          KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, ORDER_COST,
-                         EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION)
+                         EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

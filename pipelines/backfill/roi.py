@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from pipelines.backfill.archive import DAY_MS, day_of
-from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
+from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ORDER_COST, ROI_DAILY, ROI_UNALLOCATED
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
 from udfs.settings import ComputeSettings
@@ -30,6 +31,7 @@ SPEND_COLUMNS = list(AD_SPEND.without("currency").names)  # spend of one currenc
 CREDIT_ROW = ATTRIBUTION_CREDITS.names
 ROI_ROW = ROI_DAILY.names
 UNALLOCATED_ROW = ROI_UNALLOCATED.names
+ORDER_COST_ROW = ORDER_COST.names
 
 
 def _days(ts_ms: pd.Series) -> np.ndarray:
@@ -80,12 +82,20 @@ def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSetti
             unlinked[unlinked.day.isin(wanted)].reset_index(drop=True))
 
 
+class DayRows(NamedTuple):
+    """One day's rows for the warehouse (its column order)."""
+
+    roi: list[tuple[object, ...]]
+    unallocated: list[tuple[object, ...]]
+    orders: list[tuple[object, ...]]  # order_costs, of `order_cost_model` only
+
+
 def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
-             unlinked: float, settings: ComputeSettings
-             ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
-    """The roi_daily and roi_unallocated rows of one day (warehouse column order)."""
+             unlinked: float, settings: ComputeSettings, order_cost_model: str = ""
+             ) -> DayRows:
+    """The roi_daily, roi_unallocated and order_costs rows of one day."""
     if not len(credits) and not len(spend) and not len(compute) and not unlinked:
-        return [], []  # the stream reports only days that had input
+        return DayRows([], [], [])  # the stream reports only days that had input
     result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
                                                           "amount"]],
                      compute[["order_id", "cost"]], settings.models,
@@ -95,7 +105,10 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
             float(r.roi), settings.currency) for r in result.roi.itertuples(index=False)]
     unallocated = [(r.model, day, r.kind, r.key, float(r.amount), settings.currency)
                    for r in result.unallocated.itertuples(index=False)]
-    return roi, unallocated
+    orders = [(r.model, day, r.order_id, float(r.revenue), float(r.ad_spend),
+               float(r.compute_cost), settings.currency)
+              for r in result.orders.itertuples(index=False) if r.model == order_cost_model]
+    return DayRows(roi, unallocated, orders)
 
 
 def credit_rows(credits: pd.DataFrame) -> list[tuple[object, ...]]:

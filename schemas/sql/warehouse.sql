@@ -148,3 +148,33 @@ CREATE TABLE IF NOT EXISTS experiment_conversions (
     first_exposure_ms  BIGINT           NOT NULL,
     PRIMARY KEY (flag_key, order_id)
 );
+
+-- The strategy table: one variant of one experiment over a window (seedance experiments).
+CREATE TABLE IF NOT EXISTS experiment_results (
+    flag_key         TEXT             NOT NULL,
+    variant          TEXT             NOT NULL,
+    window_end       TEXT             NOT NULL,  -- YYYY-MM-DD, the window's last day
+    window_start     TEXT             NOT NULL,
+    is_control       BOOLEAN          NOT NULL,
+    control_variant  TEXT             NOT NULL,
+    users            BIGINT           NOT NULL,
+    converters       BIGINT           NOT NULL,
+    conversions      BIGINT           NOT NULL,
+    revenue          DOUBLE PRECISION NOT NULL,
+    ad_spend         DOUBLE PRECISION NOT NULL,
+    compute_cost     DOUBLE PRECISION NOT NULL,
+    roi              DOUBLE PRECISION,
+    roi_low          DOUBLE PRECISION,
+    roi_high         DOUBLE PRECISION,
+    roi_diff         DOUBLE PRECISION,
+    diff_low         DOUBLE PRECISION,
+    diff_high        DOUBLE PRECISION,
+    p_value          DOUBLE PRECISION,
+    significant      BOOLEAN          NOT NULL,
+    marginal_cost    DOUBLE PRECISION,
+    srm_p_value      DOUBLE PRECISION,
+    srm              BOOLEAN          NOT NULL,
+    confidence       DOUBLE PRECISION NOT NULL,
+    computed_at      TEXT             NOT NULL,
+    PRIMARY KEY (flag_key, variant, window_end)
+);

@@ -100,7 +100,10 @@ def job_config(topic: Callable[[str], str], tmp_path: Path) -> StreamingJobConfi
                             dead_letter=topic("dlq"), late=topic("late"),
                             conversions=topic("conversions"), ad_spend=topic("spend"),
                             roi_dead_letter=topic("roi-dlq"), roi=topic("roi"),
-                            accounting=topic("accounting"))
+                            accounting=topic("accounting"),
+                            experiment_exposures=topic("exposures"),
+                            experiment_conversions=topic("experiment-conversions"))
+    config = config.replace("gpu", costs_topic=topic("gpu-costs"))
     config = config.replace("input", bounded=True, starting_offsets="earliest",
                             group_id=f"test-{next(_topic_ids)}")
     return config.replace("flink", checkpoint_interval_s=1.0,

@@ -145,7 +145,7 @@ def final_reports(rows: list[dict]) -> dict[tuple, dict]:
     reports cannot be told apart by repeated keys. Keys of `roi` rows only grow; an
     `unallocated` key a later report drops comes again with amount 0."""
     return {(row["kind"], row["model"], row["day"], row.get("dimension"),
-             row.get("cost_kind"), row["key"]): row for row in rows}
+             row.get("cost_kind"), row.get("key", row.get("order_id"))): row for row in rows}
 
 
 def warehouse_for(streamed: Streamed, kafka: str, url: str) -> StreamingJobConfig:
@@ -212,6 +212,20 @@ def assert_same_rows(streamed: Streamed, url: str,
     got_left = {("unallocated", r[0], r[1], None, r[2], r[3]): r[4] for r in unallocated}
     assert got_left.keys() == streamed_left.keys()
     assert all(close(got_left[k], streamed_left[k]) for k in got_left)
+    # each order's revenue and allocated cost (the experiments' cost model, last_click)
+    if streamed.config.experiment_cost_model not in models:
+        return  # a backfill of other models allocates under another one
+    with Warehouse(url) as warehouse:
+        orders = warehouse.query("SELECT model, day, order_id, revenue, ad_spend, compute_cost "
+                                 "FROM order_costs WHERE day >= ? AND day <= ?", (FIRST, LAST))
+    streamed_orders = {k: r for k, r in streamed.roi.items()
+                       if k[2] in DAYS and k[0] == "order_cost" and k[1] in models}
+    got_orders = {("order_cost", r[0], r[1], None, None, r[2]): r for r in orders}
+    assert got_orders.keys() == streamed_orders.keys() and got_orders
+    for key, row in got_orders.items():
+        want = streamed_orders[key]
+        assert all(close(value, want[name]) for value, name in
+                   zip(row[3:], ("revenue", "ad_spend", "compute_cost"), strict=True)), key
 
 
 def test_the_backfill_gives_the_flink_jobs_rows(streamed, spark, kafka, tmp_path):

@@ -10,16 +10,22 @@ import json
 import math
 from dataclasses import replace
 
+import yaml
+
+from jobs.cli import main
 from pipelines.flink.attribution_job import run_job
 from pipelines.flink.experiments_job import run_experiments_job
-from pipelines.kafka.io import read_all
+from pipelines.flink.roi_job import run_roi_job
+from pipelines.kafka.io import producer, read_all
 from pipelines.sources.generator import (
     ExperimentPlan,
     PlannedEvent,
     plan_events,
+    plan_spend,
     valid_events,
     valid_exposures,
 )
+from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import messages, publish
 
 HOUR_NS = 3_600_000_000_000
@@ -31,7 +37,8 @@ def rows(kafka: str, topic: str) -> list[dict]:
     return [json.loads(value) for _, value in read_all(kafka, topic)]
 
 
-def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, topic):
+def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, topic, tmp_path,
+                                                   capsys):
     plan = plan_events(150, seed=21, late_fraction=0.0, malformed_messages=0,
                        experiments=EXPERIMENTS)
     first = {(e.user_id, e.flag_key): (e.variant, e.ts_ns // 10**6)
@@ -52,9 +59,7 @@ def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, to
     spans = topic("spans", 3)
     publish(kafka, spans, plan)
 
-    config = job_config.replace("topics", spans=spans,
-                                experiment_exposures=topic("exposures"),
-                                experiment_conversions=topic("experiment-conversions"))
+    config = job_config.replace("topics", spans=spans)
     config = config.replace("flink", parallelism=2).replace("attribution",
                                                             models=("last_click",))
     run_job(config, kafka, env=flink.environment(config))
@@ -85,3 +90,43 @@ def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, to
     dead = [d for d in messages(kafka, config.topics.dead_letter)
             if "exposure" in d.get("detail", "")]
     assert len(dead) == 1 and "feature_flag.result.variant is missing" in dead[0]["detail"]
+
+    # the strategy table from the warehouse: each variant's users and revenue as planned,
+    # its cost the ROI job's allocation (last_click) of the plan's ad spend
+    out = producer(kafka)
+    for record in plan_spend(plan):
+        out.send(config.topics.ad_spend, record.to_json().encode()).get(30)
+    out.close()
+    run_roi_job(config, kafka, env=flink.environment(config))
+    url = f"sqlite:///{tmp_path / 'wh.db'}"
+    job_yaml = tmp_path / "job.yaml"
+    job_yaml.write_text(yaml.safe_dump({"topics": {
+        "experiment_exposures": config.topics.experiment_exposures,
+        "experiment_conversions": config.topics.experiment_conversions,
+        "roi": config.topics.roi}, "warehouse": {"url": url}}))
+    with Warehouse(url) as warehouse:
+        for topic_name in (config.topics.experiment_exposures,
+                           config.topics.experiment_conversions):
+            warehouse.load_experiments(kafka, topic_name)
+        warehouse.load_roi(kafka, config.topics.roi)
+    capsys.readouterr()
+    assert main(["experiments", "--config", str(job_yaml), "--window-days", "60"]) == 0
+    printed = capsys.readouterr().out
+    assert "bidding" in printed and "dynamic" in printed and "control (control)" in printed
+    with Warehouse(url) as warehouse:
+        stored = {(f, v): (users, revenue, cost) for f, v, users, revenue, cost in
+                  warehouse.query("SELECT flag_key, variant, users, revenue, "
+                                  "ad_spend + compute_cost FROM experiment_results")}
+        (allocated,) = warehouse.query("SELECT SUM(ad_spend) FROM order_costs")[0]
+    planned_users = {}
+    for (_, flag), (variant, _) in first.items():
+        planned_users[flag, variant] = planned_users.get((flag, variant), 0) + 1
+    planned_revenue = {}
+    for (flag, _), (variant, revenue) in expected.items():
+        planned_revenue[flag, variant] = planned_revenue.get((flag, variant), 0.0) + revenue
+    assert {k: v[0] for k, v in stored.items()} == planned_users
+    assert all(math.isclose(stored[k][1], planned_revenue.get(k, 0.0)) for k in stored)
+    # every order's cost belongs to one variant of each experiment: the same total in each
+    costs = {flag: sum(c for (f, _), (_, _, c) in stored.items() if f == flag)
+             for flag in ("bidding", "checkout-copy")}
+    assert allocated > 0 and math.isclose(costs["bidding"], costs["checkout-copy"])
