@@ -361,8 +361,82 @@ EXPERIMENT_RESULT = Row(
      Column("computed_at", "string", "ISO 8601 UTC")),
     key=("flag_key", "variant", "window_end"), table="experiment_results")
 
+# -- credit intervals ----------------------------------------------------------------------
+CREDIT_INTERVAL = Row(
+    "credit_interval",
+    "How sure a channel's credit is: per model, period and channel the credited "
+    "conversions, revenue and share of the model's conversions, each with a bootstrap "
+    "interval over the period's conversions (udfs/credit_intervals.py, seeded).",
+    (Column("model", "string"),
+     Column("period", "date", "the day of the conversions (UTC)"),
+     Column("channel", "string"),
+     Column("credit", "double", "credited conversions"),
+     Column("credit_low", "double"),
+     Column("credit_high", "double"),
+     Column("revenue", "double"),
+     Column("revenue_low", "double"),
+     Column("revenue_high", "double"),
+     Column("share", "double", "of the model's credited conversions that period"),
+     Column("share_low", "double"),
+     Column("share_high", "double"),
+     Column("level", "double", "the intervals' confidence level"),
+     Column("resamples", "bigint"),
+     Column("seed", "bigint"),
+     Column("computed_at", "string", "ISO 8601 UTC")),
+    key=("model", "period", "channel"), table="credit_intervals")
+
+# -- the control loop ----------------------------------------------------------------------
+CONTROL_DECISION = Row(
+    "control_decision",
+    "What a rule of the control loop decided (control_actions topic, kind=decision): an "
+    "action on a target, or why it was held back. Idempotent by decision_id.",
+    (Column("decision_id", "string", "stable for the rule, target and period"),
+     Column("rule", "string"),
+     Column("target", "string", "the campaign, channel or GPU pool"),
+     Column("action", "string", "budget_change | scale | notify"),
+     Column("parameters", "string", "JSON: percent, nodes, message, ..."),
+     Column("reason", "string"),
+     Column("status", "string", "dry_run | awaiting_approval | approved | blocked | "
+                                "executed | failed"),
+     Column("blocked_by", "string", "the limit that held it back; '' when none"),
+     Column("mode", "string", "dry_run | approval | auto"),
+     Column("baseline", "double", "the metric when decided (verification compares with it)",
+            nullable=True),
+     Column("decided_at", "string", "ISO 8601 UTC")),
+    key=("decision_id",), table="control_decisions")
+
+CONTROL_ACTION = Row(
+    "control_action",
+    "An executed decision (control_actions topic, kind=action): which executor ran it, "
+    "how many attempts it took and what the other side answered. The action id is the "
+    "idempotency key sent with it.",
+    (Column("action_id", "string"),
+     Column("decision_id", "string"),
+     Column("executor", "string", "webhook | warehouse"),
+     Column("status", "string", "succeeded | failed"),
+     Column("attempts", "bigint"),
+     Column("response", "string", "status line or error, shortened"),
+     Column("executed_at", "string", "ISO 8601 UTC"),
+     Column("verify_after", "string", "ISO 8601 UTC: executed_at + the rule's settle time")),
+    key=("action_id",), table="control_actions")
+
+CONTROL_VERIFICATION = Row(
+    "control_verification",
+    "Whether an executed action moved its target, checked after the settle time through "
+    "the same metrics (control_actions topic, kind=verification).",
+    (Column("action_id", "string"),
+     Column("status", "string", "success | failure | no_data"),
+     Column("baseline", "double", nullable=True),
+     Column("observed", "double", nullable=True),
+     Column("change_percent", "double", nullable=True),
+     Column("reason", "string"),
+     Column("verified_at", "string", "ISO 8601 UTC")),
+    key=("action_id",), table="control_verifications")
+
 ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
                          ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
                          KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, ORDER_COST,
-                         EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT)
+                         EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
+                         CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
+                         CONTROL_VERIFICATION)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

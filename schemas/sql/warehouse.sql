@@ -178,3 +178,64 @@ CREATE TABLE IF NOT EXISTS experiment_results (
     computed_at      TEXT             NOT NULL,
     PRIMARY KEY (flag_key, variant, window_end)
 );
+
+-- How sure a channel's credit is: bootstrap intervals per model, day and channel
+-- (seedance intervals; udfs/credit_intervals.py).
+CREATE TABLE IF NOT EXISTS credit_intervals (
+    model         TEXT             NOT NULL,
+    period        TEXT             NOT NULL,  -- YYYY-MM-DD (UTC) of the conversions
+    channel       TEXT             NOT NULL,
+    credit        DOUBLE PRECISION NOT NULL,
+    credit_low    DOUBLE PRECISION NOT NULL,
+    credit_high   DOUBLE PRECISION NOT NULL,
+    revenue       DOUBLE PRECISION NOT NULL,
+    revenue_low   DOUBLE PRECISION NOT NULL,
+    revenue_high  DOUBLE PRECISION NOT NULL,
+    share         DOUBLE PRECISION NOT NULL,
+    share_low     DOUBLE PRECISION NOT NULL,
+    share_high    DOUBLE PRECISION NOT NULL,
+    level         DOUBLE PRECISION NOT NULL,
+    resamples     BIGINT           NOT NULL,
+    seed          BIGINT           NOT NULL,
+    computed_at   TEXT             NOT NULL,
+    PRIMARY KEY (model, period, channel)
+);
+
+-- The control loop (seedance control): every decision, action and verification.
+CREATE TABLE IF NOT EXISTS control_decisions (
+    decision_id  TEXT             NOT NULL,
+    rule         TEXT             NOT NULL,
+    target       TEXT             NOT NULL,
+    action       TEXT             NOT NULL,
+    parameters   TEXT             NOT NULL,  -- JSON
+    reason       TEXT             NOT NULL,
+    status       TEXT             NOT NULL,
+    blocked_by   TEXT             NOT NULL,
+    mode         TEXT             NOT NULL,
+    baseline     DOUBLE PRECISION,
+    decided_at   TEXT             NOT NULL,
+    PRIMARY KEY (decision_id)
+);
+
+CREATE TABLE IF NOT EXISTS control_actions (
+    action_id     TEXT   NOT NULL,
+    decision_id   TEXT   NOT NULL,
+    executor      TEXT   NOT NULL,
+    status        TEXT   NOT NULL,
+    attempts      BIGINT NOT NULL,
+    response      TEXT   NOT NULL,
+    executed_at   TEXT   NOT NULL,
+    verify_after  TEXT   NOT NULL,
+    PRIMARY KEY (action_id)
+);
+
+CREATE TABLE IF NOT EXISTS control_verifications (
+    action_id       TEXT             NOT NULL,
+    status          TEXT             NOT NULL,
+    baseline        DOUBLE PRECISION,
+    observed        DOUBLE PRECISION,
+    change_percent  DOUBLE PRECISION,
+    reason          TEXT             NOT NULL,
+    verified_at     TEXT             NOT NULL,
+    PRIMARY KEY (action_id)
+);
