@@ -14,7 +14,7 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                            "significance vs control, marginal cost, SRM")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--day", help="the window's last day, YYYY-MM-DD (default: the newest day "
-                                 "with data)")
+                                 "with a first exposure)")
     p.add_argument("--window-days", type=int, help="default: experiments.window_days")
     p.add_argument("--alpha", type=float, help="significance level (default: experiments.alpha)")
     p.add_argument("--control", help="the control variant (default: "

@@ -41,6 +41,10 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    gen.add_argument("--experiments", action="store_true",
+                     help="expose every user to the demo's two experiments (feature-flag "
+                          "spans; one variant earns more, the other experiment changes "
+                          "nothing)")
     gen.add_argument("--gpu-recording", metavar="FILE",
                      help="also write GPU samples for the generated GPU calls (JSON lines, "
                           "for `seedance probe --replay`)")
@@ -59,11 +63,12 @@ def add_spend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from jobs.demo import generate
+    from jobs.demo import DEMO_EXPERIMENTS, generate
 
     bootstrap = resolve_bootstrap(args.bootstrap)
     summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
-                       encoding=args.encoding, partition_by_trace=args.partition_by_trace)
+                       encoding=args.encoding, partition_by_trace=args.partition_by_trace,
+                       experiments=DEMO_EXPERIMENTS if args.experiments else ())
     print(summary)
     if args.gpu_recording:
         from jobs.demo import write_gpu_recording

@@ -27,11 +27,12 @@ class ExperimentInputs:
 
     @property
     def last_day(self) -> str | None:
-        """The newest UTC day with an exposure or an order."""
-        times = [*self.exposures.first_exposure_ms, *self.conversions.conversion_ts_ms]
-        if not times:
+        """The newest UTC day with a first exposure: a window ending later would hold no
+        newly exposed users."""
+        if not len(self.exposures):
             return None
-        return datetime.fromtimestamp(max(times) / 1000, UTC).strftime("%Y-%m-%d")
+        newest = int(self.exposures.first_exposure_ms.max())
+        return datetime.fromtimestamp(newest / 1000, UTC).strftime("%Y-%m-%d")
 
 
 def experiment_inputs(warehouse: Warehouse, cost_model: str,

@@ -33,6 +33,11 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     allocated, _, total, sampled = (float(x.replace(",", "")) for x in gpu.groups())
     assert allocated > 0 and abs(total - sampled) < 1e-4
     assert (tmp_path / "demo" / "warehouse.db").exists()
+    # the strategy table of the two experiments, every variant a row
+    table = out[out.index("Experiments:"):]
+    for variant in ("bidding-strategy  control (control)", "v2.3-dynamic-bidding",
+                    "checkout-copy     control (control)", "short-copy"):
+        assert variant in table, table
     # nothing of ours still runs: no process mentions this state folder
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
