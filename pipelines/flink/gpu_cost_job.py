@@ -41,6 +41,7 @@ from pipelines.codec.metrics import decode_samples
 from pipelines.codec.otlp import MAX_FUTURE_S, decode_spans
 from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
+from schemas import rows
 from schemas.gpu import GpuSample, load_catalog, sample_problem
 from schemas.records import DeadLetter, GpuCall
 from udfs.gpu_cost import allocate_intervals
@@ -270,12 +271,16 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
                       "interval_cost_usd": interval.cost_usd,
                       "price_known": interval.price_known}
             for share in interval.calls:
-                yield json.dumps({"kind": "call", **common, **share._asdict()},
+                values = {**common, **share._asdict()}
+                yield json.dumps({"kind": "call", **{name: values[name] for name in
+                                                     rows.GPU_CALL_COST.names}},
                                  separators=(",", ":"))
             if interval.idle is not None:
-                yield json.dumps({"kind": "idle", **common,
-                                  "idle_seconds": interval.idle.idle_seconds,
-                                  "cost_usd": interval.idle.cost_usd}, separators=(",", ":"))
+                values = {**common, "idle_seconds": interval.idle.idle_seconds,
+                          "cost_usd": interval.idle.cost_usd}
+                yield json.dumps({"kind": "idle", **{name: values[name] for name in
+                                                     rows.GPU_IDLE_COST.names}},
+                                 separators=(",", ":"))
         if unobserved:
             yield json.dumps({"kind": "unobserved", "gpu_uuid": ready[0].gpu_uuid,
                               "until_ms": min(s.ts_ms for s in ready),
