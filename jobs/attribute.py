@@ -2,7 +2,8 @@
 
 Reads events (one row per touch or conversion) or path summaries (the peers' shape) from
 CSV or Parquet, validates every row (an error names the file, line and field), builds the
-journeys and writes one row per model and channel (and campaign).
+journeys and writes one row per model and channel (and campaign); with an interval level
+(`--ci`) each row also gets its bootstrap intervals (udfs/credit_intervals.py).
 """
 
 from __future__ import annotations
@@ -29,12 +30,17 @@ from pipelines.backfill.frames import (
 )
 from pipelines.backfill.local import credits_of_events
 from pipelines.sources.text_files import BadRow, TextFileError, read_csv
+from udfs.credit_intervals import DEFAULT_RESAMPLES, credit_intervals, credit_intervals_of_rows
 from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
 from udfs.models import attribute
 from udfs.settings import ComputeSettings
 
 EVENT_COLUMNS = ("user_id", "timestamp", "channel", "event_type", "revenue", "order_id")
 PATH_COLUMNS = ("path", "conversions", "non_conversions")
+# what `--ci` adds after the point columns, the same for both inputs
+INTERVAL_COLUMNS = (*(f"{m}{s}" for m in ("conversions", "revenue", "share", "revenue_share")
+                      for s in ("", "_low", "_high", "_se")), "resamples", "level")
+_KEY_JOIN = "\x1f"  # channel and campaign as one key for the per-row bootstrap
 
 
 class InputError(ValueError):
@@ -54,6 +60,9 @@ class AttributeRequest:
     skip_invalid: bool = False
     rejects: Path | None = None
     credits_out: Path | None = None  # events input: every credit row, as the stream's
+    ci: float | None = None  # interval level, e.g. 0.95: bootstrap intervals per row
+    resamples: int | None = None  # of the bootstrap (default DEFAULT_RESAMPLES)
+    seed: int = 0  # of the bootstrap
 
 
 def read_table(path: Path, numeric: tuple[str, ...] = (), columns: tuple[str, ...] = (),
@@ -237,6 +246,41 @@ def attribute_events(events: pd.DataFrame, settings: ComputeSettings, by_campaig
                               kind="stable", ignore_index=True), credits
 
 
+def event_intervals(result: pd.DataFrame, credits: pd.DataFrame, by_campaign: bool,
+                    level: float, resamples: int, seed: int) -> pd.DataFrame:
+    """`result` (attribute_events') with INTERVAL_COLUMNS: a Poisson bootstrap over the
+    file's conversions with their credit rows taken as given (one period: the whole file;
+    the refit noise of the data-driven models is not in it)."""
+    keys = ["model", "channel", *(["campaign"] if by_campaign else [])]
+    if not len(result):
+        return pd.DataFrame(columns=[*keys, *INTERVAL_COLUMNS])
+    channel = credits.channel + _KEY_JOIN + credits.campaign if by_campaign else credits.channel
+    rows = pd.DataFrame({"model": credits.model, "order_id": credits.order_id,
+                         "channel": channel, "credit": credits.credit,
+                         "revenue": credits.revenue, "period": ""})
+    intervals = credit_intervals_of_rows(rows, level, resamples, seed, period="period") \
+        .drop(columns=["period", "credit", "revenue"])
+    intervals = intervals.rename(columns=lambda c: c.replace("credit", "conversions", 1)
+                                 if c.startswith("credit") else c)
+    if by_campaign:
+        intervals[["channel", "campaign"]] = intervals.channel.str.split(
+            _KEY_JOIN, n=1, expand=True)
+    out = result.merge(intervals, on=keys, how="left", validate="one_to_one")
+    return out.assign(level=level)[[*keys, *INTERVAL_COLUMNS]]
+
+
+def _check_intervals(request: AttributeRequest) -> None:
+    if request.ci is None:
+        if request.resamples is not None:
+            raise InputError("--resamples sets the bootstrap of --ci: give --ci too")
+        return
+    if not 0.0 < request.ci < 1.0:
+        raise InputError(f"--ci is the intervals' level, strictly between 0 and 1 "
+                         f"(e.g. 0.95), got {request.ci:g}")
+    if request.resamples is not None and request.resamples < 2:
+        raise InputError(f"--resamples must be at least 2, got {request.resamples}")
+
+
 def load_paths(request: AttributeRequest) -> tuple[JourneyTable, int]:
     frame, lines, bad_rows = read_table(request.input,
                                         numeric=("conversions", "non_conversions", "revenue"),
@@ -307,6 +351,8 @@ def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
                          "attributed as the stream attributes them")
     if request.format == "paths" and request.credits_out is not None:
         raise InputError("--credits needs event input: path summaries have no conversions")
+    _check_intervals(request)
+    resamples = request.resamples or DEFAULT_RESAMPLES
     for out in (request.out, request.credits_out):
         if out is not None and out.suffix.lower() not in (".csv", ".parquet"):
             raise InputError(f"{out}: unsupported output type (use .csv or .parquet)")
@@ -315,6 +361,11 @@ def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
         events, rejected = load_events(request)
         loaded = time.perf_counter()
         result, credits = attribute_events(events, settings, request.by_campaign)
+        modelled = time.perf_counter()
+        if request.ci is not None:
+            result = event_intervals(result, credits, request.by_campaign, request.ci,
+                                     resamples, request.seed)
+        intervals_s = time.perf_counter() - modelled
         if request.credits_out is not None:
             write_result(credits, request.credits_out)
         converted = credits.drop_duplicates(["order_id"])
@@ -326,9 +377,14 @@ def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
         table = apply_transform(table, request.transform)
         loaded = time.perf_counter()
         result, infos = attribute(table, settings.models, settings.params, request.by_campaign)
+        modelled = time.perf_counter()
+        if request.ci is not None:  # the same points, refits per resample for shapley/markov
+            result = credit_intervals(table, settings.models, settings.params, request.ci,
+                                      resamples, request.seed).assign(level=request.ci)
+        intervals_s = time.perf_counter() - modelled
         stats = {"journeys": table.size, "touches": len(table.touch_channel),
                  "conversions": float(table.conversions.sum()), "info": infos}
     write_result(result, request.out)
-    stats.update(rejected_rows=rejected, load_s=loaded - started,
-                 models_s=time.perf_counter() - loaded)
+    stats.update(rejected_rows=rejected, load_s=loaded - started, models_s=modelled - loaded,
+                 intervals_s=intervals_s)
     return result, stats

@@ -9,7 +9,7 @@ import logging
 import sys
 
 from jobs import backfill, dashboard, reconcile
-from jobs.commands import attribute, cluster, experiments, inputs, stack, stream
+from jobs.commands import attribute, cluster, experiments, inputs, intervals, stack, stream
 from jobs.commands.common import CliError
 from pipelines.settings.environment import env_help
 from pipelines.settings.job_config import ConfigError
@@ -24,7 +24,8 @@ USER_ERRORS = (CliError, ConfigError, StackError, FileNotFoundError, ValueError)
 # in the order `seedance --help` lists them
 COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
             inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
-            stream.add_run, stream.add_load, experiments.add_experiments, cluster.add_cluster,
+            stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
+            cluster.add_cluster,
             reconcile.add_parser, backfill.add_parsers)
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.settings.job_config import ConfigError, load_config
 from udfs.settings import ComputeSettings
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def add_attribute(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -35,7 +39,17 @@ def add_attribute(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     attr.add_argument("--markov-order", type=int, help="default: the config's")
     attr.add_argument("--shapley-permutations", type=int,
                       help="samples per channel set above 16 channels (default 2000)")
-    attr.add_argument("--seed", type=int, help="of the Shapley sampling (default 0)")
+    attr.add_argument("--seed", type=int, help="of the Shapley sampling and of the --ci "
+                      "bootstrap (default 0): the same seed, the same file")
+    attr.add_argument("--ci", type=float, metavar="LEVEL",
+                      help="add bootstrap intervals at this level (e.g. 0.95) to every row: "
+                           "conversions, revenue, share and revenue_share each with _low, "
+                           "_high and _se, plus resamples and level. Paths: resampled journeys, "
+                           "shapley/markov refitted per resample (at most 200). Events: "
+                           "resampled conversions, each one's credit rows taken as given "
+                           "(so for shapley/markov the refit's own uncertainty is not included)")
+    attr.add_argument("--resamples", type=int,
+                      help="bootstrap resamples of --ci (default 2000)")
     attr.add_argument("--skip-invalid", action="store_true",
                       help="set invalid rows aside in a rejects file instead of stopping")
     attr.add_argument("--rejects", help="rejects file (default: <out>.rejects.csv)")
@@ -74,7 +88,8 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         by_campaign=args.by == "campaign", transform=args.transform,
         skip_invalid=args.skip_invalid,
         rejects=Path(args.rejects) if args.rejects else out.with_name(out.stem + ".rejects.csv"),
-        credits_out=Path(args.credits) if args.credits else None)
+        credits_out=Path(args.credits) if args.credits else None, ci=args.ci,
+        resamples=args.resamples, seed=args.seed or 0)
     result, stats = run(request)
     print(f"{stats['journeys']:,} journeys, {stats['touches']:,} touches, "
           f"{stats['conversions']:,.0f} conversions; loaded in {stats['load_s']:.1f}s, "
@@ -90,5 +105,21 @@ def cmd_attribute(args: argparse.Namespace) -> int:
         if info.sampled_sets:
             print(f"{model}: {info.sampled_sets} channel sets above 16 channels sampled; "
                   f"largest standard error {info.max_standard_error:.2e}")
+    if request.ci is not None:
+        print(_intervals_line(result, request.format == "paths", request.ci, request.seed,
+                              float(stats["intervals_s"])))  # type: ignore[arg-type]
     print(f"{len(result)} rows written to {out}")
     return 0
+
+
+def _intervals_line(result: pd.DataFrame, paths: bool, level: float, seed: int,
+                    seconds: float) -> str:
+    """The intervals' level, resamples (per model where they differ) and time taken."""
+    used = result.groupby("model", sort=False).resamples.first().astype(int)
+    counts = ", ".join(f"{n:,}" + (f" ({', '.join(used.index[used == n])})"
+                                   if used.nunique() > 1 else "")
+                       for n in sorted(used.unique(), reverse=True)) or "no"
+    over = "journeys, shapley/markov refitted per resample" if paths \
+        else "conversions, their credit rows as given"
+    return (f"intervals at {100 * level:g} % (seed {seed}): {counts} bootstrap resamples "
+            f"over {over}; {seconds:.1f}s")

@@ -1,5 +1,6 @@
 """`seedance attribute` as a user runs it: both input shapes, clear errors, rejects."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -155,3 +156,113 @@ def test_skip_invalid_sets_a_row_with_a_wrong_field_count_aside(tmp_path):
     result = pd.read_csv(out).set_index("channel")
     assert "1" not in result.index and "display" not in result.index
     assert result.conversions.sum() == 3.0  # u2's conversion: unattributed without its touch
+
+
+# --- --ci: bootstrap intervals ---------------------------------------------------------------
+
+POINT = ["conversions", "revenue"]
+INTERVALS = [f"{m}{s}" for m in ("conversions", "revenue", "share", "revenue_share")
+             for s in ("", "_low", "_high", "_se")]
+
+
+def many_events(orders=300, seed=3):
+    """Users with 1-3 touches over four channels, most of them converting once."""
+    rng = np.random.default_rng(seed)
+    lines = ["user_id,timestamp,channel,campaign,event_type,revenue,order_id"]
+    start = 1788220800000
+    for u in range(orders):
+        ts = start + int(rng.integers(0, 5 * 86_400_000))
+        for _ in range(int(rng.integers(1, 4))):
+            channel = rng.choice(["email", "search", "display", "social"], p=[.4, .3, .2, .1])
+            lines.append(f"u{u},{ts},{channel},c{rng.integers(2)},touch,,")
+            ts += int(rng.integers(60_000, 86_400_000))
+        if rng.random() < 0.8:
+            lines.append(f"u{u},{ts},,,conversion,{rng.gamma(2, 30):.2f},o{u}")
+    return "\n".join(lines) + "\n"
+
+
+def assert_intervals_hold_the_point(result):
+    for measure in ("conversions", "revenue", "share", "revenue_share"):
+        assert (result[f"{measure}_low"] <= result[measure] + 1e-9).all(), measure
+        assert (result[measure] <= result[f"{measure}_high"] + 1e-9).all(), measure
+        assert (result[f"{measure}_se"] >= 0).all()
+    for model, rows in result.groupby("model"):
+        assert rows.share.sum() == pytest.approx(1.0), model
+
+
+@pytest.mark.parametrize("by", ["channel", "campaign"])
+def test_events_with_ci_add_intervals_around_the_same_points(tmp_path, capsys, by):
+    src = write(tmp_path, "events.csv", many_events())
+    plain, out = tmp_path / "plain.csv", tmp_path / "ci.csv"
+    args = ["attribute", "--input", str(src), "--models", "last_click,linear,markov",
+            "--by", by]
+    assert main([*args, "--out", str(plain)]) == 0
+    assert main([*args, "--out", str(out), "--ci", "0.9", "--resamples", "400"]) == 0
+    text = capsys.readouterr().out
+    assert "intervals at 90 % (seed 0): 400 bootstrap resamples over conversions" in text
+    keys = ["model", "channel", *(["campaign"] if by == "campaign" else [])]
+    before, result = pd.read_csv(plain), pd.read_csv(out)
+    assert list(result.columns) == [*keys, *INTERVALS, "resamples", "level"]
+    pd.testing.assert_frame_equal(result[[*keys, *POINT]], before)  # same rows, same order
+    assert (result.level == 0.9).all() and (result.resamples == 400).all()
+    assert_intervals_hold_the_point(result)
+    # a channel with many conversions gets a real interval, not a point
+    big = result[(result.model == "last_click")].sort_values("conversions").iloc[-1]
+    assert big.conversions_low < big.conversions < big.conversions_high
+
+
+def test_paths_with_ci_refit_the_data_driven_models(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    rows = [f"{a} > {b},{rng.integers(5, 40)},{rng.integers(20, 90)},{rng.integers(100, 900)}"
+            for a in "abcd" for b in "abcd"]
+    src = write(tmp_path, "paths.csv", "path,conversions,non_conversions,revenue\n"
+                + "\n".join(rows) + "\n")
+    plain, out = tmp_path / "plain.csv", tmp_path / "ci.csv"
+    args = ["attribute", "--input", str(src), "--format", "paths",
+            "--models", "linear,shapley"]
+    assert main([*args, "--out", str(plain)]) == 0
+    assert main([*args, "--out", str(out), "--ci", "0.95", "--resamples", "300"]) == 0
+    assert "300 (linear), 200 (shapley) bootstrap resamples over journeys" \
+        in capsys.readouterr().out
+    result = pd.read_csv(out)
+    assert list(result.columns) == ["model", "channel", *INTERVALS, "resamples", "level"]
+    pd.testing.assert_frame_equal(result[["model", "channel", *POINT]], pd.read_csv(plain))
+    assert result.set_index("model").resamples.to_dict() == {"linear": 300, "shapley": 200}
+    assert_intervals_hold_the_point(result)
+
+
+@pytest.mark.parametrize("fmt", ["events", "paths"])
+def test_ci_is_seeded(tmp_path, fmt):
+    src = write(tmp_path, "in.csv", many_events(120) if fmt == "events" else
+                "path,conversions,non_conversions,revenue\na > b,30,10,300\na > c,10,12,90\n"
+                "b,7,30,50\n")
+    args = ["attribute", "--input", str(src), "--format", fmt, "--models", "linear,markov",
+            "--ci", "0.95", "--resamples", "200"]
+    files = [tmp_path / f"{name}.csv" for name in ("one", "two", "other")]
+    for path, seed in zip(files, ("7", "7", "8"), strict=True):
+        assert main([*args, "--seed", seed, "--out", str(path)]) == 0
+    assert files[0].read_bytes() == files[1].read_bytes()
+    assert files[0].read_bytes() != files[2].read_bytes()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--ci", "1.5"], "--ci is the intervals' level, strictly between 0 and 1"),
+    (["--ci", "0"], "--ci is the intervals' level, strictly between 0 and 1"),
+    (["--ci", "95"], "got 95"),
+    (["--ci", "0.95", "--resamples", "1"], "--resamples must be at least 2"),
+    (["--resamples", "100"], "--resamples sets the bootstrap of --ci: give --ci too"),
+])
+def test_bad_ci_is_a_clear_error(tmp_path, capsys, extra, message):
+    src = write(tmp_path, "events.csv", EVENTS)
+    out = tmp_path / "o.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_ci_on_a_file_without_conversions(tmp_path):
+    src = write(tmp_path, "events.csv", EVENTS.split("u1,2026-09-03")[0])
+    out = tmp_path / "o.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--ci", "0.95"]) == 0
+    assert list(pd.read_csv(out).columns) == ["model", "channel", *INTERVALS, "resamples",
+                                              "level"]
