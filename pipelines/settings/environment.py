@@ -21,6 +21,8 @@ ENV_VARS = {
     "SEEDANCE_WEBHOOK_URL": "alert webhook URL (overrides alerts.webhook.url)",
     "SEEDANCE_WEBHOOK_SECRET": "HMAC-SHA256 key of the alert webhook (overrides "
                                "alerts.webhook.secret; never printed)",
+    "SEEDANCE_CONTROL_WEBHOOK_SECRET": "HMAC-SHA256 key of the control loop's webhook "
+                                       "(overrides executors.webhook.secret; never printed)",
     "SEEDANCE_SPARK_PROFILE": "Airflow backfill DAG: how it submits the Spark job, local or "
                               "cluster (default local)",
 }

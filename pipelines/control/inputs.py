@@ -1,0 +1,75 @@
+"""The control loop's Kafka inputs: one read_committed consumer (no group: the loop's state
+is rebuilt from the topics on start) over the ROI topic and the alerts topic from their
+beginning (changelogs) and the metrics topic from `gpu.window_s` ago (only recent samples
+count). Each `poll` reads up to the ends the topics had when it began, so one poll sees
+everything published before it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from pipelines.control.config import ControlConfig
+from pipelines.control.state import ControlState
+
+log = logging.getLogger("seedance.control")
+
+
+class KafkaInputs:
+    def __init__(self, bootstrap: str, config: ControlConfig, state: ControlState,
+                 client: dict[str, Any] | None = None) -> None:
+        inputs = config.inputs
+        self.timeout_s = inputs.read_timeout_s
+        self.handlers: dict[str, Callable[[bytes], None]] = {
+            topic: handler for topic, handler in (
+                (inputs.roi_topic, state.add_roi), (inputs.alerts_topic, state.add_alert),
+                (inputs.metrics_topic, state.add_metrics)) if topic}
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      group_id=None, isolation_level="read_committed",
+                                      **(client or {}))
+        partitions = []
+        for topic in self.handlers:
+            found = self.consumer.partitions_for_topic(topic)
+            if not found:
+                log.warning("topic %s does not exist (yet): not read", topic)
+            partitions += [TopicPartition(topic, p) for p in sorted(found or ())]
+        self.partitions = partitions
+        self.consumer.assign(partitions)
+        self.consumer.seek_to_beginning(*partitions)
+        recent = [tp for tp in partitions if tp.topic == inputs.metrics_topic]
+        if recent:
+            since_ms = int(time.time() * 1000 - config.gpu.window_s * 1000)
+            offsets = self.consumer.offsets_for_times({tp: since_ms for tp in recent})
+            for tp in recent:
+                found_offset = offsets.get(tp)
+                if found_offset is None:
+                    self.consumer.seek_to_end(tp)
+                else:
+                    self.consumer.seek(tp, found_offset.offset)
+
+    def poll(self) -> int:
+        """Read every message published before this call; returns how many."""
+        if not self.partitions:
+            return 0
+        end = self.consumer.end_offsets(self.partitions)
+        deadline = time.monotonic() + self.timeout_s
+        count = 0
+        while time.monotonic() < deadline:
+            behind = [tp for tp in self.partitions if self.consumer.position(tp) < end[tp]]
+            if not behind:
+                break
+            for tp, records in self.consumer.poll(timeout_ms=200, max_records=5000).items():
+                for record in records:
+                    if record.value is not None:
+                        self.handlers[tp.topic](record.value)
+                        count += 1
+        else:
+            log.warning("inputs not read to their ends within %.0f s", self.timeout_s)
+        return count
+
+    def close(self) -> None:
+        self.consumer.close()

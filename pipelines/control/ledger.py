@@ -1,0 +1,124 @@
+"""The control loop's record: decisions, actions and verifications (schemas/rows.py
+CONTROL_*) upserted into the warehouse by key AND published to the `control_actions` topic
+as JSON with a `kind` field (decision | action | verification), so every step is auditable
+and feeds back into the stream. The warehouse is also the loop's memory: which decisions
+exist, which actions ran (the limits' history, the idempotency check), what awaits
+verification.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from pipelines.store.warehouse import Warehouse
+from schemas.rows import CONTROL_ACTION, CONTROL_DECISION, CONTROL_VERIFICATION, Row
+from udfs.control_rules import ActionRecord
+
+KINDS = {CONTROL_DECISION.name: "decision", CONTROL_ACTION.name: "action",
+         CONTROL_VERIFICATION.name: "verification"}
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def ms_of(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+class Publisher(Protocol):
+    def publish(self, kind: str, key: str, row: dict[str, Any]) -> None: ...
+
+
+class MemoryPublisher:
+    """Keeps the messages (tests, and runs without Kafka)."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    def publish(self, kind: str, key: str, row: dict[str, Any]) -> None:
+        self.messages.append({"kind": kind, **row})
+
+
+class KafkaPublisher:
+    """One JSON message per row on the actions topic, keyed by the row's id (a decision's
+    later states stay in order on one partition)."""
+
+    def __init__(self, bootstrap: str, topic: str, client: dict[str, Any] | None = None,
+                 timeout_s: float = 10.0) -> None:
+        from pipelines.kafka.io import producer
+
+        self.topic, self.timeout_s = topic, timeout_s
+        self.producer = producer(bootstrap, max_block_ms=int(timeout_s * 1000),
+                                 **(client or {}))
+
+    def publish(self, kind: str, key: str, row: dict[str, Any]) -> None:
+        value = json.dumps({"kind": kind, **row}, sort_keys=True).encode()
+        self.producer.send(self.topic, key=key.encode(), value=value).get(self.timeout_s)
+
+    def close(self) -> None:
+        self.producer.close(timeout=self.timeout_s)
+
+
+class Ledger:
+    def __init__(self, warehouse: Warehouse, publisher: Publisher) -> None:
+        self.warehouse, self.publisher = warehouse, publisher
+
+    def record(self, row: Row, values: dict[str, Any]) -> None:
+        """Upsert one CONTROL_* row, then publish it."""
+        self.warehouse.store(row, [tuple(values[name] for name in row.names)])
+        self.publisher.publish(KINDS[row.name], str(values[row.key[0]]), values)
+
+    def _rows(self, row: Row, where: str = "", params: tuple[object, ...] = (),
+              order: str = "") -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(row.names)} FROM {row.table} {where} {order}"
+        return [dict(zip(row.names, found, strict=True))
+                for found in self.warehouse.query(sql, params)]
+
+    def decision(self, decision_id: str) -> dict[str, Any] | None:
+        found = self._rows(CONTROL_DECISION, "WHERE decision_id = ?", (decision_id,))
+        return found[0] if found else None
+
+    def action(self, action_id: str) -> dict[str, Any] | None:
+        found = self._rows(CONTROL_ACTION, "WHERE action_id = ?", (action_id,))
+        return found[0] if found else None
+
+    def history(self) -> list[ActionRecord]:
+        """Every action that ran (succeeded), as the rules' limits count them."""
+        records = []
+        for found in self.warehouse.query(
+                "SELECT d.rule, d.target, d.action, a.executed_at, d.parameters "
+                "FROM control_actions a JOIN control_decisions d "
+                "ON a.decision_id = d.decision_id WHERE a.status = 'succeeded'"):
+            rule, target, action, executed_at, parameters = found
+            applied = json.loads(parameters)
+            change = applied.get("percent") if action == "budget_change" else \
+                applied.get("nodes") if action == "scale" else 0.0
+            records.append(ActionRecord(rule, target, action, ms_of(executed_at),
+                                        float(change or 0.0)))
+        return records
+
+    def unverified(self) -> list[dict[str, Any]]:
+        """Succeeded actions without a verification yet, with their decision's columns."""
+        names = ("action_id", "decision_id", "executed_at", "verify_after", "rule", "target",
+                 "baseline")
+        found = self.warehouse.query(
+            "SELECT a.action_id, a.decision_id, a.executed_at, a.verify_after, d.rule, "
+            "d.target, d.baseline FROM control_actions a "
+            "JOIN control_decisions d ON a.decision_id = d.decision_id "
+            "LEFT JOIN control_verifications v ON v.action_id = a.action_id "
+            "WHERE a.status = 'succeeded' AND v.action_id IS NULL ORDER BY a.executed_at")
+        return [dict(zip(names, row, strict=True)) for row in found]
+
+    def recent(self, limit: int = 20) -> dict[str, list[dict[str, Any]]]:
+        """The newest decisions, actions and verifications (for `seedance control status`)."""
+        return {
+            "decisions": self._rows(CONTROL_DECISION, order=f"ORDER BY decided_at DESC, "
+                                                            f"decision_id LIMIT {int(limit)}"),
+            "actions": self._rows(CONTROL_ACTION, order=f"ORDER BY executed_at DESC, "
+                                                        f"action_id LIMIT {int(limit)}"),
+            "verifications": self._rows(CONTROL_VERIFICATION,
+                                        order=f"ORDER BY verified_at DESC, action_id "
+                                              f"LIMIT {int(limit)}")}
