@@ -11,6 +11,7 @@ import sys
 from jobs import backfill, dashboard, reconcile
 from jobs.commands import attribute, cluster, experiments, inputs, intervals, stack, stream
 from jobs.commands.common import CliError
+from jobs.commands.control import add_control
 from pipelines.settings.environment import env_help
 from pipelines.settings.job_config import ConfigError
 from pipelines.stack.local_kafka import StackError
@@ -25,7 +26,7 @@ USER_ERRORS = (CliError, ConfigError, StackError, FileNotFoundError, ValueError)
 COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
             inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
             stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
-            cluster.add_cluster,
+            cluster.add_cluster, add_control,
             reconcile.add_parser, backfill.add_parsers)
 
 
