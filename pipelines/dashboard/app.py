@@ -1,9 +1,10 @@
 """The dashboard as a WSGI application, served by waitress.
 
-Routes: `/` (to the ROI view), `/<view>` (HTML), `/csv/<table>.csv` (the rows a table shows,
-same filters), `/healthz` (the warehouse answers). Read-only: only GET and HEAD. Every
-response carries security headers (a Content-Security-Policy without script, nosniff, no
-framing, no referrer); a request whose Host is not an allowed name is refused (DNS
+Routes: `/` (to the ROI view), `/<view>` (HTML: roi, models, stages, reconciliation,
+alerts, experiments, control), `/csv/<table>.csv` (the rows a table shows, same filters),
+`/healthz` (the warehouse answers). Read-only: only GET and HEAD. Every response carries
+security headers (a Content-Security-Policy without script, nosniff, no framing, no
+referrer); a request whose Host is not an allowed name is refused (DNS
 rebinding); exported cells that a spreadsheet would run as a formula are neutralised.
 """
 
@@ -37,7 +38,10 @@ TABLE_VIEWS = {
     "roi_by_channel": "roi", "roi_by_campaign": "roi", "roi_by_day": "roi",
     "models_summary": "models", "models_revenue": "models", "models_roi": "models",
     "stage_allocation": "stages", "recon_breaches": "reconciliation",
-    "recon_rows": "reconciliation", "alerts_open": "alerts", "alerts_resolved": "alerts"}
+    "recon_rows": "reconciliation", "alerts_open": "alerts", "alerts_resolved": "alerts",
+    "credit_intervals": "models", "experiment_strategy": "experiments",
+    "control_decisions": "control", "control_actions": "control",
+    "control_verifications": "control"}
 
 
 class DashboardApp:
@@ -123,7 +127,7 @@ class DashboardApp:
         rows: list[tuple[Any, ...]] = []
         if not view.notice:  # a view without its source tables exports nothing, not an error
             table = view.table(name)
-            header, rows = [c.name for c in table.columns], table.rows
+            header, rows = table.csv_header(), table.csv_rows()
         out = io.StringIO()
         writer = csv.writer(out)
         if header:

@@ -189,3 +189,54 @@ def drift_chart(title: str, days: Sequence[str],
                     f'fill="{STATUS_COLOURS[status]}"/><text x="{left + plot_w + 30}" '
                     f'y="{y + 9}" {FONT}>{escape(status)}</text>')
     return _svg(width, height, title, body)
+
+
+def interval_chart(title: str, items: Sequence[tuple[str, float | None, float | None,
+                                                     float | None, int]],
+                   percent: bool = False, reference: float | None = None) -> str:
+    """A row per item (label, value, low, high, colour): the interval as a line with end
+    ticks, the value as a dot; a value without bounds is a dot alone, no value is said.
+    `reference` draws a dashed vertical line (e.g. 0 for a difference)."""
+    width, left, row = WIDTH, 210, 22
+    plot_w = width - left - 70
+    height = 30 + row * max(len(items), 1) + 24
+    values = [v for _, *vs, _ in items for v in vs if v is not None]
+    values += [] if reference is None else [reference]
+    end = _nice_max(max(values, default=0.0))
+    start = -_nice_max(-min(values)) if values and min(values) < 0 else 0.0
+
+    def x_of(v: float) -> float:
+        return left + (v - start) / (end - start) * plot_w
+
+    def text(v: float) -> str:
+        return f"{v * 100:.1f} %" if percent else f"{v:,.2f}"
+
+    bottom = 28 + row * max(len(items), 1)
+    body = []
+    for i in range(5):
+        v = start + (end - start) * i / 4
+        body.append(f'<line x1="{x_of(v):.1f}" x2="{x_of(v):.1f}" y1="26" y2="{bottom}" '
+                    f'stroke="#ddd"/><text x="{x_of(v):.1f}" y="{bottom + 14}" '
+                    f'text-anchor="middle" {FONT}>'
+                    f'{f"{v * 100:.0f} %" if percent else compact(v)}</text>')
+    if reference is not None:
+        body.append(f'<line x1="{x_of(reference):.1f}" x2="{x_of(reference):.1f}" y1="26" '
+                    f'y2="{bottom}" stroke="#888" stroke-dasharray="4 3"/>')
+    for i, (label, value, low, high, colour_index) in enumerate(items):
+        y = 28 + i * row + row / 2
+        colour = PALETTE[colour_index % len(PALETTE)]
+        body.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" {FONT}>'
+                    f'{escape(label or "(none)")}</text>')
+        if value is None:
+            body.append(f'<text x="{left + 4}" y="{y + 4:.1f}" {FONT}>no value</text>')
+            continue
+        tip = escape(f"{label}: {text(value)}" + (
+            f" [{text(low)}, {text(high)}]" if low is not None and high is not None else ""))
+        if low is not None and high is not None:
+            x0, x1 = x_of(low), x_of(high)
+            body.append(f'<path d="M{x0:.1f} {y - 5:.1f}v10M{x0:.1f} {y:.1f}H{x1:.1f}'
+                        f'M{x1:.1f} {y - 5:.1f}v10" stroke="{colour}" stroke-width="2" '
+                        f'fill="none"><title>{tip}</title></path>')
+        body.append(f'<circle cx="{x_of(value):.1f}" cy="{y:.1f}" r="4" fill="{colour}">'
+                    f'<title>{tip}</title></circle>')
+    return _svg(width, height + 6, title, body)

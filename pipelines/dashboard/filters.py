@@ -13,7 +13,9 @@ from urllib.parse import urlencode
 
 # query-string names; short, since people read and share these URLs
 PARAMS = {"date_from": "from", "date_to": "to", "platform": "platform",
-          "campaign": "campaign", "model": "model"}
+          "campaign": "campaign", "model": "model", "status": "status", "rule": "rule"}
+# filters of the control page alone: links to the other pages leave them out
+CONTROL_ONLY = ("status", "rule")
 
 
 class FilterError(ValueError):
@@ -27,6 +29,8 @@ class Filters:
     platform: str = ""  # ad platform as in ad_spend.platform; '' = all
     campaign: str = ""  # campaign id; '' = all
     model: str = ""  # attribution model of the ROI views; '' = the default model
+    status: str = ""  # control page: a decision's, action's or verification's status
+    rule: str = ""  # control page: the rule that decided
 
     @property
     def by_campaign(self) -> bool:
@@ -35,6 +39,11 @@ class Filters:
 
     def with_model(self, model: str) -> Filters:
         return replace(self, model=model)
+
+    def for_view(self, view: str) -> Filters:
+        """The filters a link to `view` carries (the control page's own only to it)."""
+        return self if view == "control" else replace(
+            self, **dict.fromkeys(CONTROL_ONLY, ""))
 
     def query_string(self) -> str:
         """The filters as a URL query (empty values left out), e.g. for CSV links."""

@@ -13,7 +13,7 @@ from html import escape
 from pipelines.dashboard import charts
 from pipelines.dashboard.filters import Filters
 from pipelines.dashboard.queries import TITLES
-from pipelines.dashboard.tables import Table, View, format_value
+from pipelines.dashboard.tables import Column, Table, View, format_interval, format_value
 
 # (Python 3.11 f-strings cannot hold quotes of their own kind: attribute snippets live here.)
 _ACTIVE, _NUM, _BREACH = ' class="active"', ' class="num"', ' class="breach"'
@@ -37,18 +37,19 @@ table{border-collapse:collapse;background:#fff;font-size:13px;min-width:50%}
 th,td{border-bottom:1px solid #e4e6ea;padding:4px 10px;text-align:left}
 th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.breach td{background:#fdecec}.note{font-size:12px;color:#667;margin:2px 0 6px}
-a.csv{font-size:12px;font-weight:400;margin-left:10px}
+a.csv{font-size:12px;font-weight:400;margin-left:10px}section{overflow-x:auto}
 .notice{background:#fff8e6;border:1px solid #f0d78c;padding:12px 16px;border-radius:6px}
 .error{background:#fdecec;border:1px solid #e15759;padding:12px 16px;border-radius:6px}
+.warning{background:#fdecec;border:1px solid #e15759;border-left:6px solid #e15759;
+ padding:10px 14px;border-radius:6px;margin:8px 0;font-weight:600}
 """
 
 
 def page(view_name: str, filters: Filters, options: dict[str, list[str]], body: str,
          source: str) -> str:
     """The whole page around a view's body: title, navigation, the filter form."""
-    query = filters.query_string()
     nav = "".join(
-        f'<a href="/{name}{"?" + escape(query) if query else ""}"'
+        f'<a href="/{name}{_query(filters.for_view(name))}"'
         f'{_ACTIVE if name == view_name else ""}>{escape(title)}</a>'
         for name, title in TITLES.items())
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -57,6 +58,11 @@ def page(view_name: str, filters: Filters, options: dict[str, list[str]], body: 
             f'<style>{STYLE}</style></head><body><header><h1>Seedance finance</h1>'
             f'<nav>{nav}</nav><span class="source">warehouse {escape(source)}</span></header>'
             f'{_form(view_name, filters, options)}<main>{body}</main></body></html>')
+
+
+def _query(filters: Filters) -> str:
+    query = filters.query_string()
+    return "?" + escape(query) if query else ""
 
 
 def _select(name: str, label: str, values: list[str], chosen: str, blank: str) -> str:
@@ -77,6 +83,9 @@ def _form(view_name: str, filters: Filters, options: dict[str, list[str]]) -> st
             + _select("campaign", "Campaign", options["campaigns"], filters.campaign,
                       "all campaigns")
             + _select("model", "Model (ROI)", options["models"], filters.model, "")
+            + (_select("rule", "Rule", options["rules"], filters.rule, "all rules")
+               + _select("status", "Status", options["statuses"], filters.status,
+                         "any status") if view_name == "control" else "")
             + f'<button type="submit" id="apply">Apply</button>'
             f'<a href="/{escape(view_name)}" id="reset">Reset</a></form>')
 
@@ -86,6 +95,8 @@ def view_body(view: View, filters: Filters) -> str:
         return (f'<h2>{escape(view.title)}</h2>'
                 f'<p class="notice" id="notice">{escape(view.notice)}</p>')
     parts = [f'<h2>{escape(view.title)}</h2>']
+    parts += [f'<p class="warning" id="warning-{i}">{escape(text)}</p>'
+              for i, text in enumerate(view.warnings)]
     if view.kpis:
         parts.append('<div class="kpis">' + "".join(
             f'<div class="kpi" id="{k.name}"><div class="label">{escape(k.label)}</div>'
@@ -104,13 +115,14 @@ def table_html(table: Table, filters: Filters) -> str:
     csv_link = f"/csv/{table.name}.csv" + (f"?{query}" if query else "")
     head = "".join(f'<th data-col="{escape(c.name)}">{escape(c.label)}</th>'
                    for c in table.columns)
-    status_at = next((i for i, c in enumerate(table.columns) if c.name == "status"), None)
+    warn_column, warn_value = table.warn
+    warn_at = next((i for i, c in enumerate(table.columns) if c.name == warn_column), None)
     rows = []
     for row in table.rows:
-        breach = status_at is not None and row[status_at] == "breach"
+        breach = warn_at is not None and row[warn_at] == warn_value
         cells = "".join(
             f'<td data-col="{escape(c.name)}"{"" if c.kind == "text" else _NUM}>'
-            f"{escape(_cell_text(value, c.kind))}</td>"
+            f"{escape(_cell_text(value, c))}</td>"
             for c, value in zip(table.columns, row, strict=True))
         rows.append(f'<tr{_BREACH if breach else ""}>{cells}</tr>')
     body = "".join(rows) or (f'<tr><td colspan="{len(table.columns)}" class="empty">'
@@ -122,10 +134,12 @@ def table_html(table: Table, filters: Filters) -> str:
             f"<tbody>{body}</tbody></table></section>")
 
 
-def _cell_text(value: object, kind: str) -> str:
-    if kind == "text" and value == "":
+def _cell_text(value: object, column: Column) -> str:
+    if column.interval:
+        return format_interval(value, column.kind)  # type: ignore[arg-type]
+    if column.kind == "text" and value == "":
         return "(none)"  # organic traffic has no campaign; an empty cell looks like a bug
-    return format_value(value, kind)
+    return format_value(value, column.kind)
 
 
 def error_body(message: str) -> str:
@@ -164,7 +178,27 @@ def _models_charts(view: View) -> list[str]:
                                 [(m, [r[i + 1] for r in revenue.rows])
                                  for i, m in enumerate(models)]),
             charts.bar_chart("ROI per model",
-                             [(r[0], r[5]) for r in summary], "x")]
+                             [(r[0], r[5]) for r in summary], "x"),
+            *_credit_interval_charts(view)]
+
+
+def _credit_interval_charts(view: View) -> list[str]:
+    rows = view.table("credit_intervals").rows
+    if not rows:
+        return []
+    return [charts.interval_chart(f"Share of credit per channel with its interval, {rows[0][1]}",
+                                  [(r[0], *r[2], 0) for r in rows], percent=True)]
+
+
+def _experiments_charts(view: View) -> list[str]:
+    rows = view.table("experiment_strategy").rows
+    if not rows:
+        return []
+    # the control in blue, other variants in orange, a variant of a mismatched split in red
+    return [charts.interval_chart(
+        "ROI per variant with its interval (newest window)",
+        [(f"{r[0]} · {r[1]}", *r[8], 3 if r[13] == "MISMATCH" else 0 if r[2] == "control"
+          else 1) for r in rows])]
 
 
 def _stages_charts(view: View) -> list[str]:
@@ -189,4 +223,5 @@ def _recon_charts(view: View) -> list[str]:
 
 
 CHARTS = {"roi": _roi_charts, "models": _models_charts, "stages": _stages_charts,
-          "reconciliation": _recon_charts, "alerts": lambda view: []}
+          "reconciliation": _recon_charts, "alerts": lambda view: [],
+          "experiments": _experiments_charts, "control": lambda view: []}

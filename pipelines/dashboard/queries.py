@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.dashboard.control_views import control_options, control_view
+from pipelines.dashboard.experiment_views import credit_interval_table, experiments_view
 from pipelines.dashboard.filters import Filters, campaign_filter, day_range
 from pipelines.dashboard.tables import Column, Kpi, Table, View, roi_of, table_exists
 from pipelines.settings.job_config import AttributionConfig
@@ -62,7 +64,7 @@ def options(warehouse: Warehouse) -> dict[str, list[str]]:
         "SELECT DISTINCT campaign FROM ad_spend UNION SELECT DISTINCT key FROM roi_daily "
         "WHERE dimension = 'campaign'")}
     return {"models": models_in(warehouse), "platforms": sorted(p for p in platforms if p),
-            "campaigns": sorted(c for c in campaigns if c)}
+            "campaigns": sorted(c for c in campaigns if c), **control_options(warehouse)}
 
 
 def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -163,6 +165,7 @@ def models_view(warehouse: Warehouse, filters: Filters) -> View:
                             lambda v: roi_of(*v)),
                      key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0])),
               note=NO_CAMPAIGN_SPLIT if filters.by_campaign else ""),
+        credit_interval_table(warehouse, filters),
     ]
     return view
 
@@ -285,9 +288,11 @@ def alerts_view(warehouse: Warehouse, filters: Filters) -> View:
 
 VIEWS: dict[str, Callable[[Warehouse, Filters], View]] = {
     "roi": roi_view, "models": models_view, "stages": stages_view,
-    "reconciliation": reconciliation_view, "alerts": alerts_view}
+    "reconciliation": reconciliation_view, "alerts": alerts_view,
+    "experiments": experiments_view, "control": control_view}
 TITLES = {"roi": "ROI", "models": "Models", "stages": "Lifecycle", "reconciliation":
-          "Reconciliation", "alerts": "Alerts"}
+          "Reconciliation", "alerts": "Alerts", "experiments": "Experiments",
+          "control": "Control"}
 
 
 def build_view(warehouse: Warehouse, name: str, filters: Filters) -> View:

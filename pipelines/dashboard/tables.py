@@ -13,8 +13,9 @@ from pipelines.store.warehouse import Warehouse
 
 # How a column's values are shown: text as is; money and number with 2 decimals and
 # thousands separators; ratio (ROI) with 2 decimals; percent and share as x100 with a %;
-# count as a whole number. None is shown as an em dash.
-KINDS = ("text", "money", "number", "ratio", "percent", "share", "count")
+# count as a whole number; delta (a difference of ratios) signed with 2 decimals; p (a
+# p-value) with 2 significant digits. None is shown as an em dash.
+KINDS = ("text", "money", "number", "ratio", "percent", "share", "count", "delta", "p")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,16 @@ class Column:
     name: str  # CSV header
     label: str  # table header on the page
     kind: str = "text"
+    # the cell is (value, low, high): shown as "3.82 [3.41, 4.25]", exported as three
+    # columns name, name_low, name_high (or name and `bounds`)
+    interval: bool = False
+    bounds: tuple[str, str] = ()
+
+    @property
+    def csv_names(self) -> tuple[str, ...]:
+        if not self.interval:
+            return (self.name,)
+        return (self.name, *(self.bounds or (f"{self.name}_low", f"{self.name}_high")))
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -36,6 +47,19 @@ class Table:
     rows: list[tuple[Any, ...]]
     note: str = ""  # what the filters do not apply to, and why
     empty: str = "No rows for these filters."
+    # (column, value): a row with this value in this column is marked (shaded red)
+    warn: tuple[str, str] = ("status", "breach")
+
+    def csv_header(self) -> list[str]:
+        """The export's header: an interval column becomes its value, low and high."""
+        return [name for c in self.columns for name in c.csv_names]
+
+    def csv_rows(self) -> list[tuple[Any, ...]]:
+        """The rows as exported: full precision, an interval's three numbers apart."""
+        if not any(c.interval for c in self.columns):
+            return self.rows
+        return [tuple(part for c, value in zip(self.columns, row, strict=True)
+                      for part in (value if c.interval else (value,))) for row in self.rows]
 
 
 @dataclass(frozen=True)
@@ -53,6 +77,7 @@ class View:
     tables: list[Table] = field(default_factory=list)
     kpis: list[Kpi] = field(default_factory=list)
     notice: str = ""  # shown instead of the view when its source tables are missing or empty
+    warnings: list[str] = field(default_factory=list)  # shown above the view, prominently
 
     def table(self, name: str) -> Table:
         for table in self.tables:
@@ -72,9 +97,26 @@ def format_value(value: Any, kind: str) -> str:
         return f"{round(number):,}"
     if kind in ("percent", "share"):
         return f"{number * 100:+.2f} %" if kind == "percent" else f"{number * 100:.1f} %"
-    if kind == "ratio":
-        return f"{number:,.2f}"
+    if kind == "delta":
+        return f"{number:+,.2f}"
+    if kind == "p":
+        return f"{number:.2g}"
     return f"{number:,.2f}"
+
+
+def format_interval(value: tuple[Any, Any, Any], kind: str) -> str:
+    """(value, low, high) as "3.82 [3.41, 4.25]"; a share as "31.2 % [29.8, 32.7]" (the
+    bounds in the value's unit, without repeating it); the value alone without bounds."""
+    point, low, high = value
+    text = format_value(point, kind)
+    if point is None or low is None or high is None:
+        return text
+    if kind in ("percent", "share"):
+        spec = "+.2f" if kind == "percent" else ".1f"
+        bounds = [format(float(b) * 100, spec) for b in (low, high)]
+    else:
+        bounds = [format_value(b, kind) for b in (low, high)]
+    return f"{text} [{bounds[0]}, {bounds[1]}]"
 
 
 def table_exists(warehouse: Warehouse, name: str) -> bool:

@@ -5,6 +5,11 @@ Flink job), ROI rows from `udfs.roi.day_roi` over seeded spend and compute, and
 reconciliation rows and alerts in the shapes of schemas/sql/reconciliation.sql with a
 seeded drift (a few keys outside the 5 % band, some of them resolved later). Running the
 whole stack would take minutes; these rows have the same columns and the same invariants.
+
+The figures of how sure the results are come as fixed rows (`EXPERIMENTS`, `DECISIONS`) or
+from the credits by a normal approximation (credit intervals): three experiments (a
+significant lift, no difference, a sample-ratio mismatch) and three control decisions (one
+executed and verified, one blocked by a limit, one awaiting approval).
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ import pandas as pd
 from pipelines.settings.job_config import AttributionConfig
 from pipelines.sources.generator import plan_events
 from pipelines.store.warehouse import Warehouse
-from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
+from schemas.rows import (
+    AD_SPEND,
+    ATTRIBUTION_CREDITS,
+    CONTROL_ACTION,
+    CONTROL_DECISION,
+    CONTROL_VERIFICATION,
+    CREDIT_INTERVAL,
+    EXPERIMENT_RESULT,
+    ROI_DAILY,
+    ROI_UNALLOCATED,
+)
 from tests.reference import reference_credits
 from udfs.lifecycle import StageWeights
 from udfs.roi import day_roi
@@ -55,6 +70,7 @@ class SampleSummary:
     roi_rows: int
     reconciliation_rows: int
     alert_events: int
+    credit_intervals: int = 0
 
 
 def fill_sample_warehouse(url: str, users: int = 600, seed: int = 11,
@@ -82,7 +98,11 @@ def fill_sample_warehouse(url: str, users: int = 600, seed: int = 11,
         warehouse.apply_ddl(RECONCILIATION_DDL)
         warehouse.upsert("reconciliation_daily", DAILY_COLUMNS, 6, recon)
         warehouse.upsert("alerts", ALERT_COLUMNS, 1, alerts)
-    return SampleSummary(all_days, len(credit_rows), len(roi), len(recon), len(alerts))
+        intervals = _credit_interval_rows(credit_rows)
+        warehouse.store(CREDIT_INTERVAL, intervals)
+        _store_experiments_and_control(warehouse, all_days)
+    return SampleSummary(all_days, len(credit_rows), len(roi), len(recon), len(alerts),
+                         len(intervals))
 
 
 def _day(ts_ms: int) -> str:
@@ -178,3 +198,90 @@ def _alert(key: tuple[str, ...], kind: str, currency: str, ours: float, theirs: 
     return (alert_id, kind, *key, 1, currency, ours, theirs, drift, THRESHOLD,
             MIN_VOLUME[key[5]], json.dumps([]), "sample-run", raised_at, "sent", "disabled",
             "sent", 1, "")
+
+
+# (experiment, variant, users, ROI (value, low, high), vs control (value, low, high), p,
+# significant, marginal cost, SRM p): the newest window; bid-strategy has an older one too
+EXPERIMENTS = [
+    ("bid-strategy", "control", 2010, (3.10, 2.84, 3.36), None, None, False, None, 0.81),
+    ("bid-strategy", "target-roas", 1990, (3.82, 3.41, 4.25), (0.72, 0.23, 1.21), 0.004, True,
+     0.04, 0.81),
+    ("checkout-copy", "control", 1500, (2.40, 2.10, 2.70), None, None, False, None, 0.66),
+    ("checkout-copy", "short-copy", 1523, (2.46, 2.14, 2.78), (0.06, -0.37, 0.49), 0.78,
+     False, -0.01, 0.66),
+    ("onboarding-flow", "control", 1380, (1.90, 1.60, 2.20), None, None, False, None, 3.1e-08),
+    ("onboarding-flow", "guided", 1020, (2.05, 1.70, 2.40), (0.15, -0.31, 0.61), 0.52, False,
+     0.02, 3.1e-08)]
+
+
+def experiment_row(flag_key: str, variant: str, users: int, roi: tuple[float, float, float],
+                   diff: tuple[float, float, float] | None, p_value: float | None,
+                   significant: bool, marginal_cost: float | None, srm_p: float,
+                   window_end: str) -> tuple:
+    end = date.fromisoformat(window_end)
+    cost = round(users * 0.05, 2)
+    values = {
+        "flag_key": flag_key, "variant": variant, "window_end": window_end,
+        "window_start": (end - timedelta(days=6)).isoformat(), "is_control": diff is None,
+        "control_variant": "control", "users": users, "converters": users // 12,
+        "conversions": users // 10, "revenue": round(cost * roi[0], 2),
+        "ad_spend": round(cost * 0.8, 2), "compute_cost": round(cost * 0.2, 2),
+        "roi": roi[0], "roi_low": roi[1], "roi_high": roi[2],
+        "roi_diff": diff and diff[0], "diff_low": diff and diff[1],
+        "diff_high": diff and diff[2], "p_value": p_value, "significant": significant,
+        "marginal_cost": marginal_cost, "srm_p_value": srm_p, "srm": srm_p < 0.001,
+        "confidence": 0.95, "computed_at": f"{window_end}T23:30:00+00:00"}
+    return tuple(values[name] for name in EXPERIMENT_RESULT.names)
+
+
+def _credit_interval_rows(credit_rows: list[tuple]) -> list[tuple]:
+    """Per model, day and channel: the credited conversions, revenue and share, with a 95 %
+    normal-approximation interval of the share over the day's orders."""
+    sums: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for model, _order, _i, _user, _ts, day, channel, _campaign, _t, credit, revenue, *_ in (
+            credit_rows):
+        sums[model, day, channel][0] += credit
+        sums[model, day, channel][1] += revenue
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    for (model, day, _channel), (credit, _revenue) in sums.items():
+        totals[model, day] += credit
+    rows = []
+    for (model, day, channel), (credit, revenue) in sorted(sums.items()):
+        total = totals[model, day]
+        share = credit / total if total else 0.0
+        half = 1.96 * (share * (1 - share) / total) ** 0.5 if total else 0.0
+        low, high = max(share - half, 0.0), min(share + half, 1.0)
+        rows.append((model, day, channel, credit, low * total, high * total, revenue,
+                     revenue * (low / share if share else 1.0),
+                     revenue * (high / share if share else 1.0), share, low, high, 0.95, 1000,
+                     7, f"{day}T23:45:00+00:00"))
+    return rows
+
+
+def _store_experiments_and_control(warehouse: Warehouse, days: list[str]) -> None:
+    last, week_before = days[-1], days[-8]
+    older = [experiment_row(*row[:3], (2.90, 2.50, 3.30), None if row[4] is None
+                            else (0.20, -0.35, 0.75), None if row[4] is None else 0.47, False,
+                            row[7], 0.74, week_before) for row in EXPERIMENTS[:2]]
+    warehouse.store(EXPERIMENT_RESULT,
+                    older + [experiment_row(*row, last) for row in EXPERIMENTS])
+    decided = [f"{day}T06:00:00Z" for day in days[-6:-3]]
+    params = (("budget_change", '{"percent": 20, "requested_percent": 20}'),
+              ("budget_change", '{"percent": 0, "requested_percent": 30}'),
+              ("scale", '{"nodes": 2}'))
+    decisions = [
+        ("ctl-0001", "roi-floor-raise", "dv360-awareness", *params[0],
+         "ROI 1.62 above 1.5 for 3 days", "executed", "", "auto", 0.82, decided[0]),
+        ("ctl-0002", "roi-floor-raise", "meta-retargeting", *params[1],
+         "ROI 1.71 above 1.5 for 3 days", "blocked", "max_change_per_week_percent", "auto",
+         1.71, decided[1]),
+        ("ctl-0003", "gpu-pressure", "ranking-pool", *params[2],
+         "GPU utilisation 0.93 above 0.85", "awaiting_approval", "", "approval", 0.93,
+         decided[2])]
+    warehouse.store(CONTROL_DECISION, decisions)
+    warehouse.store(CONTROL_ACTION, [
+        ("act-0001", "ctl-0001", "webhook", "succeeded", 1, "200 OK",
+         decided[0].replace("06:00:00", "06:00:02"), decided[1].replace("06:00:00", "06:00:02"))])
+    warehouse.store(CONTROL_VERIFICATION, [
+        ("act-0001", "success", 0.82, 1.05, 28.04878, "roi-floor-raise: verified",
+         decided[1].replace("06:00:00", "07:00:00"))])

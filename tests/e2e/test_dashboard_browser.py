@@ -79,6 +79,22 @@ def check_cost_rows(shown_rows: dict[str, dict[str, str]],
         assert_shown(row["roi"], roi(revenue, ad_spend + compute))
 
 
+def rows_of(driver: webdriver.Chrome, name: str) -> list[dict[str, str]]:
+    """Every row of the table as shown, {column: text} (no key column needed)."""
+    columns = driver.execute_script(HEADERS_JS, f"#{name}")
+    rows = driver.execute_script(ROWS_JS, f"#{name}")
+    if len(rows) == 1 and len(rows[0]) == 1:  # the "no rows" line
+        return []
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def interval_text(value: float, low: float, high: float, spec: str = ".2f",
+                  scale: float = 1.0, unit: str = "") -> str:
+    """How the page writes a value with its interval, e.g. "3.82 [3.41, 4.25]"."""
+    return (f"{format(value * scale, spec)}{unit} [{format(low * scale, spec)}, "
+            f"{format(high * scale, spec)}]")
+
+
 def kpi(driver: webdriver.Chrome, name: str) -> str:
     return driver.find_element(By.CSS_SELECTOR, f"#{name} .value").text
 
@@ -210,12 +226,79 @@ def test_dashboard_in_a_browser(browser: webdriver.Chrome, warehouse_url: str,
         assert_shown(kpi(browser, "kpi_open"), opened, 0)
         assert_shown(kpi(browser, "kpi_resolved"), resolved, 0)
         assert len(browser.execute_script(ROWS_JS, "#alerts_open")) == opened
+        check_experiments_and_control(browser, base, sample.days, q)
         assert PASSWORD not in browser.page_source
         if warehouse_url.startswith("postgresql"):
             source = browser.find_element(By.CSS_SELECTOR, "header .source").text
             assert source == f"warehouse {redacted_url(served_url)}" and "***" in source
     finally:
         wh.close()
+
+
+def check_experiments_and_control(browser: webdriver.Chrome, base: str, days: list[str],
+                                  q: Callable[..., list[tuple[Any, ...]]]) -> None:
+    # --- experiments: each one's newest window, checked against the stored results -------
+    browser.find_element(By.LINK_TEXT, "Experiments").click()
+    shown_rows = {(r["experiment"], r["variant"]): r
+                  for r in rows_of(browser, "experiment_strategy")}
+    stored = q("SELECT flag_key, variant, window_start, roi, roi_low, roi_high, roi_diff, "
+               "diff_low, diff_high, p_value, significant, srm, users FROM experiment_results "
+               "WHERE window_end = ?", (days[-1],))
+    assert set(shown_rows) == {(r[0], r[1]) for r in stored} and len(stored) == 6
+    verdicts = set()
+    for (flag, variant, start, roi_, low, high, diff, d_low, d_high, p, significant, srm,
+         users) in stored:
+        row = shown_rows[flag, variant]
+        assert row["window"] == f"{start} .. {days[-1]}"
+        assert row["roi"] == interval_text(roi_, low, high)
+        assert_shown(row["users"], users, 0)
+        assert row["srm"] == ("MISMATCH" if srm else "ok")
+        if diff is None:
+            assert row["role"] == "control" and row["verdict"] == "control"
+            continue
+        assert row["roi_diff"] == interval_text(diff, d_low, d_high, "+.2f")
+        assert row["verdict"] == ("significant" if significant else "not significant")
+        assert_shown(row["p_value"], p, 3)
+        verdicts.add(row["verdict"])
+    assert verdicts == {"significant", "not significant"}  # the sample has both
+    warning = browser.find_element(By.CSS_SELECTOR, "p.warning")
+    assert warning.is_displayed() and "Sample ratio mismatch in onboarding-flow" in warning.text
+    assert browser.find_element(By.CSS_SELECTOR, "svg.chart").size["height"] > 100
+
+    # --- the control loop: each decision's story, then filtered by status ----------------
+    browser.find_element(By.LINK_TEXT, "Control").click()
+    decisions = {r["target"]: r for r in rows_of(browser, "control_decisions")}
+    assert {t: r["status"] for t, r in decisions.items()} == {
+        "dv360-awareness": "executed", "meta-retargeting": "blocked",
+        "ranking-pool": "awaiting_approval"}
+    assert decisions["meta-retargeting"]["blocked_by"] == "max_change_per_week_percent"
+    assert decisions["dv360-awareness"]["outcome"] == (
+        "webhook: succeeded after 1 attempt; verified success (+28.0 %)")
+    (baseline, observed, change), = q("SELECT baseline, observed, change_percent FROM "
+                                      "control_verifications WHERE status = 'success'")
+    verification, = rows_of(browser, "control_verifications")
+    assert verification["status"] == "success" and verification["target"] == "dv360-awareness"
+    assert_shown(verification["baseline"], baseline)
+    assert_shown(verification["observed"], observed)
+    assert_shown(verification["change"], change / 100, 4)
+    assert [r["attempts"] for r in rows_of(browser, "control_actions")] == ["1"]
+    Select(browser.find_element(By.ID, "f-status")).select_by_value("blocked")
+    browser.find_element(By.ID, "apply").click()
+    WebDriverWait(browser, 10).until(lambda d: "status=blocked" in d.current_url)
+    assert [r["target"] for r in rows_of(browser, "control_decisions")] == ["meta-retargeting"]
+    assert rows_of(browser, "control_actions") == []
+    assert fetch_csv(browser, "control_decisions")[1][2] == "meta-retargeting"
+
+    # --- how sure each channel's credit is, for a model and days ---------------------------
+    model, first, last = "linear", days[7], days[20]
+    browser.get(f"{base}/models?model={model}&from={first}&to={last}")
+    expected = q("SELECT channel, share, share_low, share_high FROM credit_intervals WHERE "
+                 "model = ? AND period = ?", (model, last))
+    shares = {r["channel"]: r for r in rows_of(browser, "credit_intervals")}
+    assert set(shares) == {c for c, *_ in expected} and expected
+    for channel, share, low, high in expected:
+        assert shares[channel]["period"] == last
+        assert shares[channel]["share"] == interval_text(share, low, high, ".1f", 100, " %")
 
 
 def save_screenshot(driver: webdriver.Chrome, path: Path) -> Path:

@@ -19,6 +19,7 @@ import pytest
 from pipelines.dashboard import app as app_module
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import ROI_DAILY
+from tests.unit.test_dashboard_loop import loop  # noqa: F401 (fixture)
 from tests.unit.test_dashboard_queries import roi_row, url, warehouse  # noqa: F401 (fixtures)
 
 
@@ -117,3 +118,26 @@ def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):  # noqa:
     for dangerous in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)"):
         assert "'" + dangerous in cells and dangerous not in cells
     assert "plain" in cells
+
+
+def test_experiments_and_control_pages_over_the_server(loop, server):  # noqa: F811
+    """The new pages answer like the others: the same headers, Host check and CSV."""
+    for path, cells in (
+            ("/experiments", ("3.82 [3.41, 4.25]", ">significant<", ">not significant<",
+                              "Sample ratio mismatch in onboarding")),
+            ("/control", (">awaiting_approval<", ">success<", "max_change_per_week_percent",
+                          "webhook: succeeded after 2 attempts; verified success (+12.0 %)")),
+            ("/models", ("31.2 % [29.8, 32.7]",))):
+        status, headers, body = get(server, path)
+        page = body.decode()
+        assert status == 200 and "default-src 'none'" in headers["Content-Security-Policy"]
+        assert "<script" not in page and all(cell in page for cell in cells), path
+        assert get(server, path, host="evil.example")[0] == 400
+    for table in ("experiment_strategy", "credit_intervals", "control_decisions",
+                  "control_actions", "control_verifications"):
+        status, headers, body = get(server, f"/csv/{table}.csv")
+        assert status == 200 and headers["X-Content-Type-Options"] == "nosniff", table
+        assert len(list(csv.reader(io.StringIO(body.decode())))) > 1, table
+    _, _, body = get(server, "/csv/control_decisions.csv")
+    cells = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
+    assert "'=HYPERLINK(\"http://x\")" in cells and "=HYPERLINK(\"http://x\")" not in cells

@@ -1,0 +1,138 @@
+"""How sure the figures are: the experiments' strategy table (experiment_results, what
+`seedance experiments` stores) and each channel's credit with its bootstrap interval
+(credit_intervals, what `seedance intervals` stores).
+
+The strategy table shows what udfs.experiments.strategy_table prints, cell for cell: per
+experiment (its newest window) and variant the ROI with its interval, the difference to
+the control with its interval, significance and p-value, the marginal cost and the
+sample-ratio check. An interval cell is one (value, low, high) column: the page shows
+"3.82 [3.41, 4.25]", the CSV its three numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.dashboard.filters import Filters, day_range
+from pipelines.dashboard.tables import Column, Kpi, Table, View
+from pipelines.store.warehouse import Warehouse
+
+EXPERIMENTS_EMPTY = (
+    "No experiment results yet: run the experiments job (`seedance run --job experiments`), "
+    "load its rows (`seedance load`), then compute the strategy table "
+    "(`seedance experiments`).")
+NOT_BY_CAMPAIGN = ("The platform, campaign and model filters do not apply here: experiments "
+                   "are costed under the experiments' own cost model; the dates choose the "
+                   "newest window ending inside them.")
+
+STRATEGY_COLUMNS = (
+    Column("experiment", "Experiment"), Column("variant", "Variant"), Column("role", "Role"),
+    Column("window", "Window"), Column("users", "Users", "count"),
+    Column("conversions", "Conversions", "count"), Column("revenue", "Revenue", "money"),
+    Column("cost", "Cost", "money"), Column("roi", "ROI [interval]", "ratio", interval=True),
+    Column("roi_diff", "vs control [interval]", "delta", interval=True,
+           bounds=("diff_low", "diff_high")),
+    Column("verdict", "Significance"), Column("p_value", "p", "p"),
+    Column("marginal_cost", "Marginal cost", "percent"), Column("srm", "Sample ratio"),
+    Column("srm_p_value", "SRM p", "p"))
+
+
+def _verdict(is_control: bool, control_variant: str, p_value: float | None,
+             significant: bool) -> str:
+    if is_control:
+        return "control"
+    if not control_variant:
+        return "no control"
+    if p_value is None:
+        return "not comparable"
+    return "significant" if significant else "not significant"
+
+
+def _strategy_rows(results: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    out = []
+    for (flag_key, variant, window_end, window_start, is_control, control_variant, users,
+         conversions, revenue, ad_spend, compute_cost, roi, roi_low, roi_high, roi_diff,
+         diff_low, diff_high, p_value, significant, marginal_cost, srm_p_value, srm,
+         _confidence) in results:
+        is_control, significant, srm = bool(is_control), bool(significant), bool(srm)
+        out.append((
+            flag_key, variant,
+            "control" if is_control else f"vs {control_variant}" if control_variant else None,
+            f"{window_start} .. {window_end}", users, conversions, revenue,
+            ad_spend + compute_cost, (roi, roi_low, roi_high),
+            (None, None, None) if is_control else (roi_diff, diff_low, diff_high),
+            _verdict(is_control, control_variant, p_value, significant),
+            None if is_control else p_value, marginal_cost,
+            "MISMATCH" if srm else "ok" if srm_p_value is not None else None, srm_p_value))
+    return out
+
+
+def experiments_view(warehouse: Warehouse, filters: Filters) -> View:
+    view = View("experiments", "Experiments: ROI per variant against the control")
+    if not warehouse.query("SELECT 1 FROM experiment_results LIMIT 1"):
+        view.notice = EXPERIMENTS_EMPTY
+        return view
+    where, params = day_range("l.window_end", filters)
+    results = warehouse.query(
+        "SELECT flag_key, variant, window_end, window_start, is_control, control_variant, "
+        "users, conversions, revenue, ad_spend, compute_cost, roi, roi_low, roi_high, "
+        "roi_diff, diff_low, diff_high, p_value, significant, marginal_cost, srm_p_value, srm, "
+        "confidence FROM experiment_results r WHERE window_end = (SELECT MAX(l.window_end) "
+        f"FROM experiment_results l WHERE l.flag_key = r.flag_key{where}) "
+        "ORDER BY flag_key, is_control DESC, variant", params)
+    rows = _strategy_rows(results)
+    levels = sorted({f"{100 * float(r[-1]):g} %" for r in results})
+    mismatched = sorted({r[0] for r in rows if r[13] == "MISMATCH"})
+    srm_p = {r[0]: r[14] for r in rows}
+    view.warnings = [
+        f"Sample ratio mismatch in {flag} (p = {srm_p[flag]:.2g}): its users per variant "
+        "differ from the planned split, so the assignment is broken and its comparison "
+        "cannot be trusted until that is fixed." for flag in mismatched]
+    view.kpis = [
+        Kpi("kpi_experiments", "Experiments", len({r[0] for r in rows}), "count"),
+        Kpi("kpi_significant", "Significant differences",
+            sum(r[10] == "significant" for r in rows), "count"),
+        Kpi("kpi_srm", "Sample ratio mismatches", len(mismatched), "count")]
+    view.tables = [Table(
+        "experiment_strategy", "Strategy table (each experiment's newest window)",
+        STRATEGY_COLUMNS, rows, warn=("srm", "MISMATCH"),
+        note=(f"Intervals at {', '.join(levels) or '—'}; 'significant' when p is below "
+              "1 - that level. Cost = allocated ad spend + compute; marginal cost = cost per "
+              "user against the control's. " + NOT_BY_CAMPAIGN),
+        empty="No experiment window ends inside these dates.")]
+    return view
+
+
+INTERVAL_COLUMNS = (
+    Column("channel", "Channel"), Column("period", "Day"),
+    Column("share", "Share of credit [interval]", "share", interval=True),
+    Column("credit", "Credited conversions [interval]", "number", interval=True),
+    Column("revenue", "Revenue [interval]", "money", interval=True),
+    Column("level", "Level", "share"), Column("resamples", "Resamples", "count"))
+
+
+def credit_interval_table(warehouse: Warehouse, filters: Filters) -> Table:
+    """The model's credit per channel with its intervals, of the newest day in the selected
+    range that has intervals (they are per day: a range's would need its own bootstrap)."""
+    where, params = day_range("period", filters)
+    rows = warehouse.query(
+        "SELECT channel, period, share, share_low, share_high, credit, credit_low, "
+        "credit_high, revenue, revenue_low, revenue_high, level, resamples FROM "
+        "credit_intervals WHERE model = ? AND period = (SELECT MAX(period) FROM "
+        f"credit_intervals WHERE model = ?{where}) ORDER BY share DESC, channel",
+        [filters.model, filters.model, *params])
+    shown = [(channel, period, (share, share_low, share_high),
+              (credit, credit_low, credit_high), (revenue, revenue_low, revenue_high),
+              level, resamples)
+             for (channel, period, share, share_low, share_high, credit, credit_low,
+                  credit_high, revenue, revenue_low, revenue_high, level, resamples) in rows]
+    day = rows[0][1] if rows else ""
+    note = (f"{filters.model}, {day}: intervals are per day, so the newest day of the "
+            "selection with intervals is shown; bootstrap over that day's orders."
+            if rows else "")
+    if rows and filters.by_campaign:
+        note += " Per channel, not per campaign: the platform and campaign filters do not apply."
+    return Table("credit_intervals", "How sure is each channel's credit", INTERVAL_COLUMNS,
+                 shown, note=note,
+                 empty=f"No credit intervals for {filters.model or 'this model'} in these "
+                       "days: `seedance intervals` computes them from the loaded credits.")
