@@ -39,7 +39,8 @@ def run(request: DashboardRequest) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("dashboard", help="serve the finance dashboard (ROI, models, lifecycle, "
-                                         "reconciliation, alerts) over the warehouse")
+                                         "reconciliation, alerts, experiments, control) over "
+                                         "the warehouse")
     p.add_argument("--config", help="job config YAML whose warehouse.url to read "
                                     "(default: jobs/config/streaming.yaml)")
     p.add_argument("--warehouse", metavar="URL",
