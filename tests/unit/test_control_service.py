@@ -1,0 +1,268 @@
+"""The control loop's step on in-memory inputs and a SQLite warehouse: decisions in each
+mode, the approval flow, verification success and failure, limits across steps, and
+idempotent re-evaluation. The message builders here serve the integration test too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from pipelines.codec.metrics import encode_samples
+from pipelines.control.config import ControlConfig, parse_control_config
+from pipelines.control.ledger import Ledger, MemoryPublisher
+from pipelines.control.service import ControlError, ControlService
+from pipelines.control.state import ControlState
+from pipelines.store.warehouse import Warehouse
+from schemas.gpu import GpuSample
+from schemas.rows import ROI_DAILY
+
+HOT, COOL = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
+LAST_DAY = "2024-05-10"
+
+
+def ms(day: str, hour: int = 6, minute: int = 0) -> int:
+    moment = datetime.fromisoformat(day).replace(hour=hour, minute=minute, tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def next_day(day: str, days: int = 1) -> str:
+    return (datetime.fromisoformat(day) + timedelta(days=days)).strftime("%Y-%m-%d")
+
+
+def roi_message(day: str, key: str, roi: float, dimension: str = "campaign") -> bytes:
+    values = {"kind": "roi", "model": "last_click", "day": day, "dimension": dimension,
+              "key": key, "conversions": 10.0, "revenue": 100.0 * roi, "ad_spend": 90.0,
+              "compute_cost": 10.0, "roi": roi, "currency": "USD"}
+    assert set(values) - {"kind"} == set(ROI_DAILY.names)
+    return json.dumps(values).encode()
+
+
+def roi_history(end: str = LAST_DAY, days: int = 33, drop_days: int = 3,
+                dropped: str = "spring_sale") -> list[bytes]:
+    """30 days ~2.5 for two campaigns, then `drop_days` at 0.6 for `dropped`."""
+    messages = []
+    for back in range(days - 1, -1, -1):
+        day = next_day(end, -back)
+        wobble = 0.05 * ((back * 7) % 5 - 2)
+        messages.append(roi_message(day, "evergreen", 2.5 + wobble))
+        messages.append(roi_message(day, dropped, 0.6 if back < drop_days else 2.5 + wobble))
+    return messages
+
+
+def gpu_payload(ts_ms: int, hot_util: float = 99.0, hot_free_mib: float = 2_000.0) -> bytes:
+    """Two H100s (the hot pool, by model name) and one L40S (cool)."""
+    def sample(uuid: str, model: str, util: float, used: float, free: float) -> GpuSample:
+        return GpuSample(ts_ms, uuid, model, "gpu-node-1", "ranker", "ml", util, 50.0, used,
+                         free, 300.0, 1e9)
+    return encode_samples([sample("GPU-a", HOT, hot_util, 80_000 - hot_free_mib, hot_free_mib),
+                           sample("GPU-b", HOT, hot_util, 80_000 - hot_free_mib, hot_free_mib),
+                           sample("GPU-c", COOL, 20.0, 4_000.0, 40_000.0)])
+
+
+def queue_payload(pool: str, depth: float, ts_ms: int,
+                  name: str = "seedance.pool.queue_depth") -> bytes:
+    request = ExportMetricsServiceRequest()
+    metric = request.resource_metrics.add().scope_metrics.add().metrics.add(name=name)
+    point = metric.gauge.data_points.add(time_unix_nano=ts_ms * 1_000_000, as_double=depth)
+    point.attributes.append(KeyValue(key="pool", value=AnyValue(string_value=pool)))
+    return request.SerializeToString()
+
+
+class Recorder:
+    """An executor that records what it was asked to do."""
+
+    name = "webhook"
+
+    def __init__(self, ok: bool = True) -> None:
+        self.ok, self.requests = ok, []
+
+    def execute(self, request: dict[str, Any]) -> Any:
+        from pipelines.control.executors import Outcome
+
+        self.requests.append(request)
+        return Outcome(self.ok, 1, "HTTP 200 OK" if self.ok else "HTTP 500")
+
+
+class Loop:
+    def __init__(self, warehouse: Warehouse, mode: str, **changes: Any) -> None:
+        self.config: ControlConfig = parse_control_config({"mode": mode, **changes})
+        self.state = ControlState(self.config)
+        self.publisher = MemoryPublisher()
+        self.ledger = Ledger(warehouse, self.publisher)
+        self.executor = Recorder()
+        self.service = ControlService(self.config, self.state, self.ledger, self.executor)
+
+    def feed(self, roi: list[bytes] = (), metrics: list[bytes] = ()) -> None:  # type: ignore[assignment]
+        for message in roi:
+            self.state.add_roi(message)
+        for payload in metrics:
+            self.state.add_metrics(payload)
+
+    def hot(self, now_ms: int, depth: float = 6.0) -> None:
+        self.feed(metrics=[gpu_payload(now_ms), queue_payload(HOT, depth, now_ms)])
+
+    def decisions(self) -> dict[str, dict[str, Any]]:
+        return {row["rule"] + "/" + row["target"]: row
+                for row in self.ledger.recent(100)["decisions"]}
+
+
+@pytest.fixture
+def warehouse(tmp_path) -> Iterator[Warehouse]:
+    with Warehouse(f"sqlite:///{tmp_path / 'w.db'}") as store:
+        yield store
+
+
+NOW = ms(next_day(LAST_DAY))
+
+
+def test_pool_pressure_from_samples_and_the_queue_gauge(warehouse):
+    loop = Loop(warehouse, "dry_run")
+    loop.hot(NOW, depth=6.0)
+    pools = loop.state.pools(NOW)
+    hot = pools[HOT]
+    assert hot.gpus == 2 and hot.pressure == pytest.approx(
+        hot.utilization + hot.memory + hot.queue)
+    assert hot.utilization == pytest.approx(0.4) and hot.queue == pytest.approx(0.25 * 6 / 8)
+    assert pools[COOL].pressure < 0.3
+    assert loop.state.pools(NOW + 121_000) == {}  # older than gpu.window_s: gone
+
+
+def test_dry_run_records_decisions_only(warehouse):
+    loop = Loop(warehouse, "dry_run")
+    loop.feed(roi_history())
+    loop.hot(NOW)
+    report = loop.service.step(NOW)
+    decided = loop.decisions()
+    assert set(decided) == {"cut_budget_low_roi/spring_sale", f"scale_out_hot_pool/{HOT}"}
+    assert {row["status"] for row in decided.values()} == {"dry_run"}
+    assert report.decisions == {"dry_run": 2} and loop.executor.requests == []
+    cut = decided["cut_budget_low_roi/spring_sale"]
+    assert json.loads(cut["parameters"])["percent"] == -20.0
+    assert cut["baseline"] == pytest.approx(0.6)
+    assert [m["kind"] for m in loop.publisher.messages] == ["decision", "decision"]
+
+
+def test_auto_executes_once_and_re_evaluation_changes_nothing(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.feed(roi_history())
+    loop.hot(NOW)
+    loop.service.step(NOW)
+    assert sorted(r["action"] for r in loop.executor.requests) == ["budget_change", "scale"]
+    assert {row["status"] for row in loop.decisions().values()} == {"executed"}
+    published = len(loop.publisher.messages)
+    report = loop.service.step(NOW)  # the same period again
+    report_later = loop.service.step(NOW + 60_000)  # same day, same cool-down window
+    assert len(loop.executor.requests) == 2 and len(loop.publisher.messages) == published
+    assert report.decisions == report_later.decisions == {}
+    kinds = [m["kind"] for m in loop.publisher.messages]
+    assert kinds.count("action") == 2 and kinds.count("decision") == 4  # approved, executed
+
+
+def test_approval_flow(warehouse):
+    loop = Loop(warehouse, "approval")
+    loop.feed(roi_history())
+    loop.service.step(NOW)
+    (row,) = loop.decisions().values()
+    assert row["status"] == "awaiting_approval" and loop.executor.requests == []
+    action = loop.service.approve(row["decision_id"], NOW + 1000)
+    assert action["status"] == "succeeded" and len(loop.executor.requests) == 1
+    assert loop.executor.requests[0]["parameters"]["percent"] == -20.0
+    assert loop.ledger.decision(row["decision_id"])["status"] == "executed"
+    with pytest.raises(ControlError, match="is executed, not awaiting approval"):
+        loop.service.approve(row["decision_id"], NOW + 2000)
+    with pytest.raises(ControlError, match="no decision"):
+        loop.service.approve("nope", NOW)
+    loop.service.step(NOW + 5000)
+    assert len(loop.executor.requests) == 1
+
+
+def test_a_failed_execution_marks_the_decision_failed(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.executor.ok = False
+    loop.feed(roi_history())
+    loop.service.step(NOW)
+    (row,) = loop.decisions().values()
+    assert row["status"] == "failed"
+    assert loop.ledger.history() == [] and loop.ledger.unverified() == []
+
+
+def test_verification_success_after_recovery(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.feed(roi_history())
+    loop.hot(NOW)
+    loop.service.step(NOW)
+    loop.feed(metrics=[gpu_payload(NOW + 310_000, hot_util=50.0, hot_free_mib=40_000.0)])
+    report = loop.service.step(NOW + 310_000)  # past the pool's settle time (300 s)
+    assert report.verifications == {"success": 1}
+    assert loop.service.step(NOW + 320_000).verifications == {}  # recorded once
+    later = ms(next_day(LAST_DAY, 3))
+    loop.feed([roi_message(next_day(LAST_DAY, d), "spring_sale", 2.4) for d in (1, 2)])
+    report = loop.service.step(later)  # past 2 days
+    assert report.verifications == {"success": 1}
+    rows = {r["action_id"]: r for r in loop.ledger.recent()["verifications"]}
+    budget = [r for r in rows.values() if r["baseline"] == pytest.approx(0.6)][0]
+    assert budget["observed"] == pytest.approx(2.4) and budget["change_percent"] > 10
+
+
+def test_verification_failure_when_nothing_moved(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.feed(roi_history())
+    loop.hot(NOW)
+    loop.service.step(NOW)
+    loop.hot(NOW + 310_000)  # still hot after the settle time
+    report = loop.service.step(NOW + 310_000)
+    assert report.verifications == {"failure": 1}
+    (row,) = loop.ledger.recent()["verifications"]
+    assert row["status"] == "failure" and "not below 0.8" in row["reason"]
+    assert report.decisions == {"approved": 1, "executed": 1}  # cool-down over: scale again
+
+
+def test_weekly_cap_and_daily_limit_hold_across_steps(warehouse):
+    loop = Loop(warehouse, "auto", rules=[{
+        "name": "cut", "when": {"metric": "roi", "dimension": "campaign",
+                                "model": "last_click", "comparison": "<", "threshold": 1.0,
+                                "for_days": 3},
+        "then": {"action": "budget_change", "percent": -20},
+        "limits": {"max_per_day": 1, "max_change_per_week_percent": 50}}])
+    loop.feed(roi_history())
+    percents, statuses = [], []
+    for d in range(1, 6):
+        day = next_day(LAST_DAY, d - 1)
+        if d > 1:
+            loop.feed([roi_message(day, "spring_sale", 0.6)])
+        loop.service.step(ms(next_day(day), hour=6))
+        # a second step the same day after more data: max_per_day holds
+        loop.feed([roi_message(next_day(day), "spring_sale", 0.6)])
+        loop.service.step(ms(next_day(day), hour=18))
+        loop.state.roi.pop(("last_click", next_day(day), "campaign", "spring_sale"))
+    for row in sorted(loop.ledger.recent(100)["decisions"], key=lambda r: r["decided_at"]):
+        statuses.append((row["status"], row["blocked_by"]))
+        if row["status"] == "executed":
+            percents.append(json.loads(row["parameters"])["percent"])
+    assert percents[:3] == [-20.0, -20.0, -20.0]
+    assert percents[3] == pytest.approx((0.5 / 0.8 ** 3 - 1) * 100)  # clipped: -2.34 %
+    assert len(percents) == 4 and ("blocked", "max_change_per_week_percent") in statuses
+    assert ("blocked", "max_per_day") in statuses
+    assert len(loop.executor.requests) == 4
+
+
+def test_an_anomalous_channel_drop_notifies(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.feed([roi_message(next_day(LAST_DAY, -back), "search",
+                           0.4 if back == 0 else 2.5 + 0.1 * ((back * 7) % 5 - 2), "channel")
+               for back in range(30)])
+    loop.service.step(NOW)
+    (row,) = loop.decisions().values()
+    assert (row["rule"], row["target"], row["status"]) == ("notify_roi_anomaly", "search",
+                                                           "executed")
+    assert "anomalous" in row["reason"]
+    assert loop.executor.requests[0]["parameters"] == {
+        "message": "ROI of the channel dropped anomalously"}
