@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import yaml
 
@@ -110,7 +111,10 @@ def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, to
             warehouse.load_experiments(kafka, topic_name)
         warehouse.load_roi(kafka, config.topics.roi)
     capsys.readouterr()
-    assert main(["experiments", "--config", str(job_yaml), "--window-days", "60"]) == 0
+    last_order_day = datetime.fromtimestamp(max(e.ts_ns for e in orders) / 1e9,
+                                            UTC).strftime("%Y-%m-%d")
+    assert main(["experiments", "--config", str(job_yaml), "--window-days", "60",
+                 "--day", last_order_day]) == 0
     printed = capsys.readouterr().out
     assert "bidding" in printed and "dynamic" in printed and "control (control)" in printed
     with Warehouse(url) as warehouse:
