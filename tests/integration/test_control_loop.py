@@ -1,0 +1,115 @@
+"""The control loop end to end on a real broker and warehouse: ROI rows with a drop on one
+campaign and OTLP GPU metrics with a pressure spike on one pool go to Kafka; the service,
+in auto mode, reads them (read_committed), cuts the budget and scales the pool out through
+a real local webhook, once, recorded in the warehouse and on the control_actions topic;
+then recovery data and a later clock verify the budget cut as a success and the scale-out
+(pressure still high) as a failure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from pipelines.control.config import parse_control_config
+from pipelines.control.executors import WebhookExecutor
+from pipelines.control.inputs import KafkaInputs
+from pipelines.control.ledger import KafkaPublisher, Ledger
+from pipelines.control.service import ControlService
+from pipelines.control.state import ControlState
+from pipelines.kafka.io import producer, read_all
+from pipelines.reconcile.alerts import verify
+from pipelines.reconcile.config import Secret
+from pipelines.store.warehouse import Warehouse
+from tests.unit.test_control_executors import Receiver
+from tests.unit.test_control_service import (
+    HOT,
+    LAST_DAY,
+    NOW,
+    gpu_payload,
+    ms,
+    next_day,
+    queue_payload,
+    roi_history,
+    roi_message,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def publish(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    sender = producer(bootstrap)
+    try:
+        for value in values:
+            sender.send(topic, value=value)
+        sender.flush()
+    finally:
+        sender.close()
+
+
+def test_control_loop_decides_executes_and_verifies(kafka: str, topic: Callable[..., str],
+                                                    warehouse_url: str) -> None:
+    roi, alerts, metrics, actions = (topic(n) for n in ("roi", "alerts", "metrics", "actions"))
+    publish(kafka, roi, roi_history())
+    publish(kafka, metrics, [gpu_payload(NOW), queue_payload(HOT, 6, NOW)])
+    receiver = Receiver()
+    config = parse_control_config({
+        "mode": "auto", "inputs": {"roi_topic": roi, "alerts_topic": alerts,
+                                   "metrics_topic": metrics},
+        "outputs": {"actions_topic": actions},
+        "executors": {"webhook": {"url": receiver.url, "secret": "k3y", "retries": 2,
+                                  "backoff_s": 0.05}}})
+    state = ControlState(config)
+    inputs = KafkaInputs(kafka, config, state)
+    publisher = KafkaPublisher(kafka, actions)
+    executor = WebhookExecutor(config.executors.webhook)
+    try:
+        with Warehouse(warehouse_url) as warehouse:
+            service = ControlService(config, state, Ledger(warehouse, publisher), executor)
+            assert inputs.poll() == 2 * 33 + 2
+            service.step(NOW)
+            service.step(NOW + 1000)  # re-evaluation: nothing new
+            sent = [json.loads(r["raw"]) for r in receiver.requests]
+            assert sorted((s["action"], s["target"]) for s in sent) == [
+                ("budget_change", "spring_sale"), ("scale", HOT)]
+            for request in receiver.requests:
+                assert verify(Secret("k3y"), request["raw"],
+                              request["headers"]["X-Seedance-Signature"])
+                assert request["headers"]["Idempotency-Key"] == json.loads(
+                    request["raw"])["action_id"]
+            stored = warehouse.query("SELECT a.status, d.action, d.status FROM control_actions a"
+                                     " JOIN control_decisions d USING (decision_id)")
+            assert sorted(stored) == [("succeeded", "budget_change", "executed"),
+                                      ("succeeded", "scale", "executed")]
+            on_topic = [json.loads(value) for _, value in read_all(kafka, actions)]
+            assert sorted(m["kind"] for m in on_topic) == ["action"] * 2 + ["decision"] * 4
+            ids = {s["action"]: s["action_id"] for s in sent}
+
+            # the pool is still hot after its settle time: the scale-out failed to help
+            later = NOW + 310_000
+            publish(kafka, metrics, [gpu_payload(later), queue_payload(HOT, 6, later)])
+            inputs.poll()
+            service.step(later)
+            # the campaign recovered two days on: the budget cut worked
+            publish(kafka, roi, [roi_message(next_day(LAST_DAY, d), "spring_sale", 2.4)
+                                 for d in (1, 2)])
+            inputs.poll()
+            service.step(ms(next_day(LAST_DAY, 3)))
+            checked = dict(warehouse.query(
+                "SELECT action_id, status FROM control_verifications"))
+            assert checked[ids["budget_change"]] == "success"
+            assert checked[ids["scale"]] == "failure"
+            on_topic = [json.loads(value) for _, value in read_all(kafka, actions)]
+            verified = {m["action_id"]: m["status"] for m in on_topic
+                        if m["kind"] == "verification"}
+            assert verified[ids["budget_change"]] == "success"
+            assert verified[ids["scale"]] == "failure"
+            budget_calls = [r for r in receiver.requests
+                            if json.loads(r["raw"])["action"] == "budget_change"]
+            assert len(budget_calls) == 1
+    finally:
+        inputs.close()
+        publisher.close()
+        executor.close()
+        receiver.close()
