@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from jobs.demo_loop import run_control_loop, runaway_bid
 from jobs.demo_report import (
     print_experiments,
     print_gpu_summary,
@@ -23,6 +24,7 @@ from pipelines.codec.metrics import encode_samples
 from pipelines.kafka.io import count_messages, producer, recreate_topics
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
+from pipelines.sources.ad_spend import SpendRecord
 from pipelines.sources.generator import (
     ExperimentPlan,
     emit,
@@ -38,6 +40,7 @@ from pipelines.store.warehouse import Warehouse
 # The sample's experiments: a bidding strategy that earns a third more per order than the
 # control (a real lift the strategy table should find) and a checkout copy that changes
 # nothing (an A/A test in effect: "not significant" is the right answer).
+CONTROL_TOPIC = "control_actions"
 DEMO_EXPERIMENTS = (
     ExperimentPlan("bidding-strategy", ("control", "v2.3-dynamic-bidding"), revenue_lift=0.35),
     ExperimentPlan("checkout-copy", ("control", "short-copy")),
@@ -96,6 +99,16 @@ def publish_spend(bootstrap: str, topic: str, users: int, seed: int, days: int =
     return len(records)
 
 
+def _publish_records(bootstrap: str, topic: str, records: list[SpendRecord]) -> None:
+    raw = producer(bootstrap)
+    try:
+        for record in records:
+            raw.send(topic, record.to_json().encode())
+        raw.flush()
+    finally:
+        raw.close()
+
+
 def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45) -> int:
     """The same GPU samples as a recording for `seedance probe --replay`."""
     samples = gpu_samples(plan_events(users, seed=seed, days=days), seed=seed)
@@ -144,7 +157,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
                                          topics.roi, topics.roi_dead_letter, gpu.metrics_topic,
                                          gpu.costs_topic, gpu.metrics_dead_letter,
                                          topics.experiment_exposures,
-                                         topics.experiment_conversions])
+                                         topics.experiment_conversions, CONTROL_TOPIC])
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
@@ -155,7 +168,14 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
         spend = publish_spend(info.bootstrap, topics.ad_spend, users, seed,
                               experiments=DEMO_EXPERIMENTS)
+        plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS)
+        incident = runaway_bid(plan, plan_spend(plan, seed=seed))
+        _publish_records(info.bootstrap, topics.ad_spend, incident)
         print(f"    and {spend} daily ad spend records to {topics.ad_spend}")
+        if incident:
+            print(f"    injected: a runaway bid on {incident[0].campaign}, its spend restated "
+                  f"at ${sum(r.amount for r in incident):,.2f} over "
+                  f"{incident[0].day} .. {incident[-1].day}")
         _done(t)
 
         t = _step("Running the Flink attribution job until the sample is consumed")
@@ -193,6 +213,9 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
         print_experiments(warehouse, config)
+        t = _step("The control loop (auto) on the injected runaway bid and a hot GPU pool")
+        run_control_loop(info.bootstrap, config, warehouse, CONTROL_TOPIC)
+        _done(t)
         warehouse.close()
         print(f"\n{rows:,} credit rows; {dead} dead letters in '{topics.dead_letter}'; "
               f"{late} late events in '{topics.late}' (both jobs': the GPU cost job's late "

@@ -15,15 +15,12 @@ from typing import Any
 
 from pipelines.settings.job_config import (
     DEFAULT_CONFIG,
-    ConfigError,
     StreamingJobConfig,
     load_config,
     read_yaml,
 )
-from pipelines.settings.job_config import (
-    _build as build_section,  # one rule set for every job config
-)
 from pipelines.settings.paths import state_home
+from pipelines.settings.sections import ConfigError, build_section
 
 DEFAULT_BACKFILL_CONFIG = DEFAULT_CONFIG.with_name("backfill.yaml")
 SOURCES = ("archive", "kafka")

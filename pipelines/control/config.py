@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.reconcile.config import Secret, WebhookSection
-from pipelines.reconcile.config import _build as build_section
+from pipelines.reconcile.config import WebhookSection
 from pipelines.settings.environment import setting
 from pipelines.settings.job_config import ConfigError, read_yaml
 from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.settings.sections import Secret, build_section
 from udfs.control_rules import Rule, RuleError, parse_rules
 
 DEFAULT_CONTROL_CONFIG = PROJECT_ROOT / "jobs" / "config" / "control.yaml"

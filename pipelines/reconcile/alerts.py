@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 
 import requests
 
-from pipelines.reconcile.config import AlertsSection, Secret
+from pipelines.reconcile.config import AlertsSection
 from pipelines.reconcile.store import ReconcileStore
+from pipelines.settings.sections import Secret
 
 log = logging.getLogger("seedance.alerts")
 SIGNATURE_HEADER = "X-Seedance-Signature"

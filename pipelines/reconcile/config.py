@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import hmac
 import re
-import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
 import yaml
 
 from pipelines.reconcile.billing.meta import DEFAULT_PURCHASE_ACTIONS
 from pipelines.settings.environment import setting
-from pipelines.settings.job_config import ConfigError, read_yaml
+from pipelines.settings.job_config import read_yaml
 from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.settings.sections import ConfigError, Secret, build_section
 from udfs.attribution import validate_models
 from udfs.drift import METRICS, RateTable, Rule
 from udfs.periods import parse_day, zone
@@ -32,32 +31,6 @@ DEFAULT_RECONCILE_CONFIG = (PROJECT_ROOT / "jobs" / "config"
 
 RECONCILE_ENV_VARS = ("SEEDANCE_WAREHOUSE_URL", "SEEDANCE_KAFKA_BOOTSTRAP",
                       "SEEDANCE_WEBHOOK_URL", "SEEDANCE_WEBHOOK_SECRET")
-
-
-class Secret:
-    """A string that does not show itself in reprs, logs or tracebacks."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str = "") -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and hmac.compare_digest(self._value, other._value)
-
-    def __hash__(self) -> int:
-        return hash(Secret)
-
-    def __repr__(self) -> str:
-        return "Secret('***')" if self._value else "Secret('')"
-
-    __str__ = __repr__
 
 
 @dataclass(frozen=True)
@@ -228,7 +201,7 @@ def load_reconcile_config(path: Path | None = None) -> ReconcileConfig:
         for path_keys, variable in ENV_OVERRIDES:
             if setting(variable):
                 _set(data, path_keys, setting(variable))
-        config: ReconcileConfig = _build(ReconcileConfig, data, "")
+        config: ReconcileConfig = build_section(ReconcileConfig, data, "")
         return config
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
@@ -249,56 +222,6 @@ def _set(data: Any, keys: tuple[str, ...], value: str) -> None:
             raise ConfigError(f"{'.'.join(keys[:i + 1])} must be a mapping, got {data[name]!r}")
         data = data[name]
     data[keys[-1]] = value
-
-
-def _build(cls: type, data: Any, where: str) -> Any:
-    if data is None:
-        return cls()
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where.rstrip('.') or 'the top level'} must be a mapping, "
-                          f"got {data!r}")
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(where + str(k) for k in unknown)}; "
-                          f"known: {', '.join(sorted(known))}")
-    return cls(**{name: _value(hints[name], raw, f"{where}{name}") for name, raw in data.items()})
-
-
-def _value(hint: Any, raw: Any, key: str) -> Any:
-    origin, args = get_origin(hint), get_args(hint)
-    if raw is None:
-        if origin in (Union, types.UnionType) and type(None) in args:
-            return None
-        raise ConfigError(f"{key} must not be null")
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, raw, key + ".")  # type: ignore[arg-type]
-    if hint is Secret:
-        return Secret(str(raw))
-    if hint is bool:
-        if not isinstance(raw, bool):
-            raise ConfigError(f"{key} must be true or false, got {raw!r}")
-        return raw
-    if hint is str:
-        if isinstance(raw, dict | list):
-            raise ConfigError(f"{key} must be text, got {raw!r}")
-        return str(raw)
-    if hint in (int, float):
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise ConfigError(f"{key} must be a number, got {raw!r}")
-        if hint is int and raw != int(raw):
-            raise ConfigError(f"{key} must be a whole number, got {raw!r}")
-        return hint(raw)
-    if origin is tuple:
-        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
-            raise ConfigError(f"{key} must be a list of texts, got {raw!r}")
-        return tuple(raw)
-    if origin is dict:
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{key} must be a mapping, got {raw!r}")
-        return {str(k): _value(args[1], v, f"{key}.{k}") for k, v in raw.items()}
-    raise ConfigError(f"{key}: unsupported type {hint}")
 
 
 # --- side files ----------------------------------------------------------------------

@@ -38,5 +38,6 @@ def setting(name: str) -> str:
 
 def env_help(names: tuple[str, ...] | None = None) -> str:
     """The variables (all, or `names`) as lines for a command's --help."""
-    return "\n".join(f"  {name:26} {text}" for name, text in ENV_VARS.items()
-                     if names is None or name in names)
+    chosen = {name: text for name, text in ENV_VARS.items() if names is None or name in names}
+    width = max(map(len, chosen), default=0) + 1
+    return "\n".join(f"  {name:{width}} {text}" for name, text in chosen.items())

@@ -7,16 +7,17 @@ secrets may come from environment variables (pipelines/settings/environment.py).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
 import yaml
 
 from pipelines.settings.environment import setting
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
+from pipelines.settings.sections import ConfigError, build_section
 from udfs.attribution import validate_models
 from udfs.journeys import DAY_MS, JourneyConfig
 from udfs.lifecycle import STAGES, StageWeights
@@ -26,10 +27,6 @@ from udfs.settings import ComputeSettings
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
 
-
-
-class ConfigError(ValueError):
-    """A configuration problem, phrased as file + key + what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -227,68 +224,6 @@ class StreamingJobConfig:
 _COMPLETE: dict[type, tuple[str, ...]] = {StageWeights: STAGES}
 
 
-def _build(cls: type, data: Any, where: str) -> Any:
-    if data is None and cls in _COMPLETE:
-        raise ConfigError(f"{where[:-1]} is empty; give every one of "
-                          f"{', '.join(_COMPLETE[cls])} (or leave the key out for the defaults)")
-    if data is None:
-        return cls()
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'the top level'} must be a mapping, got {data!r}")
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(where + k for k in unknown)}; "
-                          f"known: {', '.join(sorted(known))}")
-    missing = [k for k in _COMPLETE.get(cls, ()) if k not in data]
-    if missing:
-        raise ConfigError(f"{where[:-1]} must give every one of {', '.join(_COMPLETE[cls])}; "
-                          f"missing {', '.join(missing)}")
-    values: dict[str, Any] = {}
-    for name, raw in data.items():
-        hint = hints[name]
-        key = f"{where}{name}"
-        if dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, raw, key + ".")
-        else:
-            values[name] = _coerce(hint, raw, key)
-    try:
-        return cls(**values)
-    except ValueError as error:  # the section's own rules; their messages start with a key
-        raise ConfigError(f"{where}{error}") from None
-
-
-def _coerce(hint: Any, raw: Any, key: str) -> Any:
-    text = str(hint)
-    if raw is None:
-        if "None" in text:
-            return None
-        raise ConfigError(f"{key} must not be null")
-    if hint is bool:
-        if not isinstance(raw, bool):
-            raise ConfigError(f"{key} must be true or false, got {raw!r}")
-        return raw
-    if hint is str:
-        return str(raw)
-    whole = hint is int or text.startswith("int")
-    if whole or hint is float or text.startswith("float"):
-        if isinstance(raw, bool) or not isinstance(raw, int | float):
-            raise ConfigError(f"{key} must be a number, got {raw!r}")
-        if whole and raw != int(raw):
-            raise ConfigError(f"{key} must be a whole number, got {raw!r}")
-        return int(raw) if whole else float(raw)
-    if text.startswith("tuple"):
-        if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
-            raise ConfigError(f"{key} must be a list of names, got {raw!r}")
-        return tuple(raw)
-    if text.startswith("dict"):
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{key} must be a mapping, got {raw!r}")
-        return {str(k): str(v) for k, v in raw.items()}
-    raise ConfigError(f"{key}: unsupported type {hint}")
-
-
 def read_yaml(source: Path) -> dict[str, Any]:
     """A job config file's mapping, or a ConfigError naming the file (every job's loader)."""
     try:
@@ -312,7 +247,7 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
     source = path or DEFAULT_CONFIG
     data = read_yaml(source)
     try:
-        config: StreamingJobConfig = _build(StreamingJobConfig, data, "")
+        config: StreamingJobConfig = build_section(StreamingJobConfig, data, "", _COMPLETE)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     if setting("SEEDANCE_WAREHOUSE_URL"):

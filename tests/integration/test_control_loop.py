@@ -20,7 +20,7 @@ from pipelines.control.service import ControlService
 from pipelines.control.state import ControlState
 from pipelines.kafka.io import producer, read_all
 from pipelines.reconcile.alerts import verify
-from pipelines.reconcile.config import Secret
+from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
 from tests.unit.test_control_executors import Receiver
 from tests.unit.test_control_service import (

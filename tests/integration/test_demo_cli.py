@@ -38,6 +38,10 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     for variant in ("bidding-strategy  control (control)", "v2.3-dynamic-bidding",
                     "checkout-copy     control (control)", "short-copy"):
         assert variant in table, table
+    # the control loop scaled the hot pool out through its signed webhook and verified it
+    assert "the autoscaler applied scale" in out, out
+    assert re.search(r"verified success: scale_out_hot_pool on \S.* \(0\.9\d -> 0\.\d\d\)",
+                     out), out
     # nothing of ours still runs: no process mentions this state folder
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""

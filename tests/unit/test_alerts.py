@@ -16,7 +16,7 @@ from pipelines.reconcile.alerts import (
     summary,
     verify,
 )
-from pipelines.reconcile.config import Secret
+from pipelines.settings.sections import Secret
 
 ALERT = {"alert_id": "a" * 32, "kind": "open", "scope": "campaign", "platform": "google_ads",
          "account": "1", "entity": "111", "day": "2025-03-01", "metric": "conversions",

@@ -17,7 +17,8 @@ import pytest
 from pipelines.control.executors import WarehouseExecutor, WebhookExecutor, run_action
 from pipelines.control.ledger import Ledger, MemoryPublisher
 from pipelines.reconcile.alerts import verify
-from pipelines.reconcile.config import Secret, WebhookSection
+from pipelines.reconcile.config import WebhookSection
+from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
 
 SECRET = "very-secret-key-42"
