@@ -109,9 +109,11 @@ def _publish_records(bootstrap: str, topic: str, records: list[SpendRecord]) -> 
         raw.close()
 
 
-def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45) -> int:
+def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45,
+                        experiments: tuple[ExperimentPlan, ...] = ()) -> int:
     """The same GPU samples as a recording for `seedance probe --replay`."""
-    samples = gpu_samples(plan_events(users, seed=seed, days=days), seed=seed)
+    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments),
+                          seed=seed)
     with path.open("w") as out:
         for sample in samples:
             out.write(json.dumps(sample._asdict()) + "\n")

@@ -175,8 +175,9 @@ def run_control_loop(bootstrap: str, config: StreamingJobConfig, warehouse: Ware
                 "control_verifications v JOIN control_actions a USING (action_id) "
                 "JOIN control_decisions d USING (decision_id) ORDER BY d.rule"):
             rule, target, status, baseline, observed = row
-            print(f"    verified {status}: {rule} on {target} ({baseline:.2f} -> "
-                  f"{observed:.2f})")
+            moved = "" if baseline is None or observed is None \
+                else f" ({baseline:.2f} -> {observed:.2f})"
+            print(f"    verified {status}: {rule} on {target}{moved}")
     finally:
         inputs.close()
         publisher.close()

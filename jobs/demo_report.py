@@ -93,7 +93,8 @@ def print_experiments(warehouse: Warehouse, config: StreamingJobConfig) -> None:
     if day is None:
         return
     stats = window_statistics(inputs.exposures, inputs.conversions, day,
-                              int(settings.window_days), control=settings.control_variant,
+                              int(settings.window_days),
+                              control=settings.control_variant or None,
                               alpha=settings.alpha)
     store_results(warehouse, stats)
     print(f"\nExperiments: {int(settings.window_days)}-day ROI per variant = revenue / (ad "

@@ -254,11 +254,11 @@ def decision_id(rule: str, target: str, period: str) -> str:
     return hashlib.sha256(f"{rule}\x1f{target}\x1f{period}".encode()).hexdigest()[:20]
 
 
-def _utc_day(ms: int) -> str:
+def utc_day(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
 
 
-def _series(daily: pd.DataFrame, when: Condition) -> pd.DataFrame:
+def condition_rows(daily: pd.DataFrame, when: Condition) -> pd.DataFrame:
     """The daily rows of the condition's dimension and model, day as a datetime."""
     rows = daily[daily.dimension == when.dimension]
     if when.model is not None:
@@ -303,7 +303,7 @@ def _pool_hits(pools: Mapping[str, float], rule: Rule, now_ms: int
             if COMPARISONS[str(when.comparison)](float(value), float(when.threshold or 0))}
 
 
-def _check_limits(rule: Rule, target: str, history: Sequence[ActionRecord], now_ms: int,
+def check_limits(rule: Rule, target: str, history: Sequence[ActionRecord], now_ms: int,
                   requested: float | None) -> tuple[str | None, float | None]:
     """(the limit that blocks, or None; the percent allowed, clipped by the weekly cap)."""
     same_type = [r for r in history if r.target == target and r.action == rule.then.type
@@ -312,8 +312,8 @@ def _check_limits(rule: Rule, target: str, history: Sequence[ActionRecord], now_
     if limits.cooldown_s is not None and any(now_ms - r.time_ms < limits.cooldown_s * 1000
                                              for r in same_type):
         return "cooldown_s", requested
-    today = _utc_day(now_ms)
-    done_today = sum(r.rule == rule.name and _utc_day(r.time_ms) == today for r in same_type)
+    today = utc_day(now_ms)
+    done_today = sum(r.rule == rule.name and utc_day(r.time_ms) == today for r in same_type)
     if limits.max_per_day is not None and done_today >= limits.max_per_day:
         return "max_per_day", requested
     if limits.max_change_per_week_percent is None or requested is None:
@@ -332,16 +332,17 @@ def evaluate(rules: Sequence[Rule], daily: pd.DataFrame, pools: Mapping[str, flo
              history: Sequence[ActionRecord], now_ms: int) -> list[Decision]:
     """Decisions of every rule whose condition holds now, blocked ones included. `daily`:
     roi_daily rows (model, day, dimension, key, metrics), enough days for for_days and for
-    anomaly baselines; `pools`: the current pressure per pool; `history`: executed actions."""
-    decisions = []
+    anomaly baselines; `pools`: the current pressure per pool; `history`: executed actions
+    (each decision not blocked joins it, so one step's decisions respect each other's limits)."""
+    decisions, history = [], list(history)
     for rule in rules:
         if rule.when.dimension == "pool":
             hits = _pool_hits(pools, rule, now_ms)
         else:
-            rows = _series(daily, rule.when)
+            rows = condition_rows(daily, rule.when)
             hits = {} if rows.empty else _daily_hits(rows, rule.when)
         for target, (period, reason) in sorted(hits.items()):
-            blocked_by, percent = _check_limits(rule, target, history, now_ms,
+            blocked_by, percent = check_limits(rule, target, history, now_ms,
                                                 rule.then.percent)
             then = rule.then
             parameters = ({"percent": percent, "requested_percent": then.percent}
@@ -350,50 +351,7 @@ def evaluate(rules: Sequence[Rule], daily: pd.DataFrame, pools: Mapping[str, flo
             decisions.append(Decision(decision_id(rule.name, target, period), rule.name,
                                       target, rule.then.type, parameters, reason,
                                       blocked_by is not None, blocked_by, period))
+            if blocked_by is None:
+                history.append(ActionRecord(rule.name, target, then.type, now_ms,
+                                            percent or 0.0))
     return decisions
-
-class Verification(NamedTuple):
-    status: str  # "success", "failure", "pending" (settle time not over) or "no_data"
-    baseline: float
-    observed: float
-    change_percent: float  # observed vs baseline, signed
-    reason: str
-
-
-def verify(rule: Rule, executed_ms: int, baseline: float, observed: float,
-           now_ms: int) -> Verification:
-    """Whether the target's metric moved as the rule's `verify` asks, `settle_s` after the
-    action executed at `executed_ms` (baseline: the metric then; observed: after settling,
-    NaN if there are no data). A rule without `verify` succeeds once settled."""
-    change = (observed - baseline) / abs(baseline) * 100 if baseline else math.nan
-    settled = now_ms >= executed_ms + rule.settle_s * 1000
-    if not settled or math.isnan(observed):
-        status = "no_data" if settled else "pending"
-        return Verification(status, baseline, observed, change, f"{rule.name}: {status}")
-    spec = rule.verify or Verify(rule.when.metric)
-    wanted = spec.min_change_percent
-    failures = [text for failed, text in [
-        # a NaN change (baseline 0) never counts as moved
-        (wanted is not None and not (change >= wanted if wanted >= 0 else change <= wanted),
-         f"change {change:+.1f} % short of {wanted} %"),
-        (spec.above is not None and not observed > spec.above,
-         f"{spec.metric} {observed:.3g} not above {spec.above}"),
-        (spec.below is not None and not observed < spec.below,
-         f"{spec.metric} {observed:.3g} not below {spec.below}")] if failed]
-    return Verification("failure" if failures else "success", baseline, observed, change,
-                        "; ".join(failures) or f"{rule.name}: verified")
-
-
-def observed_after(rule: Rule, target: str, daily: pd.DataFrame, pools: Mapping[str, float],
-                   executed_ms: int) -> float:
-    """The verified metric of `target` after an action: the pool's reading now, or over the
-    data days after the day of execution (ROI of their sums, else a mean); NaN: no data."""
-    metric = rule.verify.metric if rule.verify else rule.when.metric
-    if rule.when.dimension == "pool":
-        return float(pools.get(target, math.nan))
-    rows = _series(daily, rule.when)
-    rows = rows[(rows.key == target) & (rows.day > pd.Timestamp(_utc_day(executed_ms)))]
-    if metric == "roi" and {"revenue", "ad_spend", "compute_cost"} <= set(rows.columns):
-        cost = float(rows.ad_spend.sum() + rows.compute_cost.sum())
-        return float(rows.revenue.sum()) / cost if cost > 0 else math.nan
-    return float(rows[metric].mean()) if len(rows) else math.nan

@@ -32,7 +32,7 @@ def cmd_experiments(args: argparse.Namespace) -> int:
 
     config = job_config(args)
     settings = config.experiments
-    window_days = args.window_days or int(settings.window_days)
+    window_days = int(settings.window_days) if args.window_days is None else args.window_days
     alpha = settings.alpha if args.alpha is None else args.alpha
     if not 0 < alpha < 1:
         raise CliError(f"--alpha must be between 0 and 1, got {alpha}")
@@ -51,7 +51,8 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CliError(f"--day: {error}") from None
         stats = window_statistics(inputs.exposures, inputs.conversions, day, window_days,
-                                  control=args.control or settings.control_variant,
+                                  # '' (none named): the sorted-first variant
+                                  control=(args.control or settings.control_variant) or None,
                                   alpha=alpha, seed=args.seed)
         stored = store_results(warehouse, stats)
     print(f"ROI = revenue / (ad spend + GPU compute) of each variant's exposed users, costs "

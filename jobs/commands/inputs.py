@@ -71,9 +71,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                        experiments=DEMO_EXPERIMENTS if args.experiments else ())
     print(summary)
     if args.gpu_recording:
-        from jobs.demo import write_gpu_recording
+        from jobs.demo import DEMO_EXPERIMENTS, write_gpu_recording
 
-        count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days)
+        count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days,
+                                    DEMO_EXPERIMENTS if args.experiments else ())
         print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
               f"(publish them with `seedance probe --replay {args.gpu_recording}`)")
     return 0

@@ -32,7 +32,8 @@ from pipelines.control.ledger import Ledger, iso, ms_of
 from pipelines.control.metrics import ControlMetrics
 from pipelines.control.state import ControlState
 from schemas.rows import CONTROL_DECISION, CONTROL_VERIFICATION
-from udfs.control_rules import Decision, Rule, evaluate, observed_after, verify
+from udfs.control_rules import Decision, Rule, check_limits, evaluate
+from udfs.control_verify import observed_after, verify
 
 MIN_NO_DATA_GRACE_S = 3600.0
 STATUS_BY_MODE = {"dry_run": "dry_run", "approval": "awaiting_approval", "auto": "approved"}
@@ -109,7 +110,21 @@ class ControlService:
             raise ControlError(f"decision {decision_id}: its rule {row['rule']!r} is not in "
                                "the config any more")
         report = StepReport()
-        row = {**row, "status": "approved"}
+        # the limits hold at execution, not only when it was decided: other actions may
+        # have run since (a cool-down, a day's quota, the weekly cap re-clips the percent)
+        rule = self.rules[row["rule"]]
+        parameters = json.loads(row["parameters"])
+        blocked_by, percent = check_limits(rule, row["target"], self.ledger.history(), now_ms,
+                                           parameters.get("requested_percent"))
+        if blocked_by is not None:
+            self._record_decision({**row, "status": "blocked", "blocked_by": blocked_by},
+                                  report)
+            raise ControlError(f"decision {decision_id} is blocked by {blocked_by} now; "
+                               "it was not executed")
+        if percent is not None:
+            parameters["percent"] = percent
+        row = {**row, "status": "approved",
+               "parameters": json.dumps(parameters, sort_keys=True)}
         self._record_decision(row, report)
         return self._execute(row, now_ms, report)
 

@@ -133,14 +133,18 @@ class AssignVariants(KeyedProcessFunction):  # type: ignore[misc]
     def _touch(self, ts: int, timers: Any) -> None:
         last = self.last_seen.value()
         if last is None or ts > last:
+            if last is not None:  # one retention timer per user: the newest event's
+                timers.delete_event_time_timer(last + self.retention_ms)
             self.last_seen.update(ts)
             timers.register_event_time_timer(ts + self.retention_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         waiting = list(self.waiting.get() or [])
+        # ties: an exposure before an order; two exposures of one millisecond in variant
+        # order (udfs.experiments.first_exposures' rule)
         due = sorted((item for item in waiting if item[1] <= watermark),
-                     key=lambda item: (item[1], _KIND_ORDER[item[2]]))
+                     key=lambda item: (item[1], _KIND_ORDER[item[2]], item[3][:2]))
         if due:
             rest = [item for item in waiting if item[1] > watermark]
             self.waiting.update(rest)
@@ -155,8 +159,10 @@ class AssignVariants(KeyedProcessFunction):  # type: ignore[misc]
         for _, ts, kind, payload in items:
             if kind == "exposure":
                 flag, variant, trace_id = payload
-                if self.assigned.contains(flag):
+                if self.assigned.contains(flag) and self.assigned.get(flag)[1] <= ts:
                     continue  # a user keeps the variant of their first exposure
+                # first, or earlier than the one kept (it arrived behind the watermark):
+                # this is the first exposure (the warehouse keeps the earliest row)
                 self.assigned.put(flag, (variant, ts))
                 yield orjson.dumps({"flag_key": flag, "variant": variant, "user_id": user,
                                     "first_exposure_ms": ts, "trace_id": trace_id}).decode()

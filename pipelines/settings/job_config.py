@@ -118,7 +118,8 @@ class ExperimentsConfig:
     cost_model: str = ""
     window_days: float = 7.0  # the strategy table's window
     alpha: float = 0.05  # significance level of the difference to control
-    control_variant: str = "control"  # the variant the others are compared with
+    # the variant the others are compared with ('': the first in sorted order)
+    control_variant: str = "control"
 
 
 @dataclass(frozen=True)

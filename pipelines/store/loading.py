@@ -112,8 +112,19 @@ class TopicLoading:
                 conversions.append(tuple(row[c] for c in rows.EXPERIMENT_CONVERSION.names))
             else:
                 exposures.append(tuple(row[c] for c in rows.EXPERIMENT_EXPOSURE.names))
-        self.store(rows.EXPERIMENT_EXPOSURE,
-                   last_per_key(exposures, len(rows.EXPERIMENT_EXPOSURE.key)))
+        # a user's FIRST exposure is the one kept: a later row for the same user and flag
+        # (the job forgot them after its retention and saw them again) never replaces it
+        first = rows.EXPERIMENT_EXPOSURE.names.index("first_exposure_ms")
+        keys = len(rows.EXPERIMENT_EXPOSURE.key)
+        newest_first = sorted(exposures, key=lambda r: -int(str(r[first])))
+        earliest = last_per_key(newest_first, keys)
+        names = rows.EXPERIMENT_EXPOSURE.names
+        self.executemany(
+            f"INSERT INTO {rows.EXPERIMENT_EXPOSURE.table} ({', '.join(names)}) VALUES "
+            f"({', '.join('?' for _ in names)}) ON CONFLICT ({', '.join(names[:keys])}) DO "
+            f"UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in names[keys:])} WHERE "
+            f"excluded.first_exposure_ms < {rows.EXPERIMENT_EXPOSURE.table}.first_exposure_ms",
+            earliest)
         self.store(rows.EXPERIMENT_CONVERSION,
                    last_per_key(conversions, len(rows.EXPERIMENT_CONVERSION.key)))
 

@@ -14,11 +14,10 @@ from udfs.control_rules import (
     ActionRecord,
     RuleError,
     evaluate,
-    observed_after,
     parse_rule,
     parse_rules,
-    verify,
 )
+from udfs.control_verify import observed_after, verify
 
 BUDGET = {"name": "cut_low_roi",
           "when": {"metric": "roi", "dimension": "campaign", "comparison": "<",
@@ -250,3 +249,16 @@ def test_observed_after_reads_the_days_after_execution():
     assert observed_after(budget, "c", rows, {}, executed) == pytest.approx(1.5)  # 30 / 20
     assert np.isnan(observed_after(budget, "c", rows, {}, ms("2024-05-10")))
     assert observed_after(scale, "a100", pd.DataFrame(), {"a100": 0.6}, executed) == 0.6
+
+
+def test_decisions_of_one_step_respect_each_others_limits():
+    """Two rules cutting the same campaign in one evaluation: the second sees the first's
+    cut (without it, both would pass the weekly cap on the same empty history)."""
+    deep = parse_rules({"rules": [
+        dict(BUDGET, name="cut_deep", then={"action": "budget_change", "percent": -40}),
+        dict(BUDGET, name="cut_more", then={"action": "budget_change", "percent": -40})]})
+    first, second = evaluate(deep, campaign_rows({"c": [0.5] * 3}), {}, [], NOW)
+    assert first.parameters["percent"] == pytest.approx(-40.0)
+    # 0.6 x (1 + p) = 0.5 at the 50 % weekly cap: -16.7 %, not another -40 %
+    assert second.rule == "cut_more" and not second.blocked
+    assert second.parameters["percent"] == pytest.approx((0.5 / 0.6 - 1) * 100)

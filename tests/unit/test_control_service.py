@@ -266,3 +266,22 @@ def test_an_anomalous_channel_drop_notifies(warehouse):
     assert "anomalous" in row["reason"]
     assert loop.executor.requests[0]["parameters"] == {
         "message": "ROI of the channel dropped anomalously"}
+
+
+def test_approval_checks_the_limits_again_at_execution(warehouse):
+    """Two scale-outs decided in successive cool-down windows, both awaiting approval:
+    approving the second right after the first is held back by the cool-down."""
+    loop = Loop(warehouse, "approval")
+    loop.hot(NOW)
+    loop.service.step(NOW)
+    loop.hot(NOW + 301_000)
+    loop.service.step(NOW + 301_000)
+    waiting = sorted((row["decided_at"], row["decision_id"])
+                     for row in loop.ledger.recent(100)["decisions"]
+                     if row["status"] == "awaiting_approval")
+    assert len(waiting) == 2
+    loop.service.approve(waiting[0][1], NOW + 302_000)
+    with pytest.raises(ControlError, match="blocked by cooldown_s"):
+        loop.service.approve(waiting[1][1], NOW + 303_000)
+    assert len(loop.executor.requests) == 1
+    assert loop.ledger.decision(waiting[1][1])["status"] == "blocked"
