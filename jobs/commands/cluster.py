@@ -21,7 +21,7 @@ def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     actions.add_parser("down", help="stop the cluster")
     actions.add_parser("status", help="TaskManagers, slots and jobs")
     submit = actions.add_parser("submit", help="flink run --python jobs/flink_entry.py")
-    submit.add_argument("--job", choices=["attribution", "gpu-cost", "roi"],
+    submit.add_argument("--job", choices=["attribution", "gpu-cost", "roi", "experiments"],
                         default="attribution")
     submit.add_argument("--config", help=CONFIG_HELP)
     submit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)

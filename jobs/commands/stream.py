@@ -1,4 +1,4 @@
-"""The streaming jobs: `seedance run` (attribution, GPU cost or ROI on Flink, in this process),
+"""The streaming jobs: `seedance run` (attribution, GPU cost, ROI or experiments on Flink, here),
 `seedance load` (their result topics into the warehouse) and `seedance report` (what the
 warehouse holds). A job's failure becomes one line saying what failed and where its state is
 (`resume_hint`)."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -169,6 +170,9 @@ def root_cause(error: Exception) -> str:
     return line if len(line) <= 600 else line[:600] + "..."
 
 
+FOLLOW_POLL_S = 2.0  # seedance load --follow: between two passes over the topics
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     from pipelines.kafka.security import for_python
     from pipelines.store.warehouse import Warehouse, redacted_url
@@ -176,17 +180,25 @@ def cmd_load(args: argparse.Namespace) -> int:
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     warehouse = Warehouse(config.warehouse.url, for_python(dict(config.kafka.properties)))
+
+    def load_all() -> tuple[int, int, int, int, int]:
+        topics = config.topics
+        return (warehouse.load_credits(bootstrap, topics.credits),
+                warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic),
+                warehouse.load_roi(bootstrap, topics.roi),
+                warehouse.load_spend(bootstrap, topics.ad_spend, config.roi.currency),
+                sum(warehouse.load_experiments(bootstrap, topic) for topic in (
+                    topics.experiment_exposures, topics.experiment_conversions)))
+
     try:
         if args.follow:
-            print(f"loading {config.topics.credits} into {redacted_url(warehouse.url)} as it "
+            print(f"loading every result topic into {redacted_url(warehouse.url)} as it "
                   "arrives (Ctrl-C to stop)")
-            warehouse.load_credits(bootstrap, config.topics.credits, follow=True)
-        rows = warehouse.load_credits(bootstrap, config.topics.credits)
-        gpu_rows = warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic)
-        roi_rows = warehouse.load_roi(bootstrap, config.topics.roi)
-        spend_rows = warehouse.load_spend(bootstrap, config.topics.ad_spend, config.roi.currency)
-        experiment_rows = sum(warehouse.load_experiments(bootstrap, topic) for topic in (
-            config.topics.experiment_exposures, config.topics.experiment_conversions))
+            while True:  # each pass reads every topic to its end, offsets with the rows
+                if any(load_all()):
+                    print(f"{time.strftime('%H:%M:%S')} loaded new results", flush=True)
+                time.sleep(FOLLOW_POLL_S)
+        rows, gpu_rows, roi_rows, spend_rows, experiment_rows = load_all()
     finally:
         warehouse.close()
     print(f"loaded {rows} credit messages (tables of credit rows), {gpu_rows} GPU cost rows, "
