@@ -69,8 +69,9 @@ def _value(value: object) -> object:
 
 
 def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
-    """Upsert the window statistics (udfs.experiments.STATS_COLUMNS) as experiment_results
-    rows; returns how many."""
+    """Replace each (experiment, window end) of the window statistics
+    (udfs.experiments.STATS_COLUMNS) with its experiment_results rows: a variant no longer
+    in the data does not keep its old row. Returns how many rows were written."""
     computed_at = datetime.now(UTC).isoformat(timespec="seconds")
     frame = stats.assign(computed_at=computed_at,
                          control_variant=stats.control_variant.fillna("").astype(str),
@@ -78,7 +79,12 @@ def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
                          srm=stats.srm.fillna(False).astype(bool))
     values = [tuple(_value(row[name]) for name in rows.EXPERIMENT_RESULT.names)
               for _, row in frame.iterrows()]
-    warehouse.store(rows.EXPERIMENT_RESULT, values)
+    with warehouse.transaction():
+        warehouse.executemany(
+            "DELETE FROM experiment_results WHERE flag_key = ? AND window_end = ?",
+            sorted({(str(f), str(w)) for f, w in
+                    zip(frame.flag_key, frame.window_end, strict=True)}))
+        warehouse.store(rows.EXPERIMENT_RESULT, values)
     return len(values)
 
 

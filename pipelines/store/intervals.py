@@ -52,15 +52,20 @@ def credit_rows_of_day(warehouse: Warehouse, day: str,
 
 def store_intervals(warehouse: Warehouse, intervals: pd.DataFrame, level: float, seed: int,
                     computed_at: str | None = None) -> int:
-    """Upsert credit_intervals_of_rows' output (period column `conversion_date`) as
-    CREDIT_INTERVAL rows, by model, period and channel; returns how many."""
+    """Replace each (model, period) of credit_intervals_of_rows' output (period column
+    `conversion_date`) with its CREDIT_INTERVAL rows: a channel a recomputation no longer
+    credits does not keep its old row. Returns how many rows were written."""
     computed_at = computed_at or datetime.now(UTC).isoformat(timespec="seconds")
     frame = intervals.rename(columns={"conversion_date": "period"}).assign(
         level=float(level), seed=int(seed), computed_at=computed_at)
     names = rows.CREDIT_INTERVAL.names
     values = [tuple(v.item() if isinstance(v, np.generic) else v for v in row)
               for row in frame[list(names)].itertuples(index=False, name=None)]
-    warehouse.store(rows.CREDIT_INTERVAL, values)
+    with warehouse.transaction():
+        warehouse.executemany("DELETE FROM credit_intervals WHERE model = ? AND period = ?",
+                              sorted({(str(m), str(p)) for m, p in
+                                      zip(frame.model, frame.period, strict=True)}))
+        warehouse.store(rows.CREDIT_INTERVAL, values)
     return len(values)
 
 
