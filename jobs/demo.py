@@ -84,22 +84,8 @@ def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
     return len(samples)
 
 
-def publish_spend(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
-                  experiments: tuple[ExperimentPlan, ...] = ()) -> int:
-    """Daily ad spend of the paid campaigns in `generate`'s telemetry."""
-    records = plan_spend(plan_events(users, seed=seed, days=days, experiments=experiments),
-                         seed=seed)
-    raw = producer(bootstrap)
-    try:
-        for record in records:
-            raw.send(topic, record.to_json().encode())
-        raw.flush()
-    finally:
-        raw.close()
-    return len(records)
-
-
-def _publish_records(bootstrap: str, topic: str, records: list[SpendRecord]) -> None:
+def publish_spend(bootstrap: str, topic: str, records: list[SpendRecord]) -> None:
+    """Spend records (the plan's daily spend, a restatement) to the ad spend topic."""
     raw = producer(bootstrap)
     try:
         for record in records:
@@ -168,12 +154,11 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         samples = publish_gpu_samples(info.bootstrap, gpu.metrics_topic, users, seed,
                                       experiments=DEMO_EXPERIMENTS)
         print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
-        spend = publish_spend(info.bootstrap, topics.ad_spend, users, seed,
-                              experiments=DEMO_EXPERIMENTS)
         plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS)
-        incident = runaway_bid(plan, plan_spend(plan, seed=seed))
-        _publish_records(info.bootstrap, topics.ad_spend, incident)
-        print(f"    and {spend} daily ad spend records to {topics.ad_spend}")
+        spend = plan_spend(plan, seed=seed)  # the plan's daily spend, then the incident
+        incident = runaway_bid(plan, spend)
+        publish_spend(info.bootstrap, topics.ad_spend, spend + incident)
+        print(f"    and {len(spend)} daily ad spend records to {topics.ad_spend}")
         if incident:
             print(f"    injected: a runaway bid on {incident[0].campaign}, its spend restated "
                   f"at ${sum(r.amount for r in incident):,.2f} over "
