@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -9,7 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyflink.common import Configuration, JobExecutionResult, WatermarkStrategy
-from pyflink.common.serialization import ByteArraySchema, SimpleStringSchema
+from pyflink.common.serialization import (
+    ByteArraySchema,
+    SerializationSchema,
+    SimpleStringSchema,
+)
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (
@@ -90,25 +95,37 @@ def _job_classes():  # noqa: ANN202 (py4j's JVM view)
 
 
 def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,
-               job: str = "attribution", raw: bool = False) -> KafkaSink:
+               job: str = "attribution", raw: bool = False, keyed: bool = False) -> KafkaSink:
     """Exactly-once: records become visible to read_committed readers at checkpoints.
-    `raw`: the records are byte arrays (UTF-8 already), written as they are."""
-    serializer = (KafkaRecordSerializationSchema.builder()
-                  .set_topic(topic)
-                  .set_value_serialization_schema(ByteArraySchema() if raw
-                                                  else SimpleStringSchema())
-                  .build())
-    builder = (KafkaSink.builder()
-               .set_bootstrap_servers(bootstrap)
-               .set_record_serializer(serializer)
-               .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
-               # unique per job and topic: two jobs' transactions must never fence each other
-               .set_transactional_id_prefix(f"{config.input.group_id}-{job}-{topic}")
-               .set_property("transaction.timeout.ms",
-                             str(config.flink.transaction_timeout_s * 1000)))
+    `raw`: the records are byte arrays (UTF-8 already), written as they are. `keyed`: the
+    records are strings `key + "\n" + value` (`keyed_line`), written with that key, so
+    every version of one row goes to one partition, in order."""
+    builder = KafkaRecordSerializationSchema.builder().set_topic(topic)
+    if keyed:
+        jvm = _job_classes().io.seedance.flink
+        builder = (builder
+                   .set_key_serialization_schema(SerializationSchema(jvm.KeyedLineKey()))
+                   .set_value_serialization_schema(SerializationSchema(jvm.KeyedLineValue())))
+    else:
+        builder = builder.set_value_serialization_schema(ByteArraySchema() if raw
+                                                         else SimpleStringSchema())
+    serializer = builder.build()
+    sink = (KafkaSink.builder()
+            .set_bootstrap_servers(bootstrap)
+            .set_record_serializer(serializer)
+            .set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE)
+            # unique per job and topic: two jobs' transactions must never fence each other
+            .set_transactional_id_prefix(f"{config.input.group_id}-{job}-{topic}")
+            .set_property("transaction.timeout.ms",
+                          str(config.flink.transaction_timeout_s * 1000)))
     for key, value in _kafka_properties(config).items():
-        builder = builder.set_property(key, value)
-    return builder.build()
+        sink = sink.set_property(key, value)
+    return sink.build()
+
+
+def keyed_line(key: tuple[object, ...], value: str) -> str:
+    """A record for a `keyed` sink: the row's key (a JSON array) and its value."""
+    return json.dumps(key, separators=(",", ":")) + "\n" + value
 
 
 def prefer_this_python() -> None:

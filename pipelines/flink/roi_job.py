@@ -33,6 +33,7 @@ from pyflink.datastream import (
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
+    TimeDomain,
 )
 from pyflink.datastream.state import (
     ListStateDescriptor,
@@ -41,10 +42,11 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.flink.kafka import build_sink, build_source, run_pipeline
+from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
+from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
@@ -132,61 +134,110 @@ class ItemTime(TimestampAssigner):  # type: ignore[misc]
 
 
 class LinkTraceCosts(KeyedProcessFunction):  # type: ignore[misc]
-    """Per trace: its GPU cost waits for the conversion whose journey carries the trace.
+    """Per trace: its GPU cost goes to the conversion whose journey carried the trace (its
+    claim) when the two lie within the link window, and otherwise counts as unlinked
+    compute of the cost's own day: the rule of `pipelines.backfill.roi.link_costs`, whatever
+    the order in which costs and claims arrive.
 
-    A touch belongs to at most one converting journey, so a trace has one claim; should a
-    second conversion name it, the first keeps it."""
+    A cost waits for its claim until the watermark passes the window; a claim that comes
+    after that (its topic read later, a partition behind) still takes it: the cost is moved,
+    a negative unlinked item taking back what was reported, so the days converge to the same
+    sums. Should a second conversion name the trace, the earlier one keeps it (as the
+    backfill's earliest claim). State is kept `retention_ms` past the window (None: for
+    the life of the job, as a bounded run does)."""
 
-    def __init__(self, window_ms: int) -> None:
+    def __init__(self, window_ms: int, retention_ms: int | None = None) -> None:
         self.window_ms = window_ms
+        self.retention_ms = retention_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.claim = runtime_context.get_state(
-            ValueStateDescriptor("claim", Types.PICKLED_BYTE_ARRAY()))
-        self.costs = runtime_context.get_list_state(
-            ListStateDescriptor("costs", Types.PICKLED_BYTE_ARRAY()))
+        pickled = Types.PICKLED_BYTE_ARRAY()
+        # (order_id, day, conversion ts): the earliest claim seen
+        self.claim = runtime_context.get_state(ValueStateDescriptor("trace-claim", pickled))
+        # [[ts, cost, placed]]: placed None (waiting), ("unlinked", day) or
+        # ("order", order_id, day, conversion ts)
+        self.costs = runtime_context.get_state(ValueStateDescriptor("trace-costs", pickled))
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Item]:
         kind, _, ts, payload = item
         if kind == "unlinked":  # a GPU call outside any trace: nothing to wait for
             yield item
             return
-        claim = self.claim.value()
         timers = ctx.timer_service()
+        claim = self.claim.value()
+        costs = self.costs.value() or []
         if kind == "claim":
-            if claim is not None:
-                return
             order_id, day = payload
-            self.claim.update((order_id, day, ts))
-            for _, cost in self.costs.get() or []:
-                yield "compute", day, ts, (order_id, cost)
-            self.costs.clear()
-            timers.register_event_time_timer(ts + self.window_ms)
-        elif claim is not None:
-            order_id, day, claim_ts = claim
-            yield "compute", day, claim_ts, (order_id, payload)
+            if claim is not None and (claim[2], claim[0]) <= (ts, order_id):
+                return  # an earlier (or the same) conversion holds the trace already
+            claim = (order_id, day, ts)
+            self.claim.update(claim)
         else:
-            self.costs.add((ts, payload))
+            costs.append([ts, payload, None])
             timers.register_event_time_timer(ts + self.window_ms)
+        yield from self._place(costs, claim, timers.current_watermark())
+        self.costs.update(costs)
+        if self.retention_ms is not None:
+            timers.register_event_time_timer(ts + self.window_ms + self.retention_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Item]:
-        waiting = list(self.costs.get() or [])
-        expired = [(ts, cost) for ts, cost in waiting if ts + self.window_ms <= timestamp]
-        for ts, cost in expired:
-            yield "unlinked", day_of(ts), ts, cost
-        if expired:
-            self.costs.update([w for w in waiting if w[0] + self.window_ms > timestamp])
         claim = self.claim.value()
-        if claim is not None and claim[2] + self.window_ms <= timestamp:
-            self.claim.clear()
+        costs = self.costs.value() or []
+        yield from self._place(costs, claim, timestamp)
+        if self.retention_ms is not None:
+            last = max([c[0] for c in costs] + ([claim[2]] if claim else []), default=0)
+            if timestamp >= last + self.window_ms + self.retention_ms:
+                self.claim.clear()
+                self.costs.clear()
+                return
+        self.costs.update(costs)
+
+    def _place(self, costs: list[list[Any]], claim: tuple[str, str, int] | None,
+               watermark: int) -> Iterator[Item]:
+        """Each cost where it belongs now; what moved is taken back where it was."""
+        for entry in costs:
+            ts, cost, placed = entry
+            if claim is not None and abs(ts - claim[2]) < self.window_ms:
+                target: tuple[Any, ...] | None = ("order", *claim)
+            elif placed is not None or watermark >= ts + self.window_ms:
+                target = ("unlinked", day_of(ts))
+            else:
+                target = None  # waits for a claim
+            if target == placed:
+                continue
+            if placed is not None:
+                yield _placed_item(placed, ts, -cost)
+            if target is not None:
+                yield _placed_item(target, ts, cost)
+            entry[2] = target
+
+
+def _placed_item(placed: tuple[Any, ...], ts: int, cost: float) -> Item:
+    if placed[0] == "order":
+        _, order_id, day, claim_ts = placed
+        return "compute", day, claim_ts, (order_id, cost)
+    return "unlinked", placed[1], ts, cost
+
+
+MAX_WATERMARK = 2**63 - 1
+REREPORT_DELAY_MS = 1_000
 
 
 class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
     """Per UTC day: its credits, spend, linked and unlinked compute; reported when the
-    watermark passes the day, and again whenever input for it arrives later."""
+    watermark passes the day, and again after any later input for it, whatever the
+    watermark: a day's last report is always computed from all of its input.
+
+    Input behind the watermark (a partition read late, a restated spend, a moved cost) is
+    reported at the next watermark; where the watermark has already reached its end (a
+    drained stop), after `REREPORT_DELAY_MS` of processing time. With `retention_ms` a
+    day's state is dropped that long after the day ends (event time); input that comes
+    after is not folded into a partial day but dead-lettered with the reason, so no report
+    silently loses what came before. None (a bounded run): kept for the run."""
 
     def __init__(self, models: tuple[str, ...], weights: StageWeights,
-                 retention_ms: int, currency: str, order_cost_model: str = "") -> None:
+                 retention_ms: int | None, currency: str, order_cost_model: str = "",
+                 source: str = "roi") -> None:
         self.models = models
         self.weights = weights
         self.retention_ms = retention_ms
@@ -194,6 +245,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         # each order's revenue and allocated cost under this model (the experiments'), as
         # kind=order_cost rows; '' for none
         self.order_cost_model = order_cost_model
+        self.source = source
 
     def open(self, runtime_context: RuntimeContext) -> None:
         pickled = Types.PICKLED_BYTE_ARRAY()
@@ -203,9 +255,16 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         self.spend = runtime_context.get_map_state(
             MapStateDescriptor("spend", Types.STRING(), pickled))
         self.reported = runtime_context.get_state(ValueStateDescriptor("reported", pickled))
+        self.retired = runtime_context.get_state(ValueStateDescriptor("retired", pickled))
 
-    def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> None:
+    def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         kind, day, _, payload = item
+        if self.retired.value():
+            yield DEAD_LETTERS, _dead_letter(
+                self.source, f"{kind} input for {day} came after the day's state was retired "
+                f"(roi.retention_days after the day): not folded into a partial day",
+                json.dumps([kind, day, payload], default=str).encode())
+            return
         if kind == "credit":
             self.credits.add(payload)
         elif kind == "compute":
@@ -217,21 +276,28 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
         end = day_end_ms(day)
         timers = ctx.timer_service()
-        if self.reported.value() is not None:
-            # a day already reported: report it again once the watermark moves on
-            watermark = timers.current_watermark()
-            if watermark < 2**63 - 2:
-                timers.register_event_time_timer(max(end, watermark + 1))
-        else:
+        watermark = timers.current_watermark()
+        if watermark < end:
             timers.register_event_time_timer(end)
+        elif watermark < MAX_WATERMARK - 1:  # past the day: report again at the next one
+            timers.register_event_time_timer(watermark + 1)
+        else:  # no watermark comes any more (drained, or every input finished)
+            timers.register_processing_time_timer(timers.current_processing_time()
+                                                  + REREPORT_DELAY_MS)
+        if self.retention_ms is not None:
             timers.register_event_time_timer(end + self.retention_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         day = ctx.get_current_key()
-        if timestamp >= day_end_ms(day) + self.retention_ms:
+        if ctx.time_domain() == TimeDomain.EVENT_TIME and self.retention_ms is not None \
+                and timestamp >= day_end_ms(day) + self.retention_ms:
             for state in (self.credits, self.compute, self.unlinked, self.spend, self.reported):
                 state.clear()
+            self.retired.update(True)
             return
+        yield from self._report(day)
+
+    def _report(self, day: str) -> Iterator[str]:
         credits = pd.DataFrame(list(self.credits.get() or []), columns=CREDIT_COLUMNS)
         spend = pd.DataFrame([(*key.split("\t"), amount) for key, amount in self.spend.items()],
                              columns=SPEND_COLUMNS)
@@ -241,9 +307,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         for row in result.roi.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency,
                       "roi": None if math.isnan(row.roi) else row.roi}
-            yield json.dumps({"kind": "roi", **{name: values[name]
-                                                for name in rows.ROI_DAILY.names}},
-                             separators=(",", ":"))
+            yield _keyed_row("roi", rows.ROI_DAILY, values)
         left = [(row.model, row.kind, row.key, float(row.amount))
                 for row in result.unallocated.itertuples(index=False)]
         # the topic is read as "latest row per key": a key reported before but gone now
@@ -251,16 +315,20 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         for model, kind, key, amount in with_withdrawn(self.reported.value(), left):
             values = {"model": model, "day": day, "cost_kind": kind, "key": key,
                       "amount": amount, "currency": self.currency}
-            yield json.dumps({"kind": "unallocated", **{name: values[name] for name in
-                                                        rows.ROI_UNALLOCATED.names}},
-                             separators=(",", ":"))
+            yield _keyed_row("unallocated", rows.ROI_UNALLOCATED, values)
         self.reported.update(sorted({row[:3] for row in left}))
         orders = result.orders[result.orders.model == self.order_cost_model]
         for row in orders.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
-            yield json.dumps({"kind": "order_cost", **{name: values[name] for name in
-                                                       rows.ORDER_COST.names}},
-                             separators=(",", ":"))
+            yield _keyed_row("order_cost", rows.ORDER_COST, values)
+
+
+def _keyed_row(kind: str, row: Row, values: dict[str, Any]) -> str:
+    """One result row for the keyed roi sink: its key (kind and the row's key columns) and
+    its JSON, so every version of one row goes to one partition, in order."""
+    return keyed_line((kind, *(values[name] for name in row.key)),
+                      json.dumps({"kind": kind, **{name: values[name] for name in row.names}},
+                                 separators=(",", ":")))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -270,7 +338,11 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     # credits arrive up to a refit period behind event time, GPU costs an emit period
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000) \
         + max(settings.credit_lag_ms, int(config.gpu.emit_every_s * 1000))
+    # a bounded run ends every input with the final watermark: no input is declared idle
+    # (an idle input's data would be behind the others' watermark) and no state retired
+    bounded = config.input.bounded
     idle = Duration.of_millis(int(config.event_time.idleness_s * 1000))
+    retention_ms = None if bounded else int(roi.retention_days * DAY_MS)
     inputs = [("credit", topics.credits), ("conversion", topics.conversions),
               ("gpu", config.gpu.costs_topic), ("spend", topics.ad_spend)]
     timed = []
@@ -282,26 +354,27 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         decoded = raw.process(DecodeInputs(kind, topic, settings.currency)) \
             .name(f"decode-{kind}").uid(f"roi-decode-{kind}")
         decoded_streams.append(decoded)
+        strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
+        if not bounded:
+            strategy = strategy.with_idleness(idle)
         timed.append(decoded.assign_timestamps_and_watermarks(
-            WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
-            .with_idleness(idle).with_timestamp_assigner(ItemTime()))
+            strategy.with_timestamp_assigner(ItemTime()))
             .name(f"{kind}-time").uid(f"roi-time-{kind}"))
     credits, claims, costs, spend = timed
     linked = (claims.union(costs)
               .key_by(lambda item: item[1], key_type=Types.STRING())
-              .process(LinkTraceCosts(settings.link_window_ms))
+              .process(LinkTraceCosts(settings.link_window_ms, retention_ms))
               .name("link-trace-costs").uid("roi-link-trace-costs"))
     rows = (credits.union(spend, linked)
             .key_by(lambda item: item[1], key_type=Types.STRING())
-            .process(RoiPerDay(settings.models, settings.stage_weights,
-                               int(roi.retention_days * DAY_MS), settings.currency,
-                               config.experiment_cost_model),
+            .process(RoiPerDay(settings.models, settings.stage_weights, retention_ms,
+                               settings.currency, config.experiment_cost_model, topics.roi),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
-    rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi")) \
+    rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi", keyed=True)) \
         .name("roi-sink").uid("roi-sink")
-    dead = decoded_streams[0].get_side_output(DEAD_LETTERS)
-    for stream in decoded_streams[1:]:
+    dead = rows.get_side_output(DEAD_LETTERS)
+    for stream in decoded_streams:
         dead = dead.union(stream.get_side_output(DEAD_LETTERS))
     dead.sink_to(build_sink(config, bootstrap, topics.roi_dead_letter, "roi")) \
         .name("roi-dead-letter-sink").uid("roi-dead-letter-sink")
