@@ -9,7 +9,16 @@ import logging
 import sys
 
 from jobs import backfill, dashboard, reconcile
-from jobs.commands import attribute, cluster, experiments, inputs, intervals, stack, stream
+from jobs.commands import (
+    attribute,
+    cluster,
+    experiments,
+    inputs,
+    intervals,
+    stack,
+    stream,
+    verify,
+)
 from jobs.commands.common import CliError
 from jobs.commands.control import add_control
 from pipelines.settings.environment import env_help
@@ -27,7 +36,7 @@ COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add
             inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
             stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
             cluster.add_cluster, add_control,
-            reconcile.add_parser, backfill.add_parsers)
+            reconcile.add_parser, verify.add_verify, backfill.add_parsers)
 
 
 def build_parser() -> argparse.ArgumentParser:

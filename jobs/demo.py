@@ -13,6 +13,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from jobs.commands.verify import verify_warehouse
 from jobs.demo_loop import run_control_loop, runaway_bid
 from jobs.demo_report import (
     print_experiments,
@@ -200,6 +201,10 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
         print_experiments(warehouse, config)
+        t = _step("Checking that every total ties out (seedance verify): ROI revenue = "
+                  "credited revenue, spend and GPU cost = allocated + unallocated")
+        broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ")
+        _done(t)
         t = _step("The control loop (auto) on the injected runaway bid and a hot GPU pool")
         run_control_loop(info.bootstrap, config, warehouse, CONTROL_TOPIC)
         _done(t)
@@ -217,4 +222,4 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         if started_here and not keep_stack:
             kafka.down()
             print("Kafka broker stopped.")
-    return 0
+    return 1 if broken else 0

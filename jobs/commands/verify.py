@@ -1,0 +1,80 @@
+"""`seedance verify`: the internal ties of the warehouse's result tables (udfs/conservation.py)
+-- ROI revenue = credited revenue, spend = allocated + unallocated, GPU cost = calls + idle
+-- each difference printed with its key, stored beside the billing drift and alerted like
+it; exit code 1 on a break."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+
+from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, job_config
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "verify", help="check that the warehouse's totals tie out (ROI = credits, spend and "
+                       "GPU cost = allocated + unallocated); exit 1 on a break")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--warehouse", help="warehouse URL (default: the config's warehouse.url)")
+    p.add_argument("--first", help="first day to check, YYYY-MM-DD (default: every day)")
+    p.add_argument("--last", help="last day to check, YYYY-MM-DD (default: every day)")
+    p.add_argument("--no-store", action="store_true",
+                   help="print only: store no rows and raise no alert")
+    p.add_argument("--bootstrap", help=f"also publish alerts to the alerts topic; "
+                                       f"{BOOTSTRAP_HELP}")
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from udfs.periods import parse_day
+
+    for option, value in (("--first", args.first), ("--last", args.last)):
+        if value:
+            try:
+                parse_day(value)
+            except ValueError as error:
+                raise CliError(f"{option}: {error}") from None
+    config = job_config(args)
+    broken = verify_warehouse(args.warehouse or config.warehouse.url, config.roi.currency,
+                              args.first, args.last, store=not args.no_store,
+                              bootstrap=args.bootstrap or "")
+    return 1 if broken else 0
+
+
+def verify_warehouse(url: str, currency: str, first: str | None = None,
+                     last: str | None = None, store: bool = True, bootstrap: str = "",
+                     indent: str = "") -> int:
+    """Check, print each break with its key, store the ties and raise their alerts;
+    returns the number of broken ties."""
+    from pipelines.reconcile.alerts import dispatch
+    from pipelines.reconcile.config import AlertsSection
+    from pipelines.reconcile.store import AlertSinks, ReconcileStore
+    from pipelines.store.verify import internal_ties, store_ties
+    from pipelines.store.warehouse import redacted_url
+    from udfs.conservation import ALL_DAYS, breaks
+
+    with ReconcileStore(url) as reconcile:
+        ties = internal_ties(reconcile.warehouse, currency, first, last)
+        broken = breaks(ties)
+        days = {c.key.day for c in ties} - {ALL_DAYS}
+        print(f"{indent}verify {redacted_url(reconcile.url)}: {len(ties):,} ties over "
+              f"{len(days)} days, {len(broken)} broken")
+        for c in broken:
+            names = [p.name for p in c.contributors]
+            print(f"{indent}  BREAK {c.key.metric:<12} {c.key.entity:<32} {c.key.day:<10}  "
+                  f"{names[0]} {_amount(c.ours)} != {names[1]} {_amount(c.theirs)}  "
+                  f"(difference {c.difference:+,.2f})")
+        if store:
+            sinks = AlertSinks(log=True, kafka=bool(bootstrap))
+            added = store_ties(reconcile, ties, f"verify-{uuid.uuid4().hex[:12]}", sinks,
+                               first, last)
+            if added:
+                dispatch(reconcile, AlertsSection(), bootstrap)
+                print(f"{indent}  {added} alert event(s) raised (open on a break, resolve "
+                      "on a repair)")
+    return len(broken)
+
+
+def _amount(value: float | None) -> str:
+    return "(none)" if value is None else f"{value:,.2f}"

@@ -1,0 +1,134 @@
+"""`seedance verify`'s reading and writing: the sums each tie compares (udfs/conservation.py)
+from the warehouse's result tables, and the comparisons stored beside the billing drift
+(reconciliation_daily, scope 'internal') with their alert events (table alerts), so the
+dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from pipelines.reconcile.store import (
+    ALERT_COLUMNS,
+    DAILY_COLUMNS,
+    KEY_COLUMNS,
+    AlertSinks,
+    ReconcileStore,
+    alert_row,
+    daily_row,
+)
+from pipelines.store.warehouse import Warehouse
+from udfs import conservation
+from udfs.drift import Comparison, Key, decide, state_of
+from udfs.roi import DIMENSIONS
+
+DAY_MS = 86_400_000
+
+
+def _day_filter(column: str, first: str | None, last: str | None) -> tuple[str, list[str]]:
+    clauses, params = [], []
+    if first:
+        clauses.append(f"{column} >= ?")
+        params.append(first)
+    if last:
+        clauses.append(f"{column} <= ?")
+        params.append(last)
+    return (" AND ".join(clauses) or "1 = 1"), params
+
+
+def _epoch_ms(day: str, end: bool) -> int:
+    start = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
+    return start + DAY_MS - 1 if end else start
+
+
+def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
+                  last: str | None = None) -> list[Comparison]:
+    """Every tie of udfs/conservation.py over the days [first, last] (all by default)."""
+    q = warehouse.query
+    where, params = _day_filter("day", first, last)
+    roi = {(m, str(d), dim): (float(c), float(r)) for m, d, dim, c, r in q(
+        f"SELECT model, day, dimension, SUM(conversions), SUM(revenue) FROM roi_daily "
+        f"WHERE {where} GROUP BY model, day, dimension", params)}
+    credit_where, credit_params = _day_filter("conversion_date", first, last)
+    credits = {(m, str(d)): (float(c), float(r)) for m, d, c, r in q(
+        f"SELECT model, conversion_date, SUM(credit), SUM(revenue) FROM attribution_credits "
+        f"WHERE {credit_where} GROUP BY model, conversion_date", credit_params)}
+    models = sorted({key[0] for key in roi} | {key[0] for key in credits})
+    out = conservation.revenue_ties(roi, credits, DIMENSIONS, currency)
+
+    allocated = {(m, str(d), k): float(a) for m, d, k, a in q(
+        f"SELECT model, day, key, SUM(ad_spend) FROM roi_daily WHERE dimension = 'campaign' "
+        f"AND {where} GROUP BY model, day, key", params)}
+    unallocated = {(m, str(d), k): float(a) for m, d, k, a in q(
+        f"SELECT model, day, key, SUM(amount) FROM roi_unallocated WHERE cost_kind = "
+        f"'ad_spend' AND {where} GROUP BY model, day, key", params)}
+    spend = {(str(d), c): float(a) for d, c, a in q(
+        f"SELECT day, campaign, SUM(amount) FROM ad_spend WHERE {where} "
+        f"GROUP BY day, campaign", params)}
+    out += conservation.spend_ties(allocated, unallocated, spend, models, currency)
+
+    compute = {m: float(a) for m, a in q(
+        f"SELECT model, SUM(amount) FROM (SELECT model, compute_cost AS amount FROM roi_daily "
+        f"WHERE dimension = 'campaign' AND {where} UNION ALL SELECT model, amount FROM "
+        f"roi_unallocated WHERE cost_kind = 'compute' AND {where}) AS accounted "
+        f"GROUP BY model", params + params)}
+    time_where = "1 = 1"
+    time_params: list[object] = []
+    if first:
+        time_where += " AND interval_end_ms >= ?"
+        time_params.append(_epoch_ms(first, end=False))
+    if last:
+        time_where += " AND interval_end_ms <= ?"
+        time_params.append(_epoch_ms(last, end=True))
+    (calls,), = q(f"SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs WHERE {time_where}",
+                  time_params)
+    if models and (calls or compute):
+        out += conservation.compute_ties(compute, models, float(calls), currency)
+
+    parts: dict[tuple[str, ...], float] = {}
+    intervals: dict[tuple[str, ...], float] = {}
+    for gpu, end_ms, cost, interval_cost in q(
+            f"SELECT gpu_uuid, interval_end_ms, SUM(cost_usd), MAX(interval_cost_usd) FROM "
+            f"(SELECT gpu_uuid, interval_end_ms, cost_usd, interval_cost_usd FROM "
+            f"gpu_call_costs WHERE {time_where} UNION ALL SELECT gpu_uuid, interval_end_ms, "
+            f"cost_usd, interval_cost_usd FROM gpu_idle_costs WHERE {time_where}) AS priced "
+            f"GROUP BY gpu_uuid, interval_end_ms", time_params + time_params):
+        day = datetime.fromtimestamp(int(end_ms) / 1000, UTC).strftime("%Y-%m-%d")
+        parts[gpu, day] = parts.get((gpu, day), 0.0) + float(cost)
+        intervals[gpu, day] = intervals.get((gpu, day), 0.0) + float(interval_cost)
+    out += conservation.gpu_ties(parts, intervals, "USD")
+    return out
+
+
+def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
+               sinks: AlertSinks, first: str | None = None,
+               last: str | None = None) -> int:
+    """Replace the internal rows of the checked days and add the alert events the ties'
+    breaks and repairs call for (udfs.drift.decide: open on a break, resolve once it ties
+    again). Returns the alert events added."""
+    wh = store.warehouse
+    where, params = _day_filter("day", first, last)
+    events: dict[Key, list[tuple[str, int]]] = {}
+    for row in wh.query(f"SELECT {', '.join(KEY_COLUMNS)}, kind, seq FROM alerts "
+                        f"WHERE scope = ? AND ({where} OR day = ?)",
+                        [conservation.SCOPE, *params, conservation.ALL_DAYS]):
+        events.setdefault(Key(*row[:6]), []).append((row[6], int(row[7])))
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    current = {c.key: c for c in comparisons}
+    alerts = []
+    for key in sorted(current.keys() | events.keys()):
+        transition = decide(state_of(events.get(key, [])), current.get(key))
+        if transition is not None:
+            alerts.append(alert_row(key, transition, current.get(key), run_id, now, sinks))
+    added = 0
+    with wh.transaction():
+        wh.execute(f"DELETE FROM reconciliation_daily WHERE scope = ? AND ({where} OR day = ?)",
+                   [conservation.SCOPE, *params, conservation.ALL_DAYS])
+        wh.executemany(f"INSERT INTO reconciliation_daily ({', '.join(DAILY_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' for _ in DAILY_COLUMNS)})",
+                       sorted(daily_row(c) for c in comparisons))
+        for alert in alerts:
+            added += wh.execute(f"INSERT INTO alerts ({', '.join(ALERT_COLUMNS)}) VALUES "
+                                f"({', '.join('?' for _ in ALERT_COLUMNS)}) "
+                                f"ON CONFLICT DO NOTHING", alert)
+    return added

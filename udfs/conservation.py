@@ -1,0 +1,122 @@
+"""The totals a finance reader sees must equal the sums they come from: the ties between
+the result tables, checked as comparisons (udfs.drift) so a break is shown, stored and
+alerted like a billing drift.
+
+Each tie compares `ours` (the table a reader looks at) with `theirs` (the table it is
+computed from), per key:
+
+- revenue / conversions, per model, day and ROI dimension: Σ roi_daily = Σ credits of the
+  model's orders that day (every dimension splits the same credits);
+- spend, per model, day and campaign: Σ allocated (roi_daily by campaign) + unallocated =
+  the campaign's spend that day;
+- compute_cost, per model over the checked days: Σ allocated + unallocated compute = the
+  priced GPU calls (linked cost counts on the order's day, unlinked on the call's);
+- gpu_cost, per GPU and day: Σ call cost + idle cost = the priced intervals' cost.
+
+A tie breaks when the two sides differ by more than half a cent (amounts) or 1e-6
+(conversion counts), or when one side has the key and the other has not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from udfs.drift import BREACH, OK, Comparison, Contributor, Key, Rule, drift
+
+SCOPE = "internal"
+AMOUNT_TOLERANCE = 0.005  # half a cent: figures tie "to the cent"
+COUNT_TOLERANCE = 1e-6
+ALL_DAYS = "*"
+
+Sums = Mapping[tuple[str, ...], float]
+
+
+class Tie(NamedTuple):
+    """One kind of tie: its metric, what each side is read from, and its tolerance."""
+
+    metric: str
+    ours: str
+    theirs: str
+    tolerance: float
+
+
+REVENUE = Tie("revenue", "roi_daily", "attribution_credits", AMOUNT_TOLERANCE)
+CONVERSIONS = Tie("conversions", "roi_daily", "attribution_credits", COUNT_TOLERANCE)
+SPEND = Tie("spend", "roi_daily + roi_unallocated", "ad_spend", AMOUNT_TOLERANCE)
+COMPUTE = Tie("compute_cost", "roi_daily + roi_unallocated", "gpu_call_costs",
+              AMOUNT_TOLERANCE)
+GPU_COST = Tie("gpu_cost", "gpu_call_costs + gpu_idle_costs", "priced intervals",
+               AMOUNT_TOLERANCE)
+TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, GPU_COST)
+
+
+def tie(tie: Tie, entity: str, day: str, ours: float | None, theirs: float | None,
+        currency: str) -> Comparison:
+    """One key's comparison; a side without the key is None (and counts as 0)."""
+    o, t = ours or 0.0, theirs or 0.0
+    broken = abs(o - t) > tie.tolerance
+    return Comparison(Key(SCOPE, "", "", entity, day, tie.metric),
+                      "" if tie is CONVERSIONS else currency, ours, theirs, drift(o, t),
+                      BREACH if broken else OK, Rule(0.0, 0.0),
+                      (Contributor(tie.ours, o, None), Contributor(tie.theirs, t, None)),
+                      f"{tie.ours} vs {tie.theirs}")
+
+
+def _pairs(ours: Sums, theirs: Sums) -> Iterable[tuple[tuple[str, ...], float | None,
+                                                       float | None]]:
+    for key in sorted(ours.keys() | theirs.keys()):
+        yield key, ours.get(key), theirs.get(key)
+
+
+def revenue_ties(roi: Mapping[tuple[str, str, str], tuple[float, float]],
+                 credits: Mapping[tuple[str, str], tuple[float, float]],
+                 dimensions: Iterable[str], currency: str) -> list[Comparison]:
+    """roi: (model, day, dimension) -> (conversions, revenue) summed over keys;
+    credits: (model, day) -> (credit, revenue) summed over the model's credit rows."""
+    out = []
+    models_days = {key[:2] for key in roi} | set(credits)
+    for model, day in sorted(models_days):
+        credited = credits.get((model, day))
+        for dimension in dimensions:
+            reported = roi.get((model, day, dimension))
+            entity = f"{model}/{dimension}"
+            out.append(tie(REVENUE, entity, day, reported and reported[1],
+                           credited and credited[1], currency))
+            out.append(tie(CONVERSIONS, entity, day, reported and reported[0],
+                           credited and credited[0], currency))
+    return out
+
+
+def spend_ties(allocated: Sums, unallocated: Sums, spend: Mapping[tuple[str, str], float],
+               models: Iterable[str], currency: str) -> list[Comparison]:
+    """allocated / unallocated: (model, day, campaign) -> amount; spend: (day, campaign) ->
+    amount. Every model must account for every campaign-day's spend."""
+    out = []
+    accounted = {key: allocated.get(key, 0.0) + unallocated.get(key, 0.0)
+                 for key in allocated.keys() | unallocated.keys()}
+    for model in sorted(set(models)):
+        mine = {key[1:]: amount for key, amount in accounted.items() if key[0] == model}
+        for (day, campaign), ours, theirs in _pairs(mine, spend):
+            if theirs is None and not ours:
+                continue  # a credited campaign without spend: nothing to account for
+            out.append(tie(SPEND, f"{model}/{campaign}", day, ours, theirs, currency))
+    return out
+
+
+def compute_ties(accounted: Mapping[str, float], models: Iterable[str], calls: float,
+                 currency: str) -> list[Comparison]:
+    """accounted: model -> allocated + unallocated compute over the checked days; calls:
+    the priced GPU calls' cost over the same days."""
+    return [tie(COMPUTE, model, ALL_DAYS, accounted.get(model), calls, currency)
+            for model in sorted(set(models))]
+
+
+def gpu_ties(parts: Sums, intervals: Sums, currency: str) -> list[Comparison]:
+    """parts / intervals: (gpu, day) -> calls + idle / the intervals' own cost."""
+    return [tie(GPU_COST, gpu, day, ours, theirs, currency)
+            for (gpu, day), ours, theirs in _pairs(parts, intervals)]
+
+
+def breaks(comparisons: Iterable[Comparison]) -> list[Comparison]:
+    return [c for c in comparisons if c.status == BREACH]
