@@ -88,7 +88,7 @@ def revenue_ties(roi: Mapping[tuple[str, str, str], tuple[float, float]],
     return out
 
 
-def spend_ties(allocated: Sums, unallocated: Sums, spend: Mapping[tuple[str, str], float],
+def spend_ties(allocated: Sums, unallocated: Sums, spend: Sums,
                models: Iterable[str], currency: str) -> list[Comparison]:
     """allocated / unallocated: (model, day, campaign) -> amount; spend: (day, campaign) ->
     amount. Every model must account for every campaign-day's spend."""
