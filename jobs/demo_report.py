@@ -95,7 +95,7 @@ def print_experiments(warehouse: Warehouse, config: StreamingJobConfig) -> None:
     stats = window_statistics(inputs.exposures, inputs.conversions, day,
                               int(settings.window_days),
                               control=settings.control_variant or None,
-                              alpha=settings.alpha)
+                              alpha=settings.alpha, min_converters=settings.min_converters)
     store_results(warehouse, stats)
     print(f"\nExperiments: {int(settings.window_days)}-day ROI per variant = revenue / (ad "
           f"spend + GPU compute) of its exposed users (costs allocated by "

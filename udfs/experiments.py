@@ -15,8 +15,18 @@ users who did not convert: they are in n). Delta method (first-order Taylor of Y
 
 (the same as (s_Y^2 - 2 R s_XY + R^2 s_X^2) / (n Xbar^2), computed from residuals to
 avoid cancellation). The difference of two independent arms D = R_t - R_c has
-Var(D) = Var(R_t) + Var(R_c); z = D / sd(D), two-sided p = 2 (1 - Phi(|z|)). Intervals
-are at level 1 - alpha, so `significant` (p < alpha) and "the interval excludes 0" agree.
+Var(D) = Var(R_t) + Var(R_c); z = D / sd(D), two-sided p = 2 (1 - Phi(|z|)). Intervals and
+p-values use Student's t: n - 1 degrees of freedom for an arm, Welch-Satterthwaite's for the
+difference (df = (V_t + V_c)^2 / (V_t^2 / (n_t - 1) + V_c^2 / (n_c - 1)), as GrowthBook's
+gbstats does), so small arms get wider intervals than the normal approximation gives.
+Intervals are at level 1 - alpha, so `significant` (p < alpha) and "the interval excludes
+0" agree.
+
+An arm with fewer than `min_converters` converting users (MIN_CONVERTERS by default) gets
+no interval and no verdict ("too few converters"), nor does a comparison with it: one buyer
+must never make a variant significant. Revenue where the top 1 % of an arm's users hold
+over half of it is flagged `heavy_tail`. Variants are compared as strings (a flag served
+as 0/1 keeps its control); a non-finite revenue or cost is an error naming the order.
 
 Where the delta method is undefined -- fewer than 2 users, fewer than 2 users with any
 cost (no estimate of the cost's spread) or no residual spread (a zero-width interval) --
@@ -40,7 +50,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from udfs.experiment_guards import MIN_CONVERTERS, heavy_tails, withhold_small_arms
+from udfs.experiment_table import strategy_table
 from udfs.periods import DAY_MS, parse_day
+
+__all__ = ["MIN_CONVERTERS", "STATS_COLUMNS", "daily_aggregates", "first_exposures",
+           "strategy_table", "window_statistics"]
 
 # The sample-ratio-mismatch alarm: a chi-square p below this flags the experiment. Strict
 # on purpose: the check runs on every experiment every day, and at 0.05 one healthy
@@ -58,7 +73,7 @@ STATS_COLUMNS = [
     "users", "converters", "conversions", "revenue", "ad_spend", "compute_cost", "cost",
     "cost_per_user", "roi", "roi_low", "roi_high", "roi_method", "confidence", "roi_diff",
     "diff_low", "diff_high", "diff_method", "p_value", "significant", "marginal_cost",
-    "expected_share", "srm_p_value", "srm"]
+    "expected_share", "srm_p_value", "srm", "heavy_tail", "note"]
 _KEY = ["flag_key", "variant"]
 
 
@@ -77,6 +92,7 @@ def first_exposures(frame: pd.DataFrame) -> pd.DataFrame:
 def _assigned(exposures: pd.DataFrame) -> pd.DataFrame:
     """Stored exposures, reduced to one row per flag and user in case a replay repeated one."""
     events = exposures.rename(columns={"first_exposure_ms": "ts_ms"})
+    events = events.assign(variant=events.variant.astype(str))
     return first_exposures(events).astype({"first_exposure_ms": "int64"})
 
 
@@ -88,6 +104,12 @@ def _attributed(assigned: pd.DataFrame, conversions: pd.DataFrame) -> pd.DataFra
     orders = conversions[columns].drop_duplicates(["flag_key", "order_id"]) \
         .astype({"revenue": float, "ad_spend": float, "compute_cost": float,
                  "conversion_ts_ms": "int64"})
+    for name in ("revenue", "ad_spend", "compute_cost"):
+        bad = ~np.isfinite(orders[name].to_numpy(float))
+        if bad.any():  # dropped from one side of the ratio it would bias the ROI silently
+            named = ", ".join(orders.order_id[bad].astype(str).head(3))
+            raise ValueError(f"{int(bad.sum())} orders have a {name} that is not a finite "
+                             f"number (e.g. {named}): fix or drop them before the statistics")
     joined = orders.merge(assigned, on=["flag_key", "user_id"], how="inner")
     joined = joined[joined.conversion_ts_ms >= joined.first_exposure_ms]
     return joined.assign(cost=joined.ad_spend + joined.compute_cost)
@@ -209,9 +231,11 @@ def _control_variants(table: pd.DataFrame, control: str | None) -> pd.Series:
 def _delta_comparison(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
     """Delta-method intervals per variant, and the difference to the control variant, its
     p-value and the marginal cost; the intervals stay NaN where the sd is undefined."""
-    z = float(stats.norm.ppf(1 - alpha / 2))
-    table["roi_low"], table["roi_high"] = table.roi - z * table.roi_sd, \
-        table.roi + z * table.roi_sd
+    n = table.users.astype(float)
+    arm_df = (n - 1).where(n > 1)
+    arm_t = stats.t.ppf(1 - alpha / 2, arm_df)
+    table["roi_low"], table["roi_high"] = table.roi - arm_t * table.roi_sd, \
+        table.roi + arm_t * table.roi_sd
     table["roi_method"] = np.where(table.roi_sd.notna(), "delta",
                                    np.where(table.roi.notna(), "bootstrap", "none"))
     table["cost_per_user"] = _ratio(table.cost, table.users.astype(float))
@@ -219,10 +243,17 @@ def _delta_comparison(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
     control_of = table.flag_key.map
     table["control_method"] = control_of(controls.roi_method)
     table["roi_diff"] = (table.roi - control_of(controls.roi)).where(~table.is_control)
-    diff_sd = np.sqrt(table.roi_sd ** 2 + control_of(controls.roi_sd) ** 2)
-    table["diff_low"] = table.roi_diff - z * diff_sd
-    table["diff_high"] = table.roi_diff + z * diff_sd
-    table["p_value"] = 2 * stats.norm.sf(np.abs(table.roi_diff / diff_sd))
+    variance, control_variance = table.roi_sd ** 2, control_of(controls.roi_sd) ** 2
+    control_n = control_of(controls.users).astype(float)
+    diff_sd = np.sqrt(variance + control_variance)
+    # Welch-Satterthwaite degrees of freedom of the difference
+    welch_df = (variance + control_variance) ** 2 / (
+        variance ** 2 / (n - 1).where(n > 1) + control_variance ** 2
+        / (control_n - 1).where(control_n > 1))
+    diff_t = stats.t.ppf(1 - alpha / 2, welch_df)
+    table["diff_low"] = table.roi_diff - diff_t * diff_sd
+    table["diff_high"] = table.roi_diff + diff_t * diff_sd
+    table["p_value"] = 2 * stats.t.sf(np.abs(table.roi_diff / diff_sd), welch_df)
     table["diff_method"] = np.where(table.roi_diff.isna(), "none", "delta")
     control_cost = control_of(controls.cost_per_user)
     table["marginal_cost"] = (table.cost_per_user / control_cost.where(control_cost > 0)
@@ -300,8 +331,8 @@ def _sample_ratio(table: pd.DataFrame,
 def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_day: str,
                       window_days: int = 7, control: str | None = None, alpha: float = 0.05,
                       expected_split: Mapping[str, Mapping[str, float]] | None = None,
-                      seed: int = 0, bootstrap_replicates: int = BOOTSTRAP_REPLICATES
-                      ) -> pd.DataFrame:
+                      seed: int = 0, bootstrap_replicates: int = BOOTSTRAP_REPLICATES,
+                      min_converters: int = MIN_CONVERTERS) -> pd.DataFrame:
     """STATS_COLUMNS, one row per experiment (flag_key) and variant, over the `window_days`
     UTC days ending with `end_day` (YYYY-MM-DD, included).
 
@@ -309,8 +340,15 @@ def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_da
     window too, so that a returning user is not taken for a new one); their conversions at
     or after the exposure and before the window's end count. `control` names the control
     variant (experiments without it get no comparison); `expected_split` maps flag_key ->
-    {variant: weight} for the SRM check (default an equal split). Deterministic for a seed.
+    {variant: weight} for the SRM check (default an equal split); an arm with fewer than
+    `min_converters` converting users gets no interval and no verdict. Deterministic for a
+    seed.
     """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
+    if min_converters < 2:
+        raise ValueError(f"min_converters must be at least 2, got {min_converters}")
+    control = None if control is None else str(control)
     first_day, start_ms, end_ms = _window_ms(end_day, window_days)
     assigned = _assigned(exposures)
     assigned = assigned[(assigned.first_exposure_ms >= start_ms)
@@ -325,50 +363,8 @@ def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_da
     table["is_control"] = table.variant == table.control_variant
     table = _delta_comparison(table, alpha)
     table = _bootstrap_where_undefined(table, buyers, alpha, seed, bootstrap_replicates)
+    table = withhold_small_arms(table, min_converters)
+    table = heavy_tails(table, buyers)
     table = _sample_ratio(table, expected_split)
     table["window_start"], table["window_end"] = first_day.isoformat(), end_day
     return table.sort_values(_KEY).reset_index(drop=True)[STATS_COLUMNS]
-
-
-def _number(value: float, spec: str = ".2f") -> str:
-    return "-" if pd.isna(value) else format(value, spec)
-
-
-def _row_cells(row: pd.Series) -> list[str]:
-    """The table's cells of one variant."""
-    variant = f"{row.variant} (control)" if row.is_control else str(row.variant)
-    roi = _number(row.roi)
-    if pd.notna(row.roi_low):
-        roi += f" [{_number(row.roi_low)}, {_number(row.roi_high)}]"
-    roi += " (bootstrap)" if row.roi_method == "bootstrap" else ""
-    if row.is_control:
-        versus = ""
-    elif pd.isna(row.control_variant):
-        versus = "no control"
-    elif pd.isna(row.p_value):
-        versus = "not comparable"
-    else:
-        verdict = "significant" if row.significant else "not significant"
-        versus = (f"{row.roi_diff:+.2f} [{row.diff_low:+.2f}, {row.diff_high:+.2f}] "
-                  f"{verdict} (p={row.p_value:.3g})")
-        versus += " (bootstrap)" if row.diff_method == "bootstrap" else ""
-    marginal = "" if pd.isna(row.marginal_cost) else f"{100 * row.marginal_cost:+.1f} %"
-    srm = f"MISMATCH (p={row.srm_p_value:.2g})" if row.srm else ""
-    return [str(row.flag_key), variant, roi, versus, marginal, f"{row.users:,}", srm]
-
-
-def strategy_table(stats: pd.DataFrame) -> str:
-    """The window statistics as a fixed-width table for a terminal: per experiment and
-    variant the ROI with its interval, the difference to control with its significance,
-    the marginal cost, the users, and a sample-ratio-mismatch warning."""
-    if stats.empty:
-        return "no experiments in the window"
-    level = f"{100 * float(stats.confidence.iloc[0]):g} %"
-    header = ["experiment", "variant", f"ROI [{level} CI]", "vs control", "marginal cost",
-              "users", "SRM"]
-    rows = [header] + [_row_cells(row) for _, row in stats.iterrows()]
-    widths = [max(len(cells[i]) for cells in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
-             .rstrip() for cells in rows]
-    window = f"window {stats.window_start.iloc[0]} .. {stats.window_end.iloc[0]}"
-    return "\n".join([window, *lines])

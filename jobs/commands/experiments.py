@@ -20,6 +20,9 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--control", help="the control variant (default: "
                                      "experiments.control_variant)")
     p.add_argument("--flag", help="one experiment's feature flag only")
+    p.add_argument("--min-converters", type=int,
+                   help="an arm with fewer converting users gets no interval and no verdict "
+                        "(default: experiments.min_converters)")
     p.add_argument("--seed", type=int, default=0, help="of the bootstrap, where one is needed")
     p.set_defaults(func=cmd_experiments)
 
@@ -36,6 +39,10 @@ def cmd_experiments(args: argparse.Namespace) -> int:
     alpha = settings.alpha if args.alpha is None else args.alpha
     if not 0 < alpha < 1:
         raise CliError(f"--alpha must be between 0 and 1, got {alpha}")
+    min_converters = settings.min_converters if args.min_converters is None \
+        else args.min_converters
+    if min_converters < 2:
+        raise CliError(f"--min-converters must be at least 2, got {min_converters}")
     if window_days < 1:
         raise CliError(f"--window-days must be at least 1, got {window_days}")
     cost_model = config.experiment_cost_model
@@ -53,7 +60,8 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         stats = window_statistics(inputs.exposures, inputs.conversions, day, window_days,
                                   # '' (none named): the sorted-first variant
                                   control=(args.control or settings.control_variant) or None,
-                                  alpha=alpha, seed=args.seed)
+                                  alpha=alpha, seed=args.seed,
+                                  min_converters=min_converters)
         stored = store_results(warehouse, stats)
     print(f"ROI = revenue / (ad spend + GPU compute) of each variant's exposed users, costs "
           f"allocated by {cost_model}; intervals at {100 * (1 - alpha):g} %")

@@ -34,15 +34,17 @@ STRATEGY_COLUMNS = (
            bounds=("diff_low", "diff_high")),
     Column("verdict", "Significance"), Column("p_value", "p", "p"),
     Column("marginal_cost", "Marginal cost", "percent"), Column("srm", "Sample ratio"),
-    Column("srm_p_value", "SRM p", "p"))
+    Column("srm_p_value", "SRM p", "p"), Column("note", "Notes"))
 
 
 def _verdict(is_control: bool, control_variant: str, p_value: float | None,
-             significant: bool) -> str:
+             significant: bool, note: str = "") -> str:
     if is_control:
         return "control"
     if not control_variant:
         return "no control"
+    if "too few converters" in note:
+        return "too few converters"
     if p_value is None:
         return "not comparable"
     return "significant" if significant else "not significant"
@@ -53,7 +55,7 @@ def _strategy_rows(results: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     for (flag_key, variant, window_end, window_start, is_control, control_variant, users,
          conversions, revenue, ad_spend, compute_cost, roi, roi_low, roi_high, roi_diff,
          diff_low, diff_high, p_value, significant, marginal_cost, srm_p_value, srm,
-         _confidence) in results:
+         _confidence, note) in results:
         is_control, significant, srm = bool(is_control), bool(significant), bool(srm)
         out.append((
             flag_key, variant,
@@ -61,9 +63,10 @@ def _strategy_rows(results: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             f"{window_start} .. {window_end}", users, conversions, revenue,
             ad_spend + compute_cost, (roi, roi_low, roi_high),
             (None, None, None) if is_control else (roi_diff, diff_low, diff_high),
-            _verdict(is_control, control_variant, p_value, significant),
+            _verdict(is_control, control_variant, p_value, significant, note or ""),
             None if is_control else p_value, marginal_cost,
-            "MISMATCH" if srm else "ok" if srm_p_value is not None else None, srm_p_value))
+            "MISMATCH" if srm else "ok" if srm_p_value is not None else None, srm_p_value,
+            note or ""))
     return out
 
 
@@ -77,11 +80,11 @@ def experiments_view(warehouse: Warehouse, filters: Filters) -> View:
         "SELECT flag_key, variant, window_end, window_start, is_control, control_variant, "
         "users, conversions, revenue, ad_spend, compute_cost, roi, roi_low, roi_high, "
         "roi_diff, diff_low, diff_high, p_value, significant, marginal_cost, srm_p_value, srm, "
-        "confidence FROM experiment_results r WHERE window_end = (SELECT MAX(l.window_end) "
+        "confidence, note FROM experiment_results r WHERE window_end = (SELECT MAX(l.window_end) "
         f"FROM experiment_results l WHERE l.flag_key = r.flag_key{where}) "
         "ORDER BY flag_key, is_control DESC, variant", params)
     rows = _strategy_rows(results)
-    levels = sorted({f"{100 * float(r[-1]):g} %" for r in results})
+    levels = sorted({f"{100 * float(r[-2]):g} %" for r in results})
     mismatched = sorted({r[0] for r in rows if r[13] == "MISMATCH"})
     srm_p = {r[0]: r[14] for r in rows}
     view.warnings = [

@@ -118,6 +118,8 @@ class ExperimentsConfig:
     cost_model: str = ""
     window_days: float = 7.0  # the strategy table's window
     alpha: float = 0.05  # significance level of the difference to control
+    # arms with fewer converting users get no interval and no verdict
+    min_converters: int = 30
     # the variant the others are compared with ('': the first in sorted order)
     control_variant: str = "control"
 
@@ -180,6 +182,8 @@ class StreamingJobConfig:
             (self.experiments.window_days >= 1, "experiments.window_days",
              "must be at least 1"),
             (0 < self.experiments.alpha < 1, "experiments.alpha", "must be between 0 and 1"),
+            (self.experiments.min_converters >= 2, "experiments.min_converters",
+             "must be at least 2"),
             (self.experiments.cost_model in ("", *self.attribution.models),
              "experiments.cost_model",
              f"({self.experiments.cost_model}) must be one of attribution.models"),

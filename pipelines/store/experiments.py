@@ -76,7 +76,9 @@ def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
     frame = stats.assign(computed_at=computed_at,
                          control_variant=stats.control_variant.fillna("").astype(str),
                          significant=stats.significant.fillna(False).astype(bool),
-                         srm=stats.srm.fillna(False).astype(bool))
+                         srm=stats.srm.fillna(False).astype(bool),
+                         heavy_tail=stats.heavy_tail.fillna(False).astype(bool),
+                         note=stats.note.fillna("").astype(str))
     values = [tuple(_value(row[name]) for name in rows.EXPERIMENT_RESULT.names)
               for _, row in frame.iterrows()]
     with warehouse.transaction():

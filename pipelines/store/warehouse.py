@@ -29,6 +29,14 @@ from schemas.rows import Row
 DDL = PROJECT_ROOT / "schemas" / "sql" / "warehouse.sql"
 
 
+# columns added to a table after it first shipped: (table, column, SQL definition)
+ADDED_COLUMNS = (
+    ("attribution_credits", "stage", "TEXT NOT NULL DEFAULT 'unknown'"),
+    ("experiment_results", "heavy_tail", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("experiment_results", "note", "TEXT NOT NULL DEFAULT ''"),
+)
+
+
 def default_url() -> str:
     return f"sqlite:///{state_home() / 'warehouse.db'}"
 
@@ -155,12 +163,23 @@ class Warehouse(TopicLoading, Summaries):
                     f"the warehouse {redacted_url(self.url)} lacks the tables "
                     f"{', '.join(missing)} and this user may not create them: run "
                     f"{DDL.name} there once as the schema's owner") from None
-        if self.dialect == "sqlite":
-            # files from before the lifecycle stage existed get the column added
-            columns = {row[1] for row in self.query("PRAGMA table_info(attribution_credits)")}
-            if "stage" not in columns:
-                self.execute("ALTER TABLE attribution_credits "
-                             "ADD COLUMN stage TEXT NOT NULL DEFAULT 'unknown'")
+        # warehouses from before these columns existed get them added
+        for table, column, definition in ADDED_COLUMNS:
+            if self.dialect == "sqlite":
+                columns = {row[1] for row in self.query(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            elif not self.query("SELECT 1 FROM information_schema.columns WHERE "
+                                "table_schema = current_schema() AND table_name = ? AND "
+                                "column_name = ?", (table, column)):
+                try:
+                    self.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} "
+                                 f"{definition}")
+                except psycopg.Error as error:
+                    raise WarehouseError(
+                        f"the warehouse {redacted_url(self.url)} lacks {table}.{column} and "
+                        f"this user may not add it: run {DDL.name} there once as the "
+                        f"schema's owner ({error})") from None
 
     # -- the dialect-neutral API ----------------------------------------------------------
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:

@@ -176,6 +176,8 @@ CREATE TABLE IF NOT EXISTS experiment_results (
     srm              BOOLEAN          NOT NULL,
     confidence       DOUBLE PRECISION NOT NULL,
     computed_at      TEXT             NOT NULL,
+    heavy_tail       BOOLEAN          NOT NULL DEFAULT FALSE,
+    note             TEXT             NOT NULL DEFAULT '',  -- e.g. too few converters
     PRIMARY KEY (flag_key, variant, window_end)
 );
 

@@ -36,7 +36,7 @@ def declared(row: Row, **values: object) -> tuple[object, ...]:
 def result(flag_key: str, variant: str, window_end: str, roi: tuple[float, float, float],
            diff: tuple[float | None, float | None, float | None] = (None, None, None),
            p_value: float | None = None, significant: bool = False, srm_p: float = 0.5,
-           users: int = 1000, control: str = "control") -> tuple[object, ...]:
+           users: int = 1000, control: str = "control", note: str = "") -> tuple[object, ...]:
     is_control = variant == control
     return declared(
         EXPERIMENT_RESULT, flag_key=flag_key, variant=variant, window_end=window_end,
@@ -46,7 +46,7 @@ def result(flag_key: str, variant: str, window_end: str, roi: tuple[float, float
         roi=roi[0], roi_low=roi[1], roi_high=roi[2], roi_diff=diff[0], diff_low=diff[1],
         diff_high=diff[2], p_value=p_value, significant=significant,
         marginal_cost=None if is_control else 0.12, srm_p_value=srm_p, srm=srm_p < 0.001,
-        confidence=0.95, computed_at="2026-10-15T06:00:00+00:00")
+        confidence=0.95, computed_at="2026-10-15T06:00:00+00:00", heavy_tail=False, note=note)
 
 
 def interval(model: str, period: str, channel: str, share: tuple[float, float, float],
@@ -140,7 +140,7 @@ def test_strategy_table_of_each_experiments_newest_window(loop: Warehouse) -> No
     assert by_key(rows)["checkout-copy", "b"][10:12] == ("not significant", 0.41)
     control = by_key(rows)["bid-strategy", "control"]
     assert control[9] == (None, None, None) and control[10:13] == ("control", None, None)
-    assert by_key(rows)["onboarding", "new"][13:] == ("MISMATCH", 2e-05)
+    assert by_key(rows)["onboarding", "new"][13:] == ("MISMATCH", 2e-05, "")
     assert len(view.warnings) == 1 and "Sample ratio mismatch in onboarding" in view.warnings[0]
     assert {k.name: k.value for k in view.kpis} == {
         "kpi_experiments": 3, "kpi_significant": 1, "kpi_srm": 1}

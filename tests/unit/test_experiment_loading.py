@@ -37,7 +37,8 @@ def test_recomputed_results_and_intervals_replace_their_partition(tmp_path):
             row.update(flag_key="f", variant=variant, window_end="2026-10-07",
                        window_start="2026-10-01", is_control=variant == "control",
                        control_variant="control", significant=False, srm=False,
-                       users=10, converters=1, conversions=1, confidence=0.95)
+                       users=10, converters=1, conversions=1, confidence=0.95,
+                       heavy_tail=False, note="")
             rows.append(row)
         return pd.DataFrame(rows, columns=STATS_COLUMNS)
 

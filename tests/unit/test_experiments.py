@@ -184,9 +184,11 @@ def test_intervals_cover_the_true_roi_and_difference():
     assert list(table.columns) == STATS_COLUMNS and (table.roi_method == "delta").all()
     z = stats.norm.ppf(0.975)
 
-    # the interval is the delta method's, to rounding
+    # the interval is the delta method's with Student's t (n - 1 degrees of freedom), to
+    # rounding
     sd = delta_sd(sim.revenue, sim.cost)
-    np.testing.assert_allclose((table.roi_high - table.roi_low) / (2 * z), sd, rtol=1e-9)
+    t = stats.t.ppf(0.975, sim.revenue.shape[1] - 1)
+    np.testing.assert_allclose((table.roi_high - table.roi_low) / (2 * t), sd, rtol=1e-9)
 
     roi_coverage = covered(table.roi_low, table.roi_high, sim.true_roi)
     treated = table[~table.is_control]
@@ -201,7 +203,7 @@ def test_intervals_cover_the_true_roi_and_difference():
     # does the plain sum of the two arms' variances' square roots for the difference
     naive = sim.revenue.std(1, ddof=1) / np.sqrt(sim.revenue.shape[1]) / sim.cost.mean(1)
     naive_coverage = covered(table.roi - z * naive, table.roi + z * naive, sim.true_roi)
-    arm_sd = ((table.roi_high - table.roi_low) / (2 * z)).to_numpy().reshape(-1, 2)
+    arm_sd = ((table.roi_high - table.roi_low) / (2 * t)).to_numpy().reshape(-1, 2)
     summed_sd = arm_sd.sum(1)  # sd_t + sd_c instead of sqrt(sd_t^2 + sd_c^2)
     summed_coverage = covered(treated.roi_diff - z * summed_sd,
                               treated.roi_diff + z * summed_sd, 0.3)
@@ -336,9 +338,12 @@ def test_the_bootstrap_takes_over_where_the_delta_method_is_undefined():
     cost = rng.gamma(2.0, 5.0, 60)
     rows = [("bid", "control", f"c{i}", f"o{i}", T0 + 1, float(c * 3 * rng.lognormal(0, .3)),
              float(c), 0.0) for i, c in enumerate(cost)]
-    # one paying user in "lucky" (no spread of cost to estimate), two orders of theirs
+    # one paying user in "lucky" (no spread of cost to estimate), two orders of theirs;
+    # 30 more converters whose orders cost and earned nothing (enough converters for a
+    # verdict, none of them changes either sum)
     rows += [("bid", "lucky", "l0", "x1", T0 + 1, 40.0, 10.0, 0.0),
              ("bid", "lucky", "l0", "x2", T0 + 2, 20.0, 5.0, 0.0)]
+    rows += [("bid", "lucky", f"l{i}", f"z{i}", T0 + 1, 0.0, 0.0, 0.0) for i in range(1, 31)]
     first = window_statistics(exposures, orders(rows), END, seed=7)
     table = first.set_index("variant")
     lucky, control = table.loc["lucky"], table.loc["control"]
