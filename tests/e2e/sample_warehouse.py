@@ -230,7 +230,8 @@ def experiment_row(flag_key: str, variant: str, users: int, roi: tuple[float, fl
         "roi_diff": diff and diff[0], "diff_low": diff and diff[1],
         "diff_high": diff and diff[2], "p_value": p_value, "significant": significant,
         "marginal_cost": marginal_cost, "srm_p_value": srm_p, "srm": srm_p < 0.001,
-        "confidence": 0.95, "computed_at": f"{window_end}T23:30:00+00:00"}
+        "confidence": 0.95, "computed_at": f"{window_end}T23:30:00+00:00",
+        "heavy_tail": False, "note": ""}
     return tuple(values[name] for name in EXPERIMENT_RESULT.names)
 
 

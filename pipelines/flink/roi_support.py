@@ -1,0 +1,68 @@
+"""What the ROI job's operators share: the items they pass, days, dead letters, and the rule
+by which a keyed day (or GPU-day) is reported -- when the watermark passes it, and again
+after any later input for it, whatever the watermark -- and retired."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pyflink.common import Types
+from pyflink.datastream import OutputTag
+
+DAY_MS = 86_400_000
+DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
+MAX_WATERMARK = 2**63 - 1
+REREPORT_DELAY_MS = 1_000
+
+# Records between the operators: (kind, key, timestamp_ms, payload)
+#   credit   day          conv ts    (model, order, touch, channel, campaign, stage, credit,
+#                                     revenue)
+#   claim    trace id     conv ts    (order_id, day)
+#   cost     trace id     interval   cost_usd (a call's own cost, or its share of idle)
+#   spend    day          day start  (platform, account, campaign, amount)
+#   gpu_call gpu \t day   interval   (trace id or '', cost_usd)   (fully loaded compute)
+#   gpu_idle gpu \t day   interval   cost_usd                     (fully loaded compute)
+#   compute  day          conv ts    (order_id, cost)       (from the link step)
+#   unlinked day          interval   cost_usd               (from the link step)
+#   idle_gpu day          day end    (gpu, cost_usd)   idle of a GPU-day without calls
+Item = tuple[str, str, int, Any]
+
+
+def day_of(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def day_end_ms(day: str) -> int:
+    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
+    return int(start.timestamp() * 1000) + DAY_MS - 1
+
+
+def dead_letter(source: str, reason: str, value: bytes) -> str:
+    return json.dumps({"source": source, "reason": reason,
+                       "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
+
+
+def schedule_report(timers: Any, end_ms: int, retention_ms: int | None) -> None:
+    """After input for a period ending at `end_ms`: report it when the watermark passes its
+    end, or -- input behind the watermark -- at the next watermark; where no watermark comes
+    any more (a drained stop), after REREPORT_DELAY_MS of processing time. With a
+    retention, the period is retired that long after its end."""
+    watermark = timers.current_watermark()
+    if watermark < end_ms:
+        timers.register_event_time_timer(end_ms)
+    elif watermark < MAX_WATERMARK - 1:
+        timers.register_event_time_timer(watermark + 1)
+    else:
+        timers.register_processing_time_timer(timers.current_processing_time()
+                                              + REREPORT_DELAY_MS)
+    if retention_ms is not None:
+        timers.register_event_time_timer(end_ms + retention_ms)
+
+
+def retired_letter(source: str, kind: str, key: str, payload: Any) -> str:
+    return dead_letter(
+        source, f"{kind} input for {key} came after its state was retired "
+        "(roi.retention_days after the day): not folded into a partial day",
+        json.dumps([kind, key, payload], default=str).encode())
