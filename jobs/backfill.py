@@ -27,18 +27,20 @@ import pandas as pd
 from pipelines.backfill.config import BackfillConfig, load_backfill_config
 from pipelines.backfill.frames import BackfillWindow, ComputedDays
 from pipelines.backfill.roi import (
-    COST_COLUMNS,
     CREDIT_ROW,
     ORDER_COST_ROW,
     ROI_ROW,
     SPEND_COLUMNS,
     UNALLOCATED_ROW,
     credit_rows,
+    loaded_costs,
     roi_rows,
 )
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
 from pipelines.store.warehouse import Warehouse, redacted_url
+from udfs.compute_loading import IDLE_COLUMNS
+from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
 
 BACKFILL_DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "backfill.sql"
@@ -92,12 +94,24 @@ def read_spend(warehouse: Warehouse, days: list[str], currency: str) -> pd.DataF
 
 
 def read_costs(warehouse: Warehouse, window: BackfillWindow) -> pd.DataFrame:
-    """GPU call costs that can land on the window's days: within the link window of them."""
-    rows = warehouse.query(
-        "SELECT trace_id, interval_end_ms, cost_usd FROM gpu_call_costs "
-        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?",
-        (window.claims_from_ms, window.claims_until_ms))
-    return pd.DataFrame(rows, columns=COST_COLUMNS).astype({"ts_ms": "int64", "cost": float})
+    """GPU costs that can land on the window's days (within the link window of them), as
+    the ROI job takes them: each call's cost and, fully loaded, its share of its GPU-day's
+    idle cost (whole GPU-days read, so the shares are the stream's), and the idle cost of
+    GPU-days without calls under the GPU's key (udfs/compute_loading.py)."""
+    first = window.claims_from_ms // DAY_MS * DAY_MS
+    until = (window.claims_until_ms // DAY_MS + 1) * DAY_MS - 1
+    calls = pd.DataFrame(warehouse.query(
+        "SELECT gpu_uuid, trace_id, interval_end_ms, cost_usd FROM gpu_call_costs "
+        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first, until)),
+        columns=["gpu_uuid", "trace_id", "ts_ms", "cost"]).astype(
+        {"ts_ms": "int64", "cost": float})
+    if not window.settings.fully_loaded:
+        return loaded_costs(calls, None)
+    idle = pd.DataFrame(warehouse.query(
+        "SELECT gpu_uuid, interval_end_ms, cost_usd FROM gpu_idle_costs "
+        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first, until)),
+        columns=IDLE_COLUMNS).astype({"ts_ms": "int64", "cost": float})
+    return loaded_costs(calls, idle)
 
 
 def _insert(table: str, columns: tuple[str, ...]) -> str:
@@ -232,7 +246,9 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Comput
         credits = computed.credits_of(day).sort_values(["model", "order_id", "touch_index"],
                                                        kind="stable")
         compute = computed.compute[computed.compute.day == day]
-        unlinked = float(computed.unlinked.cost[computed.unlinked.day == day].sum())
+        of_day = computed.unlinked[computed.unlinked.day == day]
+        unlinked = of_day.groupby("key").cost.sum().to_dict() if "key" in of_day \
+            else float(of_day.cost.sum())
         roi, unallocated, orders = roi_rows(day, credits, spend[spend.day == day], compute,
                                             unlinked, settings, order_cost_model)
         finished = datetime.now(UTC).isoformat(timespec="seconds")

@@ -203,7 +203,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_experiments(warehouse, config)
         t = _step("Checking that every total ties out (seedance verify): ROI revenue = "
                   "credited revenue, spend and GPU cost = allocated + unallocated")
-        broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ")
+        broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ",
+                                  fully_loaded=config.computation.fully_loaded)
         _done(t)
         t = _step("The control loop (auto) on the injected runaway bid and a hot GPU pool")
         run_control_loop(info.bootstrap, config, warehouse, CONTROL_TOPIC)

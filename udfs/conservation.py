@@ -10,7 +10,8 @@ computed from), per key:
 - spend, per model, day and campaign: Σ allocated (roi_daily by campaign) + unallocated =
   the campaign's spend that day;
 - compute_cost, per model over the checked days: Σ allocated + unallocated compute = the
-  priced GPU calls (linked cost counts on the order's day, unlinked on the call's);
+  priced GPU calls, and with fully loaded compute their GPUs' idle cost too: the GPU bill
+  (linked cost counts on the order's day, unlinked on the call's);
 - gpu_cost, per GPU and day: Σ call cost + idle cost = the priced intervals' cost.
 
 A tie breaks when the two sides differ by more than half a cent (amounts) or 1e-6
@@ -46,9 +47,12 @@ CONVERSIONS = Tie("conversions", "roi_daily", "attribution_credits", COUNT_TOLER
 SPEND = Tie("spend", "roi_daily + roi_unallocated", "ad_spend", AMOUNT_TOLERANCE)
 COMPUTE = Tie("compute_cost", "roi_daily + roi_unallocated", "gpu_call_costs",
               AMOUNT_TOLERANCE)
+# fully loaded compute (udfs/compute_loading.py): the idle cost reaches ROI too
+COMPUTE_LOADED = Tie("compute_cost", "roi_daily + roi_unallocated",
+                     "gpu_call_costs + gpu_idle_costs", AMOUNT_TOLERANCE)
 GPU_COST = Tie("gpu_cost", "gpu_call_costs + gpu_idle_costs", "priced intervals",
                AMOUNT_TOLERANCE)
-TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, GPU_COST)
+TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST)
 
 
 def tie(tie: Tie, entity: str, day: str, ours: float | None, theirs: float | None,
@@ -104,11 +108,12 @@ def spend_ties(allocated: Sums, unallocated: Sums, spend: Sums,
     return out
 
 
-def compute_ties(accounted: Mapping[str, float], models: Iterable[str], calls: float,
-                 currency: str) -> list[Comparison]:
-    """accounted: model -> allocated + unallocated compute over the checked days; calls:
-    the priced GPU calls' cost over the same days."""
-    return [tie(COMPUTE, model, ALL_DAYS, accounted.get(model), calls, currency)
+def compute_ties(accounted: Mapping[str, float], models: Iterable[str], bill: float,
+                 currency: str, fully_loaded: bool = True) -> list[Comparison]:
+    """accounted: model -> allocated + unallocated compute over the checked days; bill:
+    the priced GPU calls' cost over the same days, plus the idle cost when fully loaded."""
+    kind = COMPUTE_LOADED if fully_loaded else COMPUTE
+    return [tie(kind, model, ALL_DAYS, accounted.get(model), bill, currency)
             for model in sorted(set(models))]
 
 

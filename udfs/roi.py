@@ -15,7 +15,7 @@ Pure pandas: the Flink ROI job and the Spark backfill call `day_roi` on a day's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -58,9 +58,14 @@ def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -
 
 def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             models: Sequence[str], stage_weights: StageWeights,
-            unlinked_compute: float = 0.0) -> DayRoi:
+            unlinked_compute: float | Mapping[str, float] = 0.0) -> DayRoi:
     """ROI rows of one day from its credit rows, its spend rows and per-order compute
-    (`models`: every model the day is reported for, credited or not)."""
+    (`models`: every model the day is reported for, credited or not). `unlinked_compute`:
+    compute no order took, by key ('' for calls outside journeys, a GPU's id for the idle
+    cost of a GPU-day without calls); a number is the '' key's."""
+    unlinked = dict(unlinked_compute) if isinstance(unlinked_compute, Mapping) \
+        else {"": float(unlinked_compute)}
+    outside = float(unlinked.pop("", 0.0))
     weights = stage_weights.as_mapping()
     # frames built from rows (possibly none) carry no dtypes: make the numbers numbers
     credits = credits[CREDIT_COLUMNS].reset_index(drop=True) \
@@ -101,8 +106,11 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
                 unallocated.append((model, "ad_spend", str(campaign), float(amount)))
         orphan = float(compute_by_order[~compute_by_order.index.isin(mine.order_id)].sum()) \
             if len(compute_by_order) else 0.0
-        if orphan or unlinked_compute:
-            unallocated.append((model, "compute", "", orphan + float(unlinked_compute)))
+        if orphan or outside:
+            unallocated.append((model, "compute", "", orphan + outside))
+        for key, amount in sorted(unlinked.items()):
+            if amount:
+                unallocated.append((model, "compute", str(key), float(amount)))
     orders = credits.groupby(["model", "order_id"], sort=True, as_index=False).agg(
         revenue=("revenue", "sum"), ad_spend=("ad_spend", "sum"),
         compute_cost=("compute_cost", "sum"))[list(ORDER_COLUMNS)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from udfs.attribution import PER_CONVERSION_MODELS
+from udfs.compute_loading import MODES
 from udfs.data_driven import DATA_DRIVEN_MODELS
 from udfs.journeys import DAY_MS, JourneyConfig
 from udfs.lifecycle import StageWeights
@@ -27,6 +28,9 @@ class ComputeSettings:
     stage_weights: StageWeights  # how costs are shared between lifecycle stages
     link_window_ms: int  # how far apart an order and the GPU calls it paid for may lie
     currency: str  # of revenue, spend and compute in the ROI rows
+    # fully_loaded: a GPU's idle cost follows its calls to their orders (udfs/compute_loading);
+    # direct: only the calls' own cost reaches ROI
+    compute_cost: str = "fully_loaded"
 
     def __post_init__(self) -> None:
         validate_models(self.models)
@@ -36,6 +40,14 @@ class ComputeSettings:
             raise ValueError(f"the refit period must be at least 1 s, got {self.refit_every_ms} ms")
         if self.link_window_ms <= 0:
             raise ValueError(f"the link window must be positive, got {self.link_window_ms} ms")
+        if self.compute_cost not in MODES:
+            raise ValueError(f"compute_cost must be one of {', '.join(MODES)}, got "
+                             f"{self.compute_cost!r}")
+
+    @property
+    def fully_loaded(self) -> bool:
+        """Whether idle GPU cost is shared out to the calls (and so to the orders)."""
+        return self.compute_cost == "fully_loaded"
 
     @property
     def per_conversion(self) -> tuple[str, ...]:

@@ -38,13 +38,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     config = job_config(args)
     broken = verify_warehouse(args.warehouse or config.warehouse.url, config.roi.currency,
                               args.first, args.last, store=not args.no_store,
-                              bootstrap=args.bootstrap or "")
+                              bootstrap=args.bootstrap or "",
+                              fully_loaded=config.computation.fully_loaded)
     return 1 if broken else 0
 
 
 def verify_warehouse(url: str, currency: str, first: str | None = None,
                      last: str | None = None, store: bool = True, bootstrap: str = "",
-                     indent: str = "") -> int:
+                     indent: str = "", fully_loaded: bool = True) -> int:
     """Check, print each break with its key, store the ties and raise their alerts;
     returns the number of broken ties."""
     from pipelines.reconcile.alerts import dispatch
@@ -55,7 +56,7 @@ def verify_warehouse(url: str, currency: str, first: str | None = None,
     from udfs.conservation import ALL_DAYS, breaks
 
     with ReconcileStore(url) as reconcile:
-        ties = internal_ties(reconcile.warehouse, currency, first, last)
+        ties = internal_ties(reconcile.warehouse, currency, first, last, fully_loaded)
         broken = breaks(ties)
         days = {c.key.day for c in ties} - {ALL_DAYS}
         print(f"{indent}verify {redacted_url(reconcile.url)}: {len(ties):,} ties over "

@@ -11,7 +11,7 @@ the stream gives it to whichever claim arrived first.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +19,7 @@ import pandas as pd
 
 from pipelines.backfill.archive import DAY_MS, day_of
 from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ORDER_COST, ROI_DAILY, ROI_UNALLOCATED
+from udfs.compute_loading import idle_shares
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
 from udfs.settings import ComputeSettings
@@ -58,15 +59,32 @@ def first_claims(claims: pd.DataFrame) -> pd.DataFrame:
     return ordered.drop_duplicates("trace_id")[CLAIM_COLUMNS].reset_index(drop=True)
 
 
+def loaded_costs(calls: pd.DataFrame, idle: pd.DataFrame | None) -> pd.DataFrame:
+    """The costs `link_costs` takes (trace_id, ts_ms, cost, key) from priced calls
+    (gpu_uuid, trace_id, ts_ms, cost) and, fully loaded, the GPUs' idle rows (gpu_uuid,
+    ts_ms, cost): each call's cost and its share of its GPU-day's idle cost, linked alike,
+    and the idle cost of GPU-days without calls under the GPU's key (never linked). None:
+    direct compute, the calls alone."""
+    costs = calls[COST_COLUMNS].assign(key="")
+    if idle is None:
+        return costs
+    shares, unshared = idle_shares(calls, idle)
+    kept = pd.DataFrame({"trace_id": "", "ts_ms": unshared.day_number * DAY_MS + DAY_MS - 1,
+                         "cost": unshared.cost, "key": unshared.gpu_uuid})
+    return pd.concat([costs, shares.assign(key=""), kept], ignore_index=True)
+
+
 def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSettings,
                days: Collection[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """GPU call costs (trace_id, ts_ms = interval end, cost) -> (compute: day, order_id,
-    cost of linked cost by conversion day; unlinked: day, cost), for `days` only."""
+    """GPU costs (trace_id, ts_ms = interval end, cost[, key]) -> (compute: day, order_id,
+    cost of linked cost by conversion day; unlinked: day, cost, key -- '' for calls outside
+    journeys, a GPU's id for idle cost it kept), for `days` only."""
     # (empty frames come without dtypes: make the join keys agree)
     claims = first_claims(claims).astype({"trace_id": object, "order_id": object,
                                           "conversion_ts_ms": np.float64})
-    merged = costs[COST_COLUMNS].astype({"trace_id": object}).merge(claims, on="trace_id",
-                                                                   how="left")
+    costs = costs if "key" in costs else costs.assign(key="")
+    merged = costs[[*COST_COLUMNS, "key"]].astype({"trace_id": object}).merge(
+        claims, on="trace_id", how="left")
     claim_ts = merged.conversion_ts_ms.to_numpy(np.float64)
     linked = (merged.trace_id.to_numpy() != "") & ~np.isnan(claim_ts) & (
         np.abs(merged.ts_ms.to_numpy(np.float64) - claim_ts) < settings.link_window_ms)
@@ -76,7 +94,8 @@ def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSetti
                             "cost": compute.cost.to_numpy(np.float64)})
     unlinked = merged[~linked]
     unlinked = pd.DataFrame({"day": _days(unlinked.ts_ms),
-                             "cost": unlinked.cost.to_numpy(np.float64)})
+                             "cost": unlinked.cost.to_numpy(np.float64),
+                             "key": unlinked.key.to_numpy(object)})
     wanted = set(days)
     return (compute[compute.day.isin(wanted)].reset_index(drop=True),
             unlinked[unlinked.day.isin(wanted)].reset_index(drop=True))
@@ -91,10 +110,12 @@ class DayRows(NamedTuple):
 
 
 def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
-             unlinked: float, settings: ComputeSettings, order_cost_model: str = ""
-             ) -> DayRows:
-    """The roi_daily, roi_unallocated and order_costs rows of one day."""
-    if not len(credits) and not len(spend) and not len(compute) and not unlinked:
+             unlinked: float | Mapping[str, float], settings: ComputeSettings,
+             order_cost_model: str = "") -> DayRows:
+    """The roi_daily, roi_unallocated and order_costs rows of one day (`unlinked`: compute
+    no order took, by key as udfs.roi.day_roi takes it)."""
+    if not len(credits) and not len(spend) and not len(compute) and not (
+            any(unlinked.values()) if isinstance(unlinked, Mapping) else unlinked):
         return DayRows([], [], [])  # the stream reports only days that had input
     result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
                                                           "amount"]],

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
@@ -29,7 +28,6 @@ from pyflink.common import Duration, JobExecutionResult, Types, WatermarkStrateg
 from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import (
     KeyedProcessFunction,
-    OutputTag,
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
@@ -43,6 +41,17 @@ from pyflink.datastream.state import (
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
+from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
+from pipelines.flink.roi_support import (
+    DAY_MS,
+    DEAD_LETTERS,
+    Item,
+    day_end_ms,
+    day_of,
+    dead_letter,
+    retired_letter,
+    schedule_report,
+)
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
@@ -50,48 +59,25 @@ from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
-DAY_MS = 86_400_000
-DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
-
-# Records between the operators: (kind, key, timestamp_ms, payload)
-#   credit  day       conv ts    (model, order, touch, channel, campaign, stage, credit, revenue)
-#   claim   trace id  conv ts    (order_id, day)
-#   cost    trace id  interval   cost_usd
-#   spend   day       day start  (platform, account, campaign, amount)
-#   compute day       conv ts    (order_id, cost)       (from the link step)
-#   unlinked day      interval   cost_usd               (from the link step)
-Item = tuple[str, str, int, Any]
-
-
-def day_of(ts_ms: int) -> str:
-    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
-
-
-def day_end_ms(day: str) -> int:
-    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
-    return int(start.timestamp() * 1000) + DAY_MS - 1
-
-
-def _dead_letter(source: str, reason: str, value: bytes) -> str:
-    return json.dumps({"source": source, "reason": reason,
-                       "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
-
 
 class DecodeInputs(ProcessFunction):  # type: ignore[misc]
     """One message of one input topic -> items; unusable messages -> dead letters."""
 
-    def __init__(self, kind: str, topic: str, currency: str) -> None:
+    def __init__(self, kind: str, topic: str, currency: str,
+                 fully_loaded: bool = False) -> None:
         self.kind = kind
         self.topic = topic
         self.currency = currency
+        # GPU rows also go to the GPU-day's idle sharing (every call, and the idle rows)
+        self.fully_loaded = fully_loaded
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         try:
             yield from self._items(value)
         except SpendError as error:
-            yield DEAD_LETTERS, _dead_letter(self.topic, str(error), value)
+            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value)
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
-            yield DEAD_LETTERS, _dead_letter(self.topic, f"unreadable row: {error!r}", value)
+            yield DEAD_LETTERS, dead_letter(self.topic, f"unreadable row: {error!r}", value)
 
     def _items(self, value: bytes) -> Iterator[Item]:
         if self.kind == "spend":
@@ -117,110 +103,29 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
                     yield "claim", trace, ts, (row["order_id"], day_of(ts))
             return
         row = json.loads(value)
-        if self.kind == "gpu" and row.get("kind") == "call":
-            ts = int(row["interval_end_ms"])
-            cost = float(row["cost_usd"])
-            if not math.isfinite(cost):
-                raise ValueError(f"cost_usd is not a number: {row['cost_usd']!r}")
-            if row.get("trace_id"):
-                yield "cost", row["trace_id"], ts, cost
-            else:
-                yield "unlinked", day_of(ts), ts, cost
+        if self.kind != "gpu" or row.get("kind") not in ("call", "idle"):
+            return
+        ts = int(row["interval_end_ms"])
+        cost = float(row["cost_usd"])
+        if not math.isfinite(cost):
+            raise ValueError(f"cost_usd is not a number: {row['cost_usd']!r}")
+        gpu_day = f"{row.get('gpu_uuid') or ''}\t{day_of(ts)}"
+        if row["kind"] == "idle":
+            if self.fully_loaded:
+                yield "gpu_idle", gpu_day, ts, cost
+            return
+        trace = row.get("trace_id") or ""
+        if trace:
+            yield "cost", trace, ts, cost
+        else:
+            yield "unlinked", day_of(ts), ts, cost
+        if self.fully_loaded:
+            yield "gpu_call", gpu_day, ts, (trace, cost)
 
 
 class ItemTime(TimestampAssigner):  # type: ignore[misc]
     def extract_timestamp(self, value: Item, record_timestamp: int) -> int:
         return value[2]
-
-
-class LinkTraceCosts(KeyedProcessFunction):  # type: ignore[misc]
-    """Per trace: its GPU cost goes to the conversion whose journey carried the trace (its
-    claim) when the two lie within the link window, and otherwise counts as unlinked
-    compute of the cost's own day: the rule of `pipelines.backfill.roi.link_costs`, whatever
-    the order in which costs and claims arrive.
-
-    A cost waits for its claim until the watermark passes the window; a claim that comes
-    after that (its topic read later, a partition behind) still takes it: the cost is moved,
-    a negative unlinked item taking back what was reported, so the days converge to the same
-    sums. Should a second conversion name the trace, the earlier one keeps it (as the
-    backfill's earliest claim). State is kept `retention_ms` past the window (None: for
-    the life of the job, as a bounded run does)."""
-
-    def __init__(self, window_ms: int, retention_ms: int | None = None) -> None:
-        self.window_ms = window_ms
-        self.retention_ms = retention_ms
-
-    def open(self, runtime_context: RuntimeContext) -> None:
-        pickled = Types.PICKLED_BYTE_ARRAY()
-        # (order_id, day, conversion ts): the earliest claim seen
-        self.claim = runtime_context.get_state(ValueStateDescriptor("trace-claim", pickled))
-        # [[ts, cost, placed]]: placed None (waiting), ("unlinked", day) or
-        # ("order", order_id, day, conversion ts)
-        self.costs = runtime_context.get_state(ValueStateDescriptor("trace-costs", pickled))
-
-    def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Item]:
-        kind, _, ts, payload = item
-        if kind == "unlinked":  # a GPU call outside any trace: nothing to wait for
-            yield item
-            return
-        timers = ctx.timer_service()
-        claim = self.claim.value()
-        costs = self.costs.value() or []
-        if kind == "claim":
-            order_id, day = payload
-            if claim is not None and (claim[2], claim[0]) <= (ts, order_id):
-                return  # an earlier (or the same) conversion holds the trace already
-            claim = (order_id, day, ts)
-            self.claim.update(claim)
-        else:
-            costs.append([ts, payload, None])
-            timers.register_event_time_timer(ts + self.window_ms)
-        yield from self._place(costs, claim, timers.current_watermark())
-        self.costs.update(costs)
-        if self.retention_ms is not None:
-            timers.register_event_time_timer(ts + self.window_ms + self.retention_ms)
-
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Item]:
-        claim = self.claim.value()
-        costs = self.costs.value() or []
-        yield from self._place(costs, claim, timestamp)
-        if self.retention_ms is not None:
-            last = max([c[0] for c in costs] + ([claim[2]] if claim else []), default=0)
-            if timestamp >= last + self.window_ms + self.retention_ms:
-                self.claim.clear()
-                self.costs.clear()
-                return
-        self.costs.update(costs)
-
-    def _place(self, costs: list[list[Any]], claim: tuple[str, str, int] | None,
-               watermark: int) -> Iterator[Item]:
-        """Each cost where it belongs now; what moved is taken back where it was."""
-        for entry in costs:
-            ts, cost, placed = entry
-            if claim is not None and abs(ts - claim[2]) < self.window_ms:
-                target: tuple[Any, ...] | None = ("order", *claim)
-            elif placed is not None or watermark >= ts + self.window_ms:
-                target = ("unlinked", day_of(ts))
-            else:
-                target = None  # waits for a claim
-            if target == placed:
-                continue
-            if placed is not None:
-                yield _placed_item(placed, ts, -cost)
-            if target is not None:
-                yield _placed_item(target, ts, cost)
-            entry[2] = target
-
-
-def _placed_item(placed: tuple[Any, ...], ts: int, cost: float) -> Item:
-    if placed[0] == "order":
-        _, order_id, day, claim_ts = placed
-        return "compute", day, claim_ts, (order_id, cost)
-    return "unlinked", placed[1], ts, cost
-
-
-MAX_WATERMARK = 2**63 - 1
-REREPORT_DELAY_MS = 1_000
 
 
 class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
@@ -260,32 +165,21 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         kind, day, _, payload = item
         if self.retired.value():
-            yield DEAD_LETTERS, _dead_letter(
-                self.source, f"{kind} input for {day} came after the day's state was retired "
-                f"(roi.retention_days after the day): not folded into a partial day",
-                json.dumps([kind, day, payload], default=str).encode())
+            yield DEAD_LETTERS, retired_letter(self.source, kind, day, payload)
             return
         if kind == "credit":
             self.credits.add(payload)
         elif kind == "compute":
             self.compute.add(payload)
-        elif kind == "unlinked":
-            self.unlinked.update((self.unlinked.value() or 0.0) + payload)
+        elif kind in ("unlinked", "idle_gpu"):  # by key: '' outside journeys, or the GPU
+            key, amount = ("", payload) if kind == "unlinked" else payload
+            unlinked = _by_key(self.unlinked.value())
+            unlinked[key] = unlinked.get(key, 0.0) + amount
+            self.unlinked.update(unlinked)
         elif kind == "spend":
             platform, account, campaign, amount = payload
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
-        end = day_end_ms(day)
-        timers = ctx.timer_service()
-        watermark = timers.current_watermark()
-        if watermark < end:
-            timers.register_event_time_timer(end)
-        elif watermark < MAX_WATERMARK - 1:  # past the day: report again at the next one
-            timers.register_event_time_timer(watermark + 1)
-        else:  # no watermark comes any more (drained, or every input finished)
-            timers.register_processing_time_timer(timers.current_processing_time()
-                                                  + REREPORT_DELAY_MS)
-        if self.retention_ms is not None:
-            timers.register_event_time_timer(end + self.retention_ms)
+        schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         day = ctx.get_current_key()
@@ -303,7 +197,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                              columns=SPEND_COLUMNS)
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)
         result = day_roi(credits, spend, compute, self.models, self.weights,
-                         self.unlinked.value() or 0.0)
+                         _by_key(self.unlinked.value()))
         for row in result.roi.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency,
                       "roi": None if math.isnan(row.roi) else row.roi}
@@ -321,6 +215,13 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         for row in orders.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
             yield _keyed_row("order_cost", rows.ORDER_COST, values)
+
+
+def _by_key(unlinked: Any) -> dict[str, float]:
+    """The day's compute no order took, by key (a plain number from before keys)."""
+    if isinstance(unlinked, dict):
+        return dict(unlinked)
+    return {"": float(unlinked)} if unlinked else {}
 
 
 def _keyed_row(kind: str, row: Row, values: dict[str, Any]) -> str:
@@ -351,7 +252,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         raw = env.from_source(build_source(config, bootstrap, topic, "-roi"),
                               WatermarkStrategy.no_watermarks(), f"{kind}-source") \
             .uid(f"roi-source-{kind}")
-        decoded = raw.process(DecodeInputs(kind, topic, settings.currency)) \
+        decoded = raw.process(DecodeInputs(kind, topic, settings.currency,
+                                           settings.fully_loaded)) \
             .name(f"decode-{kind}").uid(f"roi-decode-{kind}")
         decoded_streams.append(decoded)
         strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
@@ -361,6 +263,11 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
             strategy.with_timestamp_assigner(ItemTime()))
             .name(f"{kind}-time").uid(f"roi-time-{kind}"))
     credits, claims, costs, spend = timed
+    if settings.fully_loaded:  # each GPU-day's idle cost shared over its calls first
+        costs = (costs.key_by(lambda item: item[1], key_type=Types.STRING())
+                 .process(ShareIdleCost(retention_ms, topics.roi))
+                 .name("share-idle-cost").uid("roi-share-idle-cost"))
+        shared = costs
     linked = (claims.union(costs)
               .key_by(lambda item: item[1], key_type=Types.STRING())
               .process(LinkTraceCosts(settings.link_window_ms, retention_ms))
@@ -374,6 +281,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi", keyed=True)) \
         .name("roi-sink").uid("roi-sink")
     dead = rows.get_side_output(DEAD_LETTERS)
+    if settings.fully_loaded:
+        dead = dead.union(shared.get_side_output(DEAD_LETTERS))
     for stream in decoded_streams:
         dead = dead.union(stream.get_side_output(DEAD_LETTERS))
     dead.sink_to(build_sink(config, bootstrap, topics.roi_dead_letter, "roi")) \

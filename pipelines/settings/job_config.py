@@ -107,6 +107,8 @@ class RoiConfig:
     stage_weights: StageWeights = StageWeights()
     link_window_days: float = 31.0
     retention_days: float = 40.0
+    # fully_loaded: each GPU's idle cost follows its calls to their orders; direct: calls only
+    compute_cost: str = "fully_loaded"
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ class StreamingJobConfig:
              "must be at least 1 second"),
             (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
+            (self.roi.compute_cost in ("fully_loaded", "direct"), "roi.compute_cost",
+             "must be fully_loaded or direct"),
             (self.experiments.retention_days > 0, "experiments.retention_days",
              "must be positive"),
             (self.experiments.window_days >= 1, "experiments.window_days",
@@ -216,7 +220,8 @@ class StreamingJobConfig:
                                markov_order=attribution.markov_order),
             refit_every_ms=int(attribution.refit_every_s * 1000),
             stage_weights=roi.stage_weights,
-            link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency)
+            link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency,
+            compute_cost=roi.compute_cost)
 
     def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
         """A copy with some keys of one section changed (used by CLI flags and tests)."""

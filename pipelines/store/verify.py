@@ -42,8 +42,9 @@ def _epoch_ms(day: str, end: bool) -> int:
 
 
 def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
-                  last: str | None = None) -> list[Comparison]:
-    """Every tie of udfs/conservation.py over the days [first, last] (all by default)."""
+                  last: str | None = None, fully_loaded: bool = True) -> list[Comparison]:
+    """Every tie of udfs/conservation.py over the days [first, last] (all by default);
+    `fully_loaded`: ROI's compute covers the GPUs' idle cost too (roi.compute_cost)."""
     q = warehouse.query
     where, params = _day_filter("day", first, last)
     roi = {(m, str(d), dim): (float(c), float(r)) for m, d, dim, c, r in q(
@@ -80,10 +81,14 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
     if last:
         time_where += " AND interval_end_ms <= ?"
         time_params.append(_epoch_ms(last, end=True))
-    (calls,), = q(f"SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs WHERE {time_where}",
-                  time_params)
-    if models and (calls or compute):
-        out += conservation.compute_ties(compute, models, float(calls), currency)
+    (bill,), = q(f"SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_call_costs WHERE {time_where}",
+                 time_params)
+    if fully_loaded:
+        (idle,), = q(f"SELECT COALESCE(SUM(cost_usd), 0) FROM gpu_idle_costs WHERE "
+                     f"{time_where}", time_params)
+        bill += idle
+    if models and (bill or compute):
+        out += conservation.compute_ties(compute, models, float(bill), currency, fully_loaded)
 
     parts: dict[tuple[str, ...], float] = {}
     intervals: dict[tuple[str, ...], float] = {}

@@ -19,9 +19,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipelines.backfill.roi import link_costs, roi_rows
+from pipelines.backfill.roi import link_costs, loaded_costs, roi_rows
 from pipelines.codec import credit_messages, table_messages
-from pipelines.flink.roi_job import day_of, run_roi_job
+from pipelines.flink.roi_job import run_roi_job
+from pipelines.flink.roi_support import day_of
 from pipelines.kafka.io import producer
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
@@ -32,6 +33,7 @@ T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
 CHANNELS = {"search": "search-brand", "display": "display-retarget", "email": "email-weekly",
             "social": "social-video"}
 MODELS = ("last_click", "linear")
+GPUS = ("GPU-a100-0", "GPU-l40s-1", "GPU-spare-2")
 
 
 class Inputs:
@@ -61,13 +63,22 @@ class Inputs:
             for trace in rng.sample(traces, rng.randint(0, 2)):
                 # mostly near the order; some more than the link window (1 day) away
                 offset = rng.choice((-600_000, 300_000, -2 * DAY_MS, 3 * DAY_MS))
-                self.costs.append({"kind": "call", "trace_id": trace,
-                                   "interval_end_ms": ts + offset,
+                self.costs.append({"kind": "call", "gpu_uuid": rng.choice(GPUS[:2]),
+                                   "trace_id": trace, "interval_end_ms": ts + offset,
                                    "cost_usd": round(rng.uniform(0.01, 3), 4)})
         for n in range(40):  # GPU calls no trace of a journey carried
-            self.costs.append({"kind": "call", "trace_id": f"lone-{n}" if n % 2 else "",
+            self.costs.append({"kind": "call", "gpu_uuid": rng.choice(GPUS[:2]),
+                               "trace_id": f"lone-{n}" if n % 2 else "",
                                "interval_end_ms": T0 + rng.randrange(10 * DAY_MS),
                                "cost_usd": round(rng.uniform(0.01, 3), 4)})
+        # idle time of every GPU; the third serves no call: its idle cost stays its own
+        for day in range(-3, 14):
+            for gpu in GPUS:
+                for _ in range(rng.randint(1, 3)):
+                    self.costs.append({"kind": "idle", "gpu_uuid": gpu,
+                                       "interval_end_ms": T0 + day * DAY_MS
+                                       + rng.randrange(DAY_MS),
+                                       "cost_usd": round(rng.uniform(0.5, 20), 4)})
         for day in range(10):
             for campaign in (*CHANNELS.values(), "brand-awareness"):
                 record = {"platform": "google_ads", "account": "1", "campaign": campaign,
@@ -76,15 +87,21 @@ class Inputs:
                     self.spend.append({**record, "amount": round(rng.uniform(10, 300), 2)})
 
     def expected(self, config: StreamingJobConfig) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        """The backfill's rows for the same input: {(kind, *key): row}."""
+        """The backfill's rows for the same input: {(kind, *key): row} (compute fully
+        loaded or direct, as the config says)."""
         settings = config.computation
         credits = pd.DataFrame(self.credits, columns=rows.CREDIT.names)
         credits["day"] = [day_of(ts) for ts in credits.conversion_ts_ms]
         claims = pd.DataFrame([(trace, order, ts) for order, _, ts, *_, traces
                                in self.conversions for trace in traces],
                               columns=["trace_id", "order_id", "conversion_ts_ms"])
-        costs = pd.DataFrame([(c["trace_id"], c["interval_end_ms"], c["cost_usd"])
-                              for c in self.costs], columns=["trace_id", "ts_ms", "cost"])
+        calls = pd.DataFrame([(c["gpu_uuid"], c["trace_id"], c["interval_end_ms"],
+                               c["cost_usd"]) for c in self.costs if c["kind"] == "call"],
+                             columns=["gpu_uuid", "trace_id", "ts_ms", "cost"])
+        idle = pd.DataFrame([(c["gpu_uuid"], c["interval_end_ms"], c["cost_usd"])
+                             for c in self.costs if c["kind"] == "idle"],
+                            columns=["gpu_uuid", "ts_ms", "cost"])
+        costs = loaded_costs(calls, idle if settings.fully_loaded else None)
         latest_spend = {(s["platform"], s["account"], s["campaign"], s["day"]): s["amount"]
                         for s in self.spend}
         spend = pd.DataFrame([(*key, amount) for key, amount in latest_spend.items()],
@@ -96,8 +113,8 @@ class Inputs:
         for day in days:
             out = roi_rows(day, credits[credits.day == day], spend[spend.day == day],
                            compute[compute.day == day],
-                           float(unlinked[unlinked.day == day].cost.sum()), settings,
-                           config.experiment_cost_model)
+                           unlinked[unlinked.day == day].groupby("key").cost.sum().to_dict(),
+                           settings, config.experiment_cost_model)
             for kind, row, found in (("roi", rows.ROI_DAILY, out.roi),
                                      ("unallocated", rows.ROI_UNALLOCATED, out.unallocated),
                                      ("order_cost", rows.ORDER_COST, out.orders)):
@@ -163,7 +180,7 @@ def publish(kafka: str, topic: str, values: list[bytes], partitions: int,
 
 
 def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
-              seed: int | None, costs_first: bool) -> dict:
+              seed: int | None, costs_first: bool, compute_cost: str) -> dict:
     rng = random.Random(seed) if seed is not None else None
     config = job_config.replace(
         "topics", credits=topic("credits", partitions), conversions=topic("conv", partitions),
@@ -174,7 +191,8 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
     # state retired a day after it ends, a one-day link window
     config = config.replace("event_time", idleness_s=0.1, max_out_of_orderness_s=0.0,
                             watermark_interval_s=0.05)
-    config = config.replace("roi", retention_days=1.0, link_window_days=1.0)
+    config = config.replace("roi", retention_days=1.0, link_window_days=1.0,
+                            compute_cost=compute_cost)
     credit_values = [credit_messages.encode(chunk).encode() for chunk in
                      (inputs.credits[i:i + 7] for i in range(0, len(inputs.credits), 7))]
     conversion_values = [table_messages.encode_bytes(rows.CONVERSION.names, [c])
@@ -197,17 +215,17 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
     return final_rows(kafka, config.topics.roi), config
 
 
-@pytest.mark.parametrize("partitions,seed,costs_first,hog", [
-    (1, None, False, False),
-    (4, 1, True, True),
-    (4, 2, False, False),
+@pytest.mark.parametrize("partitions,seed,costs_first,hog,compute_cost", [
+    (1, None, False, False, "fully_loaded"),
+    (4, 1, True, True, "fully_loaded"),
+    (4, 2, False, False, "direct"),
 ])
 def test_roi_rows_equal_the_backfill_whatever_the_partitioning_and_order(
-        kafka, flink, job_config, topic, partitions, seed, costs_first, hog):
+        kafka, flink, job_config, topic, partitions, seed, costs_first, hog, compute_cost):
     inputs = Inputs(seed=5)
     with cpu_hog() if hog else _nothing():
         got, config = run_shape(kafka, flink, job_config, topic, inputs, partitions, seed,
-                                costs_first)
+                                costs_first, compute_cost)
     expected = inputs.expected(config)
     assert len(expected) > 300
     assert same_rows(got, expected) == []
@@ -223,6 +241,20 @@ def test_roi_rows_equal_the_backfill_whatever_the_partitioning_and_order(
             reported[key[1:3]] = reported.get(key[1:3], 0.0) + row[revenue]
     assert reported.keys() == credited.keys()
     assert all(math.isclose(reported[k], credited[k], rel_tol=1e-9) for k in credited)
+    # per model, compute allocated + unallocated = the GPU bill (calls, and idle when fully
+    # loaded)
+    bill = sum(c["cost_usd"] for c in inputs.costs
+               if c["kind"] == "call" or compute_cost == "fully_loaded")
+    compute = rows.ROI_DAILY.names.index("compute_cost")
+    amount = rows.ROI_UNALLOCATED.names.index("amount")
+    for model in MODELS:
+        allocated = sum(row[compute] for key, row in got.items()
+                        if key[:2] == ("roi", model) and key[3] == "campaign")
+        left = sum(row[amount] for key, row in got.items()
+                   if key[:2] == ("unallocated", model) and key[3] == "compute")
+        assert math.isclose(allocated + left, bill, rel_tol=1e-9), (model, allocated, left)
+    if compute_cost == "fully_loaded":  # the GPU that served nothing keeps its idle cost
+        assert any(key[0] == "unallocated" and key[4] == GPUS[2] for key in got)
 
 
 @contextmanager

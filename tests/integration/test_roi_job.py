@@ -101,7 +101,10 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
     assert unallocated == pytest.approx({
         ("last_click", "ad_spend", "email-campaign"): 30.0,
         ("last_click", "ad_spend", "ghost"): 10.0, ("linear", "ad_spend", "ghost"): 10.0,
-        ("last_click", "compute", ""): 5.0, ("linear", "compute", ""): 5.0})
+        ("last_click", "compute", ""): 5.0, ("linear", "compute", ""): 5.0,
+        # fully loaded compute: GPU-1's idle time served no call that day, so its cost
+        # stays unallocated under the GPU (the calls above ran on no named GPU)
+        ("last_click", "compute", "GPU-1"): 9.0, ("linear", "compute", "GPU-1"): 9.0})
     # conservation per model: allocated + unallocated = spend in (90 + 30 + 10)
     for model in ("last_click", "linear"):
         allocated = sum(r["ad_spend"] for k, r in rows.items()

@@ -164,8 +164,8 @@ def test_gpu_cost_goes_to_the_claiming_conversion_within_the_link_window():
     assert sorted(map(tuple, compute.to_numpy())) == [("2026-10-15", "o0", 4.0),
                                                       ("2026-10-20", "o1", 1.0)]
     # t1's second cost lies a whole window after its claim: unlinked, on a day not asked for
-    assert sorted(map(tuple, unlinked.to_numpy())) == [("2026-10-20", 8.0),
-                                                       ("2026-10-20", 16.0)]
+    assert sorted(map(tuple, unlinked.to_numpy())) == [("2026-10-20", 8.0, ""),
+                                                       ("2026-10-20", 16.0, "")]
 
 
 def test_a_day_without_input_has_no_roi_rows_and_spend_alone_is_unallocated():

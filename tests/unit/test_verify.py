@@ -36,7 +36,8 @@ def roi(model: str, dimension: str, key: str, conversions: float, revenue: float
 @pytest.fixture
 def warehouse(tmp_path: Path) -> str:
     """One order of 100.0 over two touches (search, then display), 30 of display spend and
-    10 of a campaign nobody credited, a 4.0 GPU call on the order's trace and 1.0 idle."""
+    10 of a campaign nobody credited, a 4.0 GPU call on the order's trace and 1.0 idle:
+    fully loaded, 5.0 of compute on the order."""
     url = f"sqlite:///{tmp_path / 'wh.db'}"
     with Warehouse(url) as wh:
         wh.store(rows.ATTRIBUTION_CREDITS, [
@@ -45,10 +46,10 @@ def warehouse(tmp_path: Path) -> str:
         wh.store(rows.ROI_DAILY, [
             roi("last_click", dim, key, c, r, s, k) for dim, key, c, r, s, k in (
                 ("channel", "search", 0.0, 0.0, 0.0, 0.0),
-                ("channel", "display", 1.0, 100.0, 30.0, 4.0),
+                ("channel", "display", 1.0, 100.0, 30.0, 5.0),
                 ("campaign", "brand", 0.0, 0.0, 0.0, 0.0),
-                ("campaign", "retarget", 1.0, 100.0, 30.0, 4.0),
-                ("stage", "new", 1.0, 100.0, 30.0, 4.0))])
+                ("campaign", "retarget", 1.0, 100.0, 30.0, 5.0),
+                ("stage", "new", 1.0, 100.0, 30.0, 5.0))])
         wh.store(rows.ROI_UNALLOCATED, [("last_click", DAY, "ad_spend", "ghost", 10.0, "USD")])
         wh.store(rows.AD_SPEND, [("google_ads", "1", "retarget", DAY, 30.0, "USD"),
                                  ("meta", "2", "ghost", DAY, 10.0, "USD")])
@@ -83,7 +84,7 @@ def test_consistent_tables_tie_out(warehouse: str, capsys: pytest.CaptureFixture
      "last_click/retarget"),
     ("UPDATE roi_daily SET compute_cost = 3.0 WHERE dimension = 'campaign' AND "
      "key = 'retarget'", ["compute_cost"], "last_click"),
-    ("UPDATE gpu_idle_costs SET cost_usd = 0.5", ["gpu_cost"], "GPU-1"),
+    ("UPDATE gpu_idle_costs SET interval_cost_usd = 5.5", ["gpu_cost"], "GPU-1"),
 ])
 def test_each_break_is_named_stored_and_alerted_until_repaired(
         warehouse: str, capsys: pytest.CaptureFixture[str], mutation: str,
@@ -115,6 +116,18 @@ def test_a_repaired_break_resolves_its_alert(warehouse: str) -> None:
     assert main(["verify", "--warehouse", warehouse]) == 0
     with Warehouse(warehouse) as wh:
         assert sorted(wh.query("SELECT kind FROM alerts")) == [("open",), ("resolve",)]
+
+
+def test_direct_compute_ties_to_the_calls_alone(warehouse: str) -> None:
+    from pipelines.store.verify import internal_ties
+
+    with Warehouse(warehouse) as wh:
+        loaded = [c for c in internal_ties(wh, "USD") if c.key.metric == "compute_cost"]
+        direct = [c for c in internal_ties(wh, "USD", fully_loaded=False)
+                  if c.key.metric == "compute_cost"]
+    assert [(c.ours, c.theirs, c.status) for c in loaded] == [(5.0, 5.0, "ok")]
+    # 5.0 in ROI against a bill of 4.0 of calls: idle cost where direct compute has none
+    assert [(c.ours, c.theirs, c.status) for c in direct] == [(5.0, 4.0, "breach")]
 
 
 def test_a_difference_under_half_a_cent_ties() -> None:
