@@ -69,9 +69,24 @@ class InvalidSpan(ValueError):
         self.problem = problem
 
 
+# C0 controls (NUL included), DEL, C1 controls and lone surrogates: no sink stores a NUL
+# (PostgreSQL text refuses it), a lone surrogate is no UTF-8 at all, and none of them belongs
+# in a channel, campaign, user or order id (the C scanner checks the same:
+# pipelines/codec/otlp_scan.c has_control)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def unprintable(text: str) -> str | None:
+    """Why `text` cannot be stored as it is (None: it can)."""
+    found = _CONTROL.search(text)
+    if found is None:
+        return None
+    return f"holds the control character U+{ord(found.group()):04X} at {found.start()}"
+
+
 def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
     value = attrs.get(key)
-    if type(value) is str and 0 < len(value) <= MAX_TEXT:
+    if type(value) is str and 0 < len(value) <= MAX_TEXT and value.isprintable():
         return value  # the common case, checked first: this runs for every span
     if value is None or value == "":
         if required:
@@ -82,6 +97,9 @@ def _text(attrs: Mapping[str, Any], key: str, kind: str, required: bool) -> str:
     text = str(value)
     if len(text) > MAX_TEXT:
         raise InvalidSpan(kind, key, f"is longer than {MAX_TEXT} characters")
+    problem = unprintable(text)
+    if problem:
+        raise InvalidSpan(kind, key, problem)
     return text
 
 

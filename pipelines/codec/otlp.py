@@ -102,7 +102,9 @@ def _plain_touchpoint(span: Any, latest_ns: int) -> Touchpoint | None:
     start = span.start_time_unix_nano
     if not (0 < len(channel) <= MAX_TEXT and 0 < len(user) <= MAX_TEXT
             and campaign is not None and len(campaign) <= MAX_TEXT
-            and 0 < start <= latest_ns):
+            and 0 < start <= latest_ns
+            # a control character (or any unusual one): the general path decides
+            and channel.isprintable() and user.isprintable() and campaign.isprintable()):
         return None
     return _new(Touchpoint, (user, start // 1_000_000, channel, campaign,
                              span.trace_id.hex(), span.span_id.hex()))
@@ -116,7 +118,7 @@ def _gpu_calls_checked_by_span(resource: dict[str, Any]) -> bool:
     touch or order, and the GPU call fields it fills in are valid text."""
     return CHANNEL not in resource and ORDER_ID not in resource and all(
         type(resource[key]) is str and len(resource[key]) <= MAX_TEXT
-        for key in _GPU_KEYS if key in resource)
+        and resource[key].isprintable() for key in _GPU_KEYS if key in resource)
 
 
 def _plainly_valid_gpu_call(span: Any, resource: dict[str, Any], latest_ns: int) -> bool:
@@ -136,7 +138,8 @@ def _plainly_valid_gpu_call(span: Any, resource: dict[str, Any], latest_ns: int)
         return False
     for key in _GPU_KEYS:
         value = raw.get(key)
-        if value is not None and not 0 < len(value.string_value) <= MAX_TEXT:
+        if value is not None and not (0 < len(value.string_value) <= MAX_TEXT
+                                      and value.string_value.isprintable()):
             return False
     return True
 

@@ -155,6 +155,19 @@ static Py_ssize_t utf8_chars(const uint8_t *s, Py_ssize_t n) {
     return chars;
 }
 
+/* Whether valid UTF-8 text holds a control character: C0 (below U+0020, NUL included),
+ * DEL, or C1 (U+0080..U+009F, encoded C2 80..C2 9F). No sink takes a NUL (PostgreSQL text
+ * refuses it), and none belongs in a channel, campaign, user or order id: such a span goes
+ * the general way, where schemas.telemetry dead-letters it with the reason. */
+static int has_control(const uint8_t *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint8_t b = s[i];
+        if (b < 0x20 || b == 0x7F) return 1;
+        if (b == 0xC2 && i + 1 < n && s[i + 1] >= 0x80 && s[i + 1] <= 0x9F) return 1;
+    }
+    return 0;
+}
+
 /* ---- AnyValue -------------------------------------------------------------------- */
 
 enum { K_NONE = 0, K_STR, K_BOOL, K_INT, K_DOUBLE, K_ARRAY, K_KVLIST, K_BYTES };
@@ -165,6 +178,7 @@ typedef struct {
     const uint8_t *s; /* K_STR: the text */
     Py_ssize_t len;  /* bytes */
     Py_ssize_t chars;
+    int control;     /* K_STR: holds a control character (C0, DEL or C1) */
     int64_t i;       /* K_INT */
     double d;        /* K_DOUBLE */
 } Value;
@@ -234,6 +248,7 @@ static int any_value(Cursor c, Value *out, int depth) {
             if (wire != 2 || delimited(&c, &inner)) return -1;
             out->chars = utf8_chars(inner.p, inner.end - inner.p);
             if (out->chars < 0) return -1;
+            out->control = has_control(inner.p, inner.end - inner.p);
             out->kind = K_STR;
             out->s = inner.p;
             out->len = inner.end - inner.p;
@@ -322,7 +337,7 @@ static int attribute(Cursor c, Value *values) {
 }
 
 static int text_ok(const Value *v) { /* non-empty text of at most MAX_TEXT characters */
-    return v->kind == K_STR && v->chars > 0 && v->chars <= MAX_TEXT;
+    return v->kind == K_STR && v->chars > 0 && v->chars <= MAX_TEXT && !v->control;
 }
 
 /* ---- output columns -------------------------------------------------------------- */
@@ -455,7 +470,8 @@ static int resource_of(Cursor c, Resource *r) {
                  r->has[A_CURRENCY];
     r->gpu_checkable = 1;
     for (int k = A_GPU_UUID; k <= A_NAMESPACE; k++)
-        if (values[k].present && !(values[k].kind == K_STR && values[k].chars <= MAX_TEXT))
+        if (values[k].present && !(values[k].kind == K_STR && values[k].chars <= MAX_TEXT &&
+                                   !values[k].control))
             r->gpu_checkable = 0;
     return 0;
 }

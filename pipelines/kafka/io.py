@@ -99,3 +99,24 @@ def read_all(bootstrap: str, topic: str, read_committed: bool = True,
 
 def count_messages(bootstrap: str, topic: str) -> int:
     return sum(1 for _ in read_all(bootstrap, topic))
+
+
+def consumer_lag(bootstrap: str, group: str, topic: str,
+                 client: dict[str, Any] | None = None) -> int:
+    """Records of `topic` that consumer group `group` has not committed yet (its end offsets
+    minus the group's committed offsets; a partition without a commit counts whole). A
+    Flink job commits its source offsets at each completed checkpoint, so 0 means it has
+    read, processed and checkpointed everything published so far."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             group_id=None, **(client or {}))
+    try:
+        partitions = [TopicPartition(topic, p)
+                      for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        committed = {tp: meta.offset for tp, meta in
+                     admin.list_consumer_group_offsets(group).items() if tp.topic == topic}
+        end = consumer.end_offsets(partitions)
+        return sum(max(0, end[tp] - max(committed.get(tp, 0), 0)) for tp in partitions)
+    finally:
+        consumer.close()
+        admin.close()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pipelines.flink.standalone import StandaloneFlink
-from pipelines.kafka.io import producer, read_all
+from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
@@ -89,6 +89,19 @@ def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) 
     assert len(late) == plan.late_count
 
 
+def wait_until_consumed(kafka: str, config: StreamingJobConfig,
+                        timeout_s: float = 240.0) -> None:
+    """Until the job has read, processed and checkpointed the whole spans topic (its
+    committed offsets reach the end): a drain stop ends the input where the source stands,
+    so a job still catching up after a restart would never see the rest."""
+    deadline = time.monotonic() + timeout_s
+    lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
+    while lag and time.monotonic() < deadline:
+        time.sleep(1)
+        lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
+    assert lag == 0, f"the job still had {lag} records of {config.topics.spans} to read"
+
+
 def first_half_running(kafka, cluster, config, config_file, values) -> tuple[str, int]:
     """The first half of the stream published and the job running on it, some credits
     committed: (job id, where the second half starts)."""
@@ -117,6 +130,7 @@ def test_a_taskmanager_killed_mid_stream_loses_and_repeats_nothing(
     checkpoints = cluster.completed_checkpoints(job)
     while cluster.completed_checkpoints(job) < checkpoints + 2:  # running again, checkpointing
         time.sleep(1)
+    wait_until_consumed(kafka, config)
     cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
     assert_reference_results(kafka, config, plan)
 
@@ -135,6 +149,7 @@ def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
     cluster.wait_for_job(job, ("RUNNING",))
     while cluster.completed_checkpoints(job) < 2:
         time.sleep(1)
+    wait_until_consumed(kafka, config)
     cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
     assert_reference_results(kafka, config, plan)
 

@@ -53,9 +53,10 @@ def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[byt
     rng = random.Random(seed)
     future = time.time_ns() + 2 * 3600 * 10**9
     choices: dict[str, list[object]] = {
-        "user.id": ["u1", "u2", "ü-3", "", 42, True, "x" * 300],
+        "user.id": ["u1", "u2", "ü-3", "", 42, True, "x" * 300, "ctl-\x00-user", "c1\x85",
+                    "nbsp\u00a0ok"],
         "enduser.id": ["legacy", ""],
-        "marketing.channel": ["email", "search", "", "x" * 300, 3],
+        "marketing.channel": ["email", "search", "", "x" * 300, 3, "e\x1bmail"],
         "marketing.campaign": ["spring", "", 9],
         "order.id": ["o1", "o2", "", 981],
         "order.revenue": [10.0, 0.0, 7, -3.0, float("nan"), "12.5", "abc", 1e12, 1e308,
@@ -141,6 +142,29 @@ def test_damaged_messages_give_the_same_dead_letters_and_events():
             assert plain(fast) == plain(slow)
 
 
+def test_control_characters_are_dead_letters_on_both_paths():
+    """No sink stores a NUL (PostgreSQL text refuses it): a touch or order whose text holds
+    a control character is a dead letter naming the field and the character, scanned or
+    not; other unusual characters (a no-break space) are text like any."""
+    spans = make_spans([
+        ("a", {"user.id": "ctl-\x00-user", "marketing.channel": "email"}, T0),
+        ("b", {"user.id": "u2", "marketing.channel": "paid\x1bsearch"}, T0),
+        ("c", {"user.id": "u3", "order.id": "o\x7f3", "order.revenue": 10.0}, T0),
+        ("d", {"user.id": "u4", "marketing.channel": "email", "marketing.campaign": "c1\x9f"},
+         T0),
+        ("e", {"user.id": "nbsp\u00a0user", "marketing.channel": "email"}, T0),
+    ])
+    payload = encode_spans(spans).SerializePartialToString()
+    fast, slow = both(payload)
+    assert plain(fast) == plain(slow)
+    assert [d.detail for d in fast.dead_letters] == [
+        "invalid touchpoint span: user.id holds the control character U+0000 at 4",
+        "invalid touchpoint span: marketing.channel holds the control character U+001B at 4",
+        "invalid conversion span: order.id holds the control character U+007F at 1",
+        "invalid touchpoint span: marketing.campaign holds the control character U+009F at 2"]
+    assert fast.touches.user_id.tolist() == ["nbsp\u00a0user"]
+
+
 def test_json_and_empty_messages_take_the_python_path():
     request = encode_spans(make_spans([("a", {"user.id": "u", "marketing.channel": "email"},
                                         T0)]))
@@ -214,4 +238,8 @@ def test_packed_buckets_are_the_events_of_each_bucket_when_every_span_is_plain()
     nul = encode_spans(make_spans([("a", {"user.id": "u\x00v", "marketing.channel": "e"},
                                         T0)])).SerializePartialToString()
     assert decode_packed(nul, BUCKETS) is None
-    assert decode_events(nul, BUCKETS).touches.user_id.tolist() == ["u\x00v"]
+    # ... which dead-letters it: no sink stores a NUL
+    general = decode_events(nul, BUCKETS)
+    assert general.touches.user_id.tolist() == []
+    assert [d.detail for d in general.dead_letters] == [
+        "invalid touchpoint span: user.id holds the control character U+0000 at 1"]
