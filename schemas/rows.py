@@ -194,6 +194,20 @@ DEAD_LETTER = Row(
      Column("payload_truncated", "boolean"),
      Column("payload_base64", "string")))
 
+LOAD_REJECT = Row(
+    "load_reject",
+    "A result-topic message the warehouse loader could not store (a value the database "
+    "refuses, a row missing a field): set aside with its place and the reason, so one bad "
+    "message never stops the loading of the rest.",
+    (Column("consumer", "string"),
+     Column("topic", "string"),
+     Column("partition", "bigint"),
+     Column("message_offset", "bigint", "the message's offset in its partition"),
+     Column("reason", "string"),
+     Column("payload_base64", "string", "the message, cut at 65,536 bytes"),
+     Column("rejected_at", "string", "ISO 8601 UTC")),
+    key=("consumer", "topic", "partition", "message_offset"), table="load_rejects")
+
 # -- per-order costs and experiments -------------------------------------------------------
 ORDER_COST = Row(
     "order_cost",
@@ -344,7 +358,8 @@ CONTROL_VERIFICATION = Row(
 
 ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
                          ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
-                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, ORDER_COST,
+                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, LOAD_REJECT,
+                         ORDER_COST,
                          EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
                          CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
                          CONTROL_VERIFICATION)

@@ -9,12 +9,16 @@ these methods (`warehouse.load_credits(bootstrap, topic)`, ...).
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.codec import credit_messages
@@ -48,8 +52,42 @@ def last_per_key(rows: list[tuple[object, ...]], keys: int) -> list[tuple[object
     return list({row[:keys]: row for row in rows}.values())
 
 
+# What a message's content can raise while it is turned into rows and stored; a lost
+# connection or a locked database is none of these, and stops the loader as before
+UNSTORABLE = (ValueError, KeyError, TypeError, AttributeError, IndexError, OverflowError,
+              UnicodeError, psycopg.DataError, psycopg.IntegrityError,
+              sqlite3.IntegrityError)
+MAX_REJECTED_PAYLOAD = 65_536
+
+log = logging.getLogger(__name__)
+
+
 class TopicLoading:
     """`Warehouse`'s methods that write the result topics' messages into its tables."""
+
+    def _load_one_by_one(self: Warehouse, records: list[Any],
+                         apply: Callable[[list[bytes]], None], consumer: str,
+                         offsets: list[tuple[object, ...]]) -> None:
+        """A batch that could not be stored, message by message: each in a savepoint of one
+        transaction with the offsets; a message that still fails is set aside in
+        load_rejects with its place and the reason, and the loading goes on."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        rejected = []
+        with self.transaction():
+            for record in records:
+                try:
+                    with self.transaction():
+                        apply([record.value])
+                except UNSTORABLE as error:
+                    payload = bytes(record.value or b"")[:MAX_REJECTED_PAYLOAD]
+                    rejected.append((consumer, record.topic, record.partition, record.offset,
+                                     f"{type(error).__name__}: {error}"[:1000],
+                                     base64.b64encode(payload).decode(), now))
+            self.store(rows.LOAD_REJECT, rejected)
+            self.store(rows.KAFKA_OFFSET, offsets)
+        for row in rejected:
+            log.warning("set aside %s[%s]@%s in load_rejects: %s", row[1], row[2], row[3],
+                        row[4])
 
     def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
         self.store(rows.ATTRIBUTION_CREDITS,
@@ -177,14 +215,17 @@ class TopicLoading:
             last_progress = time.monotonic()
             while True:
                 batch = client.poll(timeout_ms=500, max_records=10_000)
-                values = [r.value for records in batch.values() for r in records]
-                if values:
-                    with self.transaction():  # rows and offsets commit together
-                        apply(values)
-                        self.store(rows.KAFKA_OFFSET,
-                                   [(consumer, topic, tp.partition, client.position(tp))
-                                    for tp in batch])
-                    loaded += len(values)
+                records = [r for records in batch.values() for r in records]
+                if records:
+                    offsets = [(consumer, topic, tp.partition, client.position(tp))
+                               for tp in batch]
+                    try:
+                        with self.transaction():  # rows and offsets commit together
+                            apply([r.value for r in records])
+                            self.store(rows.KAFKA_OFFSET, offsets)
+                    except UNSTORABLE:
+                        self._load_one_by_one(records, apply, consumer, offsets)
+                    loaded += len(records)
                     last_progress = time.monotonic()
                     if progress:
                         progress(loaded)

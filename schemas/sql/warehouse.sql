@@ -33,6 +33,19 @@ CREATE TABLE IF NOT EXISTS kafka_offsets (
     PRIMARY KEY (consumer, topic, partition)
 );
 
+-- Result-topic messages the loader could not store, set aside with their place and the
+-- reason (committed with the offsets, like the rows).
+CREATE TABLE IF NOT EXISTS load_rejects (
+    consumer       TEXT    NOT NULL,
+    topic          TEXT    NOT NULL,
+    partition      BIGINT  NOT NULL,
+    message_offset BIGINT  NOT NULL,
+    reason         TEXT    NOT NULL,
+    payload_base64 TEXT    NOT NULL,
+    rejected_at    TEXT    NOT NULL,
+    PRIMARY KEY (consumer, topic, partition, message_offset)
+);
+
 -- GPU cost of each GPU-backed call in each priced interval (gpu_costs topic, kind=call).
 -- Sum by span_id, trace_id, workload or user_id for cost per call, trace, workload, user.
 CREATE TABLE IF NOT EXISTS gpu_call_costs (

@@ -3,6 +3,7 @@ same summaries, loads that resume from the offsets stored with the rows, atomic 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import sqlite3
@@ -190,6 +191,39 @@ def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
         # another consumer name keeps its own offsets and starts from the beginning
         assert restarted.load_from_kafka(kafka, name, restarted.upsert_credits,
                                          consumer="second-loader") == 9
+
+
+def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
+        warehouse_url, kafka, topic):
+    """A NUL in a text field (PostgreSQL text refuses it), a row missing a field and bytes
+    that are no JSON: each set aside in load_rejects with its place and the reason, every
+    other message loaded, the offsets past them all; loading again changes nothing."""
+    name = topic("credits")
+    nul = json.loads(credit("last_click", "o9", 0, "email", 1.0, 5.0, "new"))
+    nul["user_id"] = "ctl-\x00-user"
+    missing = json.loads(credit("linear", "o9", 0, "email", 1.0, 5.0, "new"))
+    del missing["revenue"]
+    bad = [json.dumps(nul).encode(), json.dumps(missing).encode(), b"{not json"]
+    send(kafka, name, CREDITS[:3] + bad + CREDITS[3:])
+    with Warehouse(warehouse_url) as warehouse:
+        assert warehouse.load_credits(kafka, name) == 10
+        assert warehouse.query(SELECT_CREDITS) == (
+            CREDIT_ROWS if warehouse.dialect == "postgresql" else
+            # SQLite stores a NUL: only the two others are refused there
+            sorted([*CREDIT_ROWS, ("last_click", "o9", 0, "2026-09-01", "email", 1.0, 5.0,
+                                   "new")]))
+        rejects = warehouse.query("SELECT topic, partition, message_offset, reason, "
+                                  "payload_base64 FROM load_rejects ORDER BY message_offset")
+        expected = [4, 5] if warehouse.dialect == "sqlite" else [3, 4, 5]
+        assert [r[2] for r in rejects] == expected and {r[:2] for r in rejects} == {(name, 0)}
+        reasons = [r[3] for r in rejects]
+        assert reasons[-2].startswith("KeyError") and "revenue" in reasons[-2]
+        assert reasons[-1].startswith("JSONDecodeError")
+        if warehouse.dialect == "postgresql":
+            assert "NUL" in reasons[0]
+        assert base64.b64decode(rejects[-1][4]) == b"{not json"
+        assert warehouse.query("SELECT next_offset FROM kafka_offsets") == [(10,)]
+        assert warehouse.load_credits(kafka, name) == 0
 
 
 def test_a_transaction_that_raises_leaves_nothing_behind(warehouse_url):
