@@ -24,6 +24,7 @@ class KafkaInputs:
                  client: dict[str, Any] | None = None) -> None:
         inputs = config.inputs
         self.timeout_s = inputs.read_timeout_s
+        self.skipped = 0  # records no handler could use (each logged with its place)
         self.handlers: dict[str, Callable[[bytes], None]] = {
             topic: handler for topic, handler in (
                 (inputs.roi_topic, state.add_roi), (inputs.alerts_topic, state.add_alert),
@@ -64,9 +65,16 @@ class KafkaInputs:
                 break
             for tp, records in self.consumer.poll(timeout_ms=200, max_records=5000).items():
                 for record in records:
-                    if record.value is not None:
+                    if record.value is None:
+                        continue
+                    try:
                         self.handlers[tp.topic](record.value)
-                        count += 1
+                    except Exception as error:  # noqa: BLE001 - one record never stops the loop
+                        self.skipped += 1
+                        log.warning("skipped %s[%d]@%d: %s", tp.topic, tp.partition,
+                                    record.offset, error)
+                        continue
+                    count += 1
         else:
             log.warning("inputs not read to their ends within %.0f s", self.timeout_s)
         return count

@@ -27,6 +27,7 @@ from pipelines.control.config import ControlConfig
 from schemas.gpu import GpuSample
 from schemas.rows import ROI_DAILY
 from udfs import gpu_pressure
+from udfs.periods import parse_day
 
 log = logging.getLogger("seedance.control")
 _KEYS = len(ROI_DAILY.key)
@@ -41,6 +42,32 @@ class PoolReading(NamedTuple):
     gpus: int
 
 
+_TEXT_FIELDS = ("model", "dimension", "key", "currency")
+_NUMBER_FIELDS = ("conversions", "revenue", "ad_spend", "compute_cost")
+
+
+def _check_roi_row(values: tuple[object, ...]) -> None:
+    """A roi_daily row the loop can use: names are text, the day a date, the figures
+    finite numbers (roi may be null); a bad one would stop every later step."""
+    row = dict(zip(ROI_DAILY.names, values, strict=True))
+    for name in _TEXT_FIELDS:
+        if not isinstance(row[name], str):
+            raise ValueError(f"{name} must be text, got {row[name]!r}")
+    if not isinstance(row["day"], str):
+        raise ValueError(f"day must be YYYY-MM-DD, got {row['day']!r}")
+    try:
+        parse_day(row["day"])
+    except ValueError as error:
+        raise ValueError(f"day {row['day']!r} is not a date: {error}") from None
+    for name in _NUMBER_FIELDS + ("roi",):
+        value = row[name]
+        if value is None and name == "roi":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
 class ControlState:
     def __init__(self, config: ControlConfig) -> None:
         self.config = config
@@ -52,14 +79,18 @@ class ControlState:
 
     # -- feeding ------------------------------------------------------------------------
     def add_roi(self, message: bytes) -> None:
+        """One roi_daily row; raises ValueError naming what is wrong with one that is not a
+        row of numbers and names (the caller skips it, saying where it was)."""
         try:
             row = json.loads(message)
+            if not isinstance(row, dict):
+                raise ValueError(f"not a JSON object: {type(row).__name__}")
             if row.get("kind", "roi") != "roi":
                 return  # unallocated cost and order costs are not metrics of a target
             values = tuple(row[name] for name in ROI_DAILY.names)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            self.skipped += 1
-            return
+        except KeyError as error:
+            raise ValueError(f"a roi_daily row without {error}") from None
+        _check_roi_row(values)
         self.roi[values[:_KEYS]] = values
 
     def add_metrics(self, payload: bytes) -> None:

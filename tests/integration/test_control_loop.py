@@ -113,3 +113,34 @@ def test_control_loop_decides_executes_and_verifies(kafka: str, topic: Callable[
         publisher.close()
         executor.close()
         receiver.close()
+
+
+def test_bad_roi_rows_are_skipped_with_their_place_and_never_stop_the_loop(
+        kafka: str, topic: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
+    """The loop rebuilds its state from the roi topic's beginning on every start: a bad row
+    there (an impossible day, a ROI that is no number, a list for a key, no JSON object)
+    must not stop it on every start; each is skipped, logged with topic, partition and
+    offset, and the good rows are used."""
+    roi = topic("roi")
+    good = roi_history()[:3]
+    row = json.loads(good[0])
+    bad = [json.dumps({**row, "day": "2026-13-45"}).encode(),
+           json.dumps({**row, "roi": "abc"}).encode(),
+           json.dumps({**row, "key": ["a", "b"]}).encode(),
+           json.dumps([1, 2, 3]).encode(),
+           json.dumps({**row, "revenue": None}).encode()]
+    publish(kafka, roi, [good[0], *bad, *good[1:]])
+    config = parse_control_config({"inputs": {"roi_topic": roi, "alerts_topic": "",
+                                              "metrics_topic": ""}})
+    state = ControlState(config)
+    inputs = KafkaInputs(kafka, config, state)
+    try:
+        with caplog.at_level("WARNING", logger="seedance.control"):
+            assert inputs.poll() == 3
+    finally:
+        inputs.close()
+    assert inputs.skipped == 5
+    places = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipped")]
+    assert [p.split(":")[0] for p in places] == [f"skipped {roi}[0]@{n}" for n in range(1, 6)]
+    assert "day" in places[0] and "roi must be a finite number" in places[1]
+    assert len(state.daily()) == 3  # the good rows, usable
