@@ -56,9 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     # imported here: every `seedance` command builds this parser, few serve the dashboard
+    from pipelines.dashboard.tables import RatioRule, set_ratio_rule
     from pipelines.settings.job_config import load_config
     from pipelines.store.warehouse import Warehouse
 
-    url = args.warehouse or load_config(Path(args.config) if args.config else None).warehouse.url
+    config = load_config(Path(args.config) if args.config else None)
+    # ratios under the job's rule: no ratio under roi.min_cost, ROI at roi.gross_margin
+    set_ratio_rule(RatioRule(config.roi.min_cost, config.roi.gross_margin))
+    url = args.warehouse or config.warehouse.url
     return run(DashboardRequest(url or Warehouse().url, args.host, args.port,
                                 tuple(args.allowed_host)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.store.experiments import experiment_inputs, store_results
 from pipelines.store.warehouse import Warehouse
+from udfs import ratios
 from udfs.experiments import strategy_table, window_statistics
 
 
@@ -40,8 +41,8 @@ def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_cli
     rows = warehouse.roi_summary("channel")
     if not rows:
         return
-    print("\nROI per channel over the whole period = revenue / (ad spend + GPU compute); "
-          "'-': cost under 1")
+    print("\nRevenue / cost per channel over the whole period, cost = ad spend + GPU compute "
+          "(fully loaded); '-': cost under 1")
     print(f"{'channel':16}" + "".join(f"{m:>12}" for m in models) + f"{'ad spend':>12}"
           f"{'compute':>10}")
     by_key = {(m, k): (rev, spend, compute) for m, k, rev, spend, compute in rows}
@@ -51,9 +52,19 @@ def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_cli
             rev, spend, compute = by_key.get((model, channel), (0.0, 0.0, 0.0))
             cost = spend + compute
             # below one currency unit of cost a ratio says nothing (unpaid channels)
-            figures.append(f"{rev / cost:12,.2f}" if cost >= 1.0 else f"{'-':>12}")
+            ratio = ratios.revenue_per_cost(rev, cost)
+            figures.append(f"{'-':>12}" if ratio is None else f"{ratio:12,.2f}")
         _, spend, compute = by_key.get((models[0], channel), (0.0, 0.0, 0.0))
         print(f"{channel:16}" + "".join(figures) + f"{spend:12,.2f}{compute:10,.4f}")
+    print(f"\nAs finance reads it ({models[0]}): ROAS = revenue / ad spend, ROI = (revenue x "
+          "gross margin 1.0 - cost) / cost")
+    print(f"{'channel':16}{'revenue':>12}{'ad spend':>12}{'compute':>10}{'ROAS':>8}{'ROI':>8}")
+    for channel in sorted({k for _, k in by_key}):
+        rev, spend, compute = by_key.get((models[0], channel), (0.0, 0.0, 0.0))
+        roas, roi = ratios.roas(rev, spend), ratios.margin_roi(rev, spend + compute)
+        print(f"{channel:16}{rev:12,.2f}{spend:12,.2f}{compute:10,.2f}"
+              f"{'-' if roas is None else f'{roas:.2f}':>8}"
+              f"{'-' if roi is None else f'{roi:.2f}':>8}")
     unallocated = warehouse.query(
         "SELECT cost_kind, SUM(amount) FROM roi_unallocated WHERE model = ? GROUP BY cost_kind "
         "ORDER BY cost_kind", (models[0],))

@@ -81,7 +81,9 @@ AD_SPEND = Row(
 ROI_DAILY = Row(
     "roi_daily",
     "ROI per model and day by channel, campaign and lifecycle stage (roi topic, "
-    "kind=roi): revenue / (ad_spend + compute_cost). A day reported again wins.",
+    "kind=roi), with the ratios finance reads (udfs/ratios.py): ROAS, margin ROI and "
+    "revenue per unit of cost, each None on a cost under roi.min_cost. A day reported "
+    "again wins.",
     (Column("model", "string"),
      Column("day", "date", "day of the conversions (UTC)"),
      Column("dimension", "string", "channel | campaign | stage"),
@@ -90,8 +92,12 @@ ROI_DAILY = Row(
      Column("revenue", "double"),
      Column("ad_spend", "double"),
      Column("compute_cost", "double"),
-     Column("roi", "double", "None when there is no cost", nullable=True),
-     Column("currency", "string")),
+     Column("roi", "double", "revenue / (ad_spend + compute_cost): revenue per unit of cost",
+            nullable=True),
+     Column("currency", "string"),
+     Column("roas", "double", "revenue / ad_spend", nullable=True),
+     Column("margin_roi", "double", "(revenue x roi.gross_margin - cost) / cost",
+            nullable=True)),
     key=("model", "day", "dimension", "key"), table="roi_daily")
 
 ROI_UNALLOCATED = Row(

@@ -23,6 +23,7 @@ import pandas as pd
 
 from schemas import rows
 from udfs.lifecycle import StageWeights
+from udfs.ratios import GROSS_MARGIN, MIN_COST
 
 # the frames of one day: views of the result rows (schemas/rows.py) without day and currency
 CREDIT_COLUMNS = list(rows.CREDIT.select("model", "order_id", "touch_index", "channel",
@@ -58,7 +59,8 @@ def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -
 
 def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             models: Sequence[str], stage_weights: StageWeights,
-            unlinked_compute: float | Mapping[str, float] = 0.0) -> DayRoi:
+            unlinked_compute: float | Mapping[str, float] = 0.0,
+            min_cost: float = MIN_COST, gross_margin: float = GROSS_MARGIN) -> DayRoi:
     """ROI rows of one day from its credit rows, its spend rows and per-order compute
     (`models`: every model the day is reported for, credited or not). `unlinked_compute`:
     compute no order took, by key ('' for calls outside journeys, a GPU's id for the idle
@@ -91,9 +93,7 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             ad_spend=("ad_spend", "sum"), compute_cost=("compute_cost", "sum")).reset_index()
         frames.append(grouped.rename(columns={dimension: "key"}).assign(dimension=dimension))
     roi = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    cost = roi.ad_spend + roi.compute_cost
-    roi["roi"] = np.where(cost > 0, roi.revenue / cost.where(cost > 0, 1.0), np.nan)
-    roi = roi[ROI_COLUMNS]
+    roi = with_ratios(roi, min_cost, gross_margin)[ROI_COLUMNS]
 
     # per model: spend of a campaign the model credited nothing to that day (e.g. its last
     # clicks went elsewhere), compute of orders the model did not credit, unlinked compute
@@ -116,6 +116,21 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
         compute_cost=("compute_cost", "sum"))[list(ORDER_COLUMNS)]
     return DayRoi(roi.reset_index(drop=True),
                   pd.DataFrame(unallocated, columns=UNALLOCATED_COLUMNS), orders)
+
+
+def with_ratios(frame: pd.DataFrame, min_cost: float = MIN_COST,
+                gross_margin: float = GROSS_MARGIN) -> pd.DataFrame:
+    """roi (revenue / cost), roas (revenue / ad spend) and margin_roi ((revenue x margin -
+    cost) / cost) of rows with revenue, ad_spend and compute_cost; NaN where the cost (or
+    the ad spend, for roas) is under `min_cost` (udfs/ratios.py)."""
+    cost = frame.ad_spend + frame.compute_cost
+    floor = max(min_cost, 1e-12)
+    enough, spent = cost >= floor, frame.ad_spend >= floor
+    safe_cost, safe_spend = cost.where(enough, 1.0), frame.ad_spend.where(spent, 1.0)
+    return frame.assign(
+        roi=np.where(enough, frame.revenue / safe_cost, np.nan),
+        roas=np.where(spent, frame.revenue / safe_spend, np.nan),
+        margin_roi=np.where(enough, (frame.revenue * gross_margin - cost) / safe_cost, np.nan))
 
 
 def with_withdrawn(previous: object, rows: list[tuple[str, str, str, float]]

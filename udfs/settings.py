@@ -9,6 +9,7 @@ fit together.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from udfs.attribution import PER_CONVERSION_MODELS
@@ -17,6 +18,7 @@ from udfs.data_driven import DATA_DRIVEN_MODELS
 from udfs.journeys import DAY_MS, JourneyConfig
 from udfs.lifecycle import StageWeights
 from udfs.models import ModelParams, validate_models
+from udfs.ratios import GROSS_MARGIN, MIN_COST
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class ComputeSettings:
     # fully_loaded: a GPU's idle cost follows its calls to their orders (udfs/compute_loading);
     # direct: only the calls' own cost reaches ROI
     compute_cost: str = "fully_loaded"
+    min_cost: float = MIN_COST  # no ratio on a cost under this (udfs/ratios.py)
+    gross_margin: float = GROSS_MARGIN  # of revenue, for the margin ROI
 
     def __post_init__(self) -> None:
         validate_models(self.models)
@@ -40,6 +44,10 @@ class ComputeSettings:
             raise ValueError(f"the refit period must be at least 1 s, got {self.refit_every_ms} ms")
         if self.link_window_ms <= 0:
             raise ValueError(f"the link window must be positive, got {self.link_window_ms} ms")
+        if not (self.min_cost >= 0 and math.isfinite(self.min_cost)):
+            raise ValueError(f"min_cost must be a non-negative number, got {self.min_cost}")
+        if not 0 < self.gross_margin <= 1:
+            raise ValueError(f"gross_margin must be in (0, 1], got {self.gross_margin}")
         if self.compute_cost not in MODES:
             raise ValueError(f"compute_cost must be one of {', '.join(MODES)}, got "
                              f"{self.compute_cost!r}")

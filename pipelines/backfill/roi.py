@@ -101,6 +101,14 @@ def link_costs(costs: pd.DataFrame, claims: pd.DataFrame, settings: ComputeSetti
             unlinked[unlinked.day.isin(wanted)].reset_index(drop=True))
 
 
+def _plain(value: object) -> object:
+    """A frame's number as the warehouse takes it: a float, NaN (no ratio) as None."""
+    if isinstance(value, str):
+        return value
+    number = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(number) else number
+
+
 class DayRows(NamedTuple):
     """One day's rows for the warehouse (its column order)."""
 
@@ -120,10 +128,11 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
     result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
                                                           "amount"]],
                      compute[["order_id", "cost"]], settings.models,
-                     settings.stage_weights, unlinked)
-    roi = [(r.model, day, r.dimension, r.key, float(r.conversions), float(r.revenue),
-            float(r.ad_spend), float(r.compute_cost), None if math.isnan(r.roi) else
-            float(r.roi), settings.currency) for r in result.roi.itertuples(index=False)]
+                     settings.stage_weights, unlinked, settings.min_cost,
+                     settings.gross_margin)
+    roi = [tuple(_plain(getattr(r, name)) if name not in ("day", "currency") else
+                 (day if name == "day" else settings.currency) for name in ROI_ROW)
+           for r in result.roi.itertuples(index=False)]
     unallocated = [(r.model, day, r.kind, r.key, float(r.amount), settings.currency)
                    for r in result.unallocated.itertuples(index=False)]
     orders = [(r.model, day, r.order_id, float(r.revenue), float(r.ad_spend),

@@ -44,6 +44,7 @@ class PoolReading(NamedTuple):
 
 _TEXT_FIELDS = ("model", "dimension", "key", "currency")
 _NUMBER_FIELDS = ("conversions", "revenue", "ad_spend", "compute_cost")
+_OPTIONAL = ("roas", "margin_roi")
 
 
 def _check_roi_row(values: tuple[object, ...]) -> None:
@@ -59,9 +60,9 @@ def _check_roi_row(values: tuple[object, ...]) -> None:
         parse_day(row["day"])
     except ValueError as error:
         raise ValueError(f"day {row['day']!r} is not a date: {error}") from None
-    for name in _NUMBER_FIELDS + ("roi",):
+    for name in _NUMBER_FIELDS + ("roi", *_OPTIONAL):
         value = row[name]
-        if value is None and name == "roi":
+        if value is None and name in ("roi", *_OPTIONAL):
             continue
         if isinstance(value, bool) or not isinstance(value, int | float) \
                 or not math.isfinite(value):
@@ -87,7 +88,9 @@ class ControlState:
                 raise ValueError(f"not a JSON object: {type(row).__name__}")
             if row.get("kind", "roi") != "roi":
                 return  # unallocated cost and order costs are not metrics of a target
-            values = tuple(row[name] for name in ROI_DAILY.names)
+            # (ratios absent from rows written before they existed)
+            values = tuple(row.get(name) if name in _OPTIONAL else row[name]
+                           for name in ROI_DAILY.names)
         except KeyError as error:
             raise ValueError(f"a roi_daily row without {error}") from None
         _check_roi_row(values)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.store.warehouse import Warehouse
+from udfs import ratios
 
 # How a column's values are shown: text as is; money and number with 2 decimals and
 # thousands separators; ratio (ROI) with 2 decimals; percent and share as x100 with a %;
@@ -128,6 +129,40 @@ def table_exists(warehouse: Warehouse, name: str) -> bool:
     return warehouse.query("SELECT to_regclass(?)", (name,))[0][0] is not None
 
 
+@dataclass(frozen=True)
+class RatioRule:
+    """How the dashboard states ratios: the job's roi.min_cost and roi.gross_margin
+    (`seedance dashboard --config`), the same rule as the ROI job's (udfs/ratios.py)."""
+
+    min_cost: float = ratios.MIN_COST
+    gross_margin: float = ratios.GROSS_MARGIN
+
+
+RULE = RatioRule()
+RATIO_NOTE = ("'—' in a ratio column: its cost is under {min_cost:,.2f}, where a ratio "
+              "says nothing (a few cents of cost would read as a return of millions).")
+
+
+def set_ratio_rule(rule: RatioRule) -> None:
+    """The rule of this dashboard process (set once, at start)."""
+    global RULE
+    RULE = rule
+
+
+def ratio_note() -> str:
+    return RATIO_NOTE.format(min_cost=RULE.min_cost)
+
+
 def roi_of(revenue: float, cost: float) -> float | None:
-    """Attributed revenue per unit of cost, as udfs.roi defines it; None without cost."""
-    return revenue / cost if cost > 0 else None
+    """Attributed revenue per unit of cost (roi_daily.roi); None under the cost floor."""
+    return ratios.revenue_per_cost(revenue, cost, RULE.min_cost)
+
+
+def roas_of(revenue: float, ad_spend: float) -> float | None:
+    """Revenue per unit of ad spend; None under the cost floor."""
+    return ratios.roas(revenue, ad_spend, RULE.min_cost)
+
+
+def margin_roi_of(revenue: float, cost: float) -> float | None:
+    """(revenue x gross margin - cost) / cost; None under the cost floor."""
+    return ratios.margin_roi(revenue, cost, RULE.gross_margin, RULE.min_cost)

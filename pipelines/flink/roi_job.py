@@ -57,6 +57,7 @@ from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
 from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
+from udfs.ratios import GROSS_MARGIN, MIN_COST
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
 
@@ -142,8 +143,11 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
 
     def __init__(self, models: tuple[str, ...], weights: StageWeights,
                  retention_ms: int | None, currency: str, order_cost_model: str = "",
-                 source: str = "roi") -> None:
+                 source: str = "roi", min_cost: float = MIN_COST,
+                 gross_margin: float = GROSS_MARGIN) -> None:
         self.models = models
+        self.min_cost = min_cost
+        self.gross_margin = gross_margin
         self.weights = weights
         self.retention_ms = retention_ms
         self.currency = currency
@@ -197,10 +201,11 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                              columns=SPEND_COLUMNS)
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)
         result = day_roi(credits, spend, compute, self.models, self.weights,
-                         _by_key(self.unlinked.value()))
+                         _by_key(self.unlinked.value()), self.min_cost, self.gross_margin)
         for row in result.roi.itertuples(index=False):
-            values = {**row._asdict(), "day": day, "currency": self.currency,
-                      "roi": None if math.isnan(row.roi) else row.roi}
+            values = {**row._asdict(), "day": day, "currency": self.currency}
+            for ratio in ("roi", "roas", "margin_roi"):  # NaN: under the cost floor
+                values[ratio] = None if math.isnan(values[ratio]) else values[ratio]
             yield _keyed_row("roi", rows.ROI_DAILY, values)
         left = [(row.model, row.kind, row.key, float(row.amount))
                 for row in result.unallocated.itertuples(index=False)]
@@ -275,7 +280,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     rows = (credits.union(spend, linked)
             .key_by(lambda item: item[1], key_type=Types.STRING())
             .process(RoiPerDay(settings.models, settings.stage_weights, retention_ms,
-                               settings.currency, config.experiment_cost_model, topics.roi),
+                               settings.currency, config.experiment_cost_model, topics.roi,
+                               settings.min_cost, settings.gross_margin),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi", keyed=True)) \

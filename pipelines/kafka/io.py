@@ -106,17 +106,14 @@ def consumer_lag(bootstrap: str, group: str, topic: str,
     """Records of `topic` that consumer group `group` has not committed yet (its end offsets
     minus the group's committed offsets; a partition without a commit counts whole). A
     Flink job commits its source offsets at each completed checkpoint, so 0 means it has
-    read, processed and checkpointed everything published so far."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             group_id=None, **(client or {}))
+    read, processed and checkpointed everything published so far. The group is only asked
+    for its offsets, never joined."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False, **(client or {}))
     try:
         partitions = [TopicPartition(topic, p)
                       for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        committed = {tp: meta.offset for tp, meta in
-                     admin.list_consumer_group_offsets(group).items() if tp.topic == topic}
         end = consumer.end_offsets(partitions)
-        return sum(max(0, end[tp] - max(committed.get(tp, 0), 0)) for tp in partitions)
+        return sum(max(0, end[tp] - max(consumer.committed(tp) or 0, 0)) for tp in partitions)
     finally:
         consumer.close()
-        admin.close()

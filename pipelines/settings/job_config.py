@@ -109,6 +109,10 @@ class RoiConfig:
     retention_days: float = 40.0
     # fully_loaded: each GPU's idle cost follows its calls to their orders; direct: calls only
     compute_cost: str = "fully_loaded"
+    # no ROAS or ROI on a cost under this (in the currency): a few cents of cost give
+    # ratios in the millions
+    min_cost: float = 1.0
+    gross_margin: float = 1.0  # of revenue, for ROI = (revenue x margin - cost) / cost
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,8 @@ class StreamingJobConfig:
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
             (self.roi.compute_cost in ("fully_loaded", "direct"), "roi.compute_cost",
              "must be fully_loaded or direct"),
+            (self.roi.min_cost >= 0, "roi.min_cost", "must not be negative"),
+            (0 < self.roi.gross_margin <= 1, "roi.gross_margin", "must be in (0, 1]"),
             (self.experiments.retention_days > 0, "experiments.retention_days",
              "must be positive"),
             (self.experiments.window_days >= 1, "experiments.window_days",
@@ -221,7 +227,8 @@ class StreamingJobConfig:
             refit_every_ms=int(attribution.refit_every_s * 1000),
             stage_weights=roi.stage_weights,
             link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency,
-            compute_cost=roi.compute_cost)
+            compute_cost=roi.compute_cost, min_cost=roi.min_cost,
+            gross_margin=roi.gross_margin)
 
     def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
         """A copy with some keys of one section changed (used by CLI flags and tests)."""

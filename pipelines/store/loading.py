@@ -58,6 +58,7 @@ UNSTORABLE = (ValueError, KeyError, TypeError, AttributeError, IndexError, Overf
               UnicodeError, psycopg.DataError, psycopg.IntegrityError,
               sqlite3.IntegrityError)
 MAX_REJECTED_PAYLOAD = 65_536
+_RATIOS = ("roas", "margin_roi")
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,9 @@ class TopicLoading:
         for message in messages:
             row = json.loads(message)
             if row["kind"] == "roi":
-                roi.append(tuple(row[c] for c in rows.ROI_DAILY.names))
+                # (ratios absent from rows written before they existed)
+                roi.append(tuple(row[c] if c not in _RATIOS else row.get(c)
+                                 for c in rows.ROI_DAILY.names))
             elif row["kind"] == "unallocated":
                 unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
             elif row["kind"] == "order_cost":

@@ -34,6 +34,8 @@ ADDED_COLUMNS = (
     ("attribution_credits", "stage", "TEXT NOT NULL DEFAULT 'unknown'"),
     ("experiment_results", "heavy_tail", "BOOLEAN NOT NULL DEFAULT FALSE"),
     ("experiment_results", "note", "TEXT NOT NULL DEFAULT ''"),
+    ("roi_daily", "roas", "DOUBLE PRECISION"),
+    ("roi_daily", "margin_roi", "DOUBLE PRECISION"),
 )
 
 

@@ -106,8 +106,10 @@ CREATE TABLE IF NOT EXISTS roi_daily (
     revenue       DOUBLE PRECISION NOT NULL,
     ad_spend      DOUBLE PRECISION NOT NULL,
     compute_cost  DOUBLE PRECISION NOT NULL,
-    roi           DOUBLE PRECISION,
+    roi           DOUBLE PRECISION,           -- revenue / cost; NULL under roi.min_cost
     currency      TEXT             NOT NULL,
+    roas          DOUBLE PRECISION,           -- revenue / ad spend; NULL under roi.min_cost
+    margin_roi    DOUBLE PRECISION,           -- (revenue x gross margin - cost) / cost
     PRIMARY KEY (model, day, dimension, key)
 );
 

@@ -125,7 +125,9 @@ def _roi_rows(credit_rows: list[tuple], spend: list[tuple], compute: dict[str, f
         for r in result.roi.itertuples(index=False):
             roi.append((r.model, day, r.dimension, r.key, float(r.conversions),
                         float(r.revenue), float(r.ad_spend), float(r.compute_cost),
-                        None if pd.isna(r.roi) else float(r.roi), "USD"))
+                        None if pd.isna(r.roi) else float(r.roi), "USD",
+                        None if pd.isna(r.roas) else float(r.roas),
+                        None if pd.isna(r.margin_roi) else float(r.margin_roi)))
         for u in result.unallocated.itertuples(index=False):
             unallocated.append((u.model, day, u.kind, u.key, float(u.amount), "USD"))
     return roi, unallocated

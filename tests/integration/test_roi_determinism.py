@@ -180,7 +180,8 @@ def publish(kafka: str, topic: str, values: list[bytes], partitions: int,
 
 
 def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
-              seed: int | None, costs_first: bool, compute_cost: str) -> dict:
+              seed: int | None, costs_first: bool, compute_cost: str,
+              parallelism: int = 1) -> dict:
     rng = random.Random(seed) if seed is not None else None
     config = job_config.replace(
         "topics", credits=topic("credits", partitions), conversions=topic("conv", partitions),
@@ -193,6 +194,7 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
                             watermark_interval_s=0.05)
     config = config.replace("roi", retention_days=1.0, link_window_days=1.0,
                             compute_cost=compute_cost)
+    config = config.replace("flink", parallelism=parallelism)
     credit_values = [credit_messages.encode(chunk).encode() for chunk in
                      (inputs.credits[i:i + 7] for i in range(0, len(inputs.credits), 7))]
     conversion_values = [table_messages.encode_bytes(rows.CONVERSION.names, [c])
@@ -215,17 +217,19 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
     return final_rows(kafka, config.topics.roi), config
 
 
-@pytest.mark.parametrize("partitions,seed,costs_first,hog,compute_cost", [
-    (1, None, False, False, "fully_loaded"),
-    (4, 1, True, True, "fully_loaded"),
-    (4, 2, False, False, "direct"),
+@pytest.mark.parametrize("partitions,seed,costs_first,hog,compute_cost,parallelism", [
+    (1, None, False, False, "fully_loaded", 1),
+    (4, 1, True, True, "fully_loaded", 1),
+    (4, 2, False, False, "direct", 1),
+    (4, 3, True, True, "fully_loaded", 2),
 ])
 def test_roi_rows_equal_the_backfill_whatever_the_partitioning_and_order(
-        kafka, flink, job_config, topic, partitions, seed, costs_first, hog, compute_cost):
+        kafka, flink, job_config, topic, partitions, seed, costs_first, hog, compute_cost,
+        parallelism):
     inputs = Inputs(seed=5)
     with cpu_hog() if hog else _nothing():
         got, config = run_shape(kafka, flink, job_config, topic, inputs, partitions, seed,
-                                costs_first, compute_cost)
+                                costs_first, compute_cost, parallelism)
     expected = inputs.expected(config)
     assert len(expected) > 300
     assert same_rows(got, expected) == []

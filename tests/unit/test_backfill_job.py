@@ -60,7 +60,7 @@ def test_the_command_replaces_exactly_the_days_and_resumes(deployment, capsys, m
     # the next day was written by someone else: a backfill of the first three leaves it
     with sqlite3.connect(db) as connection:
         connection.execute("INSERT INTO roi_daily VALUES ('x', '2026-10-13', 'channel', 'k', 1, "
-                           "1, 0, 0, NULL, 'USD')")
+                           "1, 0, 0, NULL, 'USD', NULL, NULL)")
     assert main(args) == 0  # same run id: every day is done already
     assert "every day already finished" in capsys.readouterr().out
     assert main([*args, "--restart"]) == 0

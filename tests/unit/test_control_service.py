@@ -40,7 +40,8 @@ def next_day(day: str, days: int = 1) -> str:
 def roi_message(day: str, key: str, roi: float, dimension: str = "campaign") -> bytes:
     values = {"kind": "roi", "model": "last_click", "day": day, "dimension": dimension,
               "key": key, "conversions": 10.0, "revenue": 100.0 * roi, "ad_spend": 90.0,
-              "compute_cost": 10.0, "roi": roi, "currency": "USD"}
+              "compute_cost": 10.0, "roi": roi, "currency": "USD",
+              "roas": 100.0 * roi / 90.0, "margin_roi": roi - 1.0}
     assert set(values) - {"kind"} == set(ROI_DAILY.names)
     return json.dumps(values).encode()
 

@@ -30,7 +30,9 @@ def roi_row(model: str, day: str, dimension: str, key: str, conversions: float, 
             ad_spend: float, compute: float) -> tuple[object, ...]:
     cost = ad_spend + compute
     return (model, day, dimension, key, conversions, revenue, ad_spend, compute,
-            revenue / cost if cost else None, "USD")
+            revenue / cost if cost >= 1 else None, "USD",
+            revenue / ad_spend if ad_spend >= 1 else None,
+            (revenue - cost) / cost if cost >= 1 else None)
 
 
 @pytest.fixture
@@ -92,13 +94,38 @@ def test_roi_sums_the_days_before_dividing(warehouse: Warehouse) -> None:
     # the daily ROIs (400/110 + 100/60) / 2
     assert channel["search"][1:5] == (4, 500, 150, 20)
     assert channel["search"][5] == pytest.approx(500 / 170)
-    assert channel["organic"][5] is None  # no cost: no ROI, shown as a dash
+    # ROAS = revenue / ad spend, ROI = (revenue x margin 1.0 - cost) / cost
+    assert channel["search"][6:] == pytest.approx((500 / 150, (500 - 170) / 170))
+    assert channel["organic"][5:] == (None, None, None)  # no cost: no ratio, shown as a dash
     assert list(channel) == ["search", "social", "organic"]  # by revenue, largest first
     kpis = {k.name: k.value for k in view.kpis}
     assert kpis["kpi_revenue"] == 640 and kpis["kpi_ad_spend"] == 190
     assert kpis["kpi_roi"] == pytest.approx(640 / 210)
+    assert kpis["kpi_roas"] == pytest.approx(640 / 190)
+    assert kpis["kpi_margin_roi"] == pytest.approx((640 - 210) / 210)
     assert kpis["kpi_unallocated"] == 43  # last_click's 40 of spend + 3 of compute
-    assert view.tables[0].note == ""
+    assert view.tables[0].note.startswith("'—' in a ratio column: its cost is under 1.00")
+
+
+def test_no_ratio_is_shown_on_a_cost_under_the_floor(warehouse: Warehouse) -> None:
+    """A channel with 90 of revenue over 0.0066 of compute: no ROI of 13,636, a dash (and
+    an empty CSV cell); at the floor the ratio is shown; a configured floor applies."""
+    from pipelines.dashboard.tables import RatioRule, set_ratio_rule
+
+    warehouse.store(ROI_DAILY, [
+        roi_row("last_click", "2026-10-01", "channel", "email", 1, 90, 0, 0.0066),
+        roi_row("last_click", "2026-10-01", "channel", "push", 1, 30, 0, 1.0)])
+    channel = rows_by_key(build_view(warehouse, "roi", Filters()).table("roi_by_channel").rows)
+    assert channel["email"][5:] == (None, None, None)
+    assert channel["push"][5] == pytest.approx(30.0) and channel["push"][6] is None
+    try:
+        set_ratio_rule(RatioRule(min_cost=50.0, gross_margin=0.4))
+        channel = rows_by_key(build_view(warehouse, "roi", Filters())
+                              .table("roi_by_channel").rows)
+        assert channel["push"][5:] == (None, None, None)
+        assert channel["search"][7] == pytest.approx((500 * 0.4 - 170) / 170)
+    finally:
+        set_ratio_rule(RatioRule())
 
 
 def test_model_defaults_to_last_click_and_can_be_chosen(warehouse: Warehouse) -> None:
@@ -116,8 +143,9 @@ def test_date_range_is_inclusive(warehouse: Warehouse) -> None:
 
 def test_platform_filter_goes_through_the_spend_rows(warehouse: Warehouse) -> None:
     view = build_view(warehouse, "roi", Filters(platform="meta"))
-    assert view.table("roi_by_campaign").rows == [("meta-1", "meta", 1, 80, 40, 0, 2.0)]
-    assert view.table("roi_by_day").rows == [("2026-10-01", 1, 80, 40, 0, 2.0)]
+    assert view.table("roi_by_campaign").rows == [("meta-1", "meta", 1, 80, 40, 0, 2.0, 2.0,
+                                                   1.0)]
+    assert view.table("roi_by_day").rows == [("2026-10-01", 1, 80, 40, 0, 2.0, 2.0, 1.0)]
     assert {k.name: k.value for k in view.kpis}["kpi_unallocated"] == 40  # spend only
     # channel rows are not split by campaign: shown whole, and the page says so
     assert len(view.table("roi_by_channel").rows) == 3

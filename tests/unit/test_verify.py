@@ -30,7 +30,7 @@ def roi(model: str, dimension: str, key: str, conversions: float, revenue: float
         spend: float, compute: float) -> tuple[object, ...]:
     cost = spend + compute
     return (model, DAY, dimension, key, conversions, revenue, spend, compute,
-            revenue / cost if cost else None, "USD")
+            revenue / cost if cost else None, "USD", None, None)
 
 
 @pytest.fixture
@@ -140,3 +140,20 @@ def test_a_difference_under_half_a_cent_ties() -> None:
 def test_bad_days_are_one_line_errors(warehouse: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", "--warehouse", warehouse, "--first", "2026-13-01"]) == 2
     assert "--first" in capsys.readouterr().err
+
+
+def test_the_dashboard_shows_the_internal_ties_beside_the_billing_drift(warehouse: str) -> None:
+    from pipelines.dashboard.filters import Filters
+    from pipelines.dashboard.queries import build_view
+
+    with Warehouse(warehouse) as wh:
+        wh.execute("UPDATE roi_daily SET revenue = 99.0 WHERE key = 'display'")
+    assert main(["verify", "--warehouse", warehouse]) == 1
+    with Warehouse(warehouse) as wh:
+        view = build_view(wh, "reconciliation", Filters())
+        internal = view.table("recon_internal").rows
+        assert {r[1] for r in internal} == {"internal"} and len(internal) > 5
+        assert [(r[4], r[5]) for r in view.table("recon_breaches").rows] == [
+            ("last_click/channel", "revenue")]
+        assert {k.name: k.value for k in view.kpis}["kpi_internal_broken"] == 1
+        assert view.table("recon_rows").rows == []  # no billing comparison in this warehouse
