@@ -38,10 +38,13 @@ TABLE_VIEWS = {
     "roi_by_channel": "roi", "roi_by_campaign": "roi", "roi_by_day": "roi",
     "models_summary": "models", "models_revenue": "models", "models_roi": "models",
     "stage_allocation": "stages", "recon_breaches": "reconciliation",
-    "recon_rows": "reconciliation", "alerts_open": "alerts", "alerts_resolved": "alerts",
+    "recon_rows": "reconciliation", "recon_internal": "reconciliation",
+    "alerts_open": "alerts", "alerts_resolved": "alerts",
     "credit_intervals": "models", "experiment_strategy": "experiments",
     "control_decisions": "control", "control_actions": "control",
-    "control_verifications": "control"}
+    "control_verifications": "control", "compute_by_workload": "compute",
+    "compute_unit_cost": "compute", "compute_per_conversion": "compute",
+    "compute_unshared": "compute"}
 
 
 class DashboardApp:

@@ -222,6 +222,23 @@ def _recon_charts(view: View) -> list[str]:
                                band)]
 
 
+def _compute_charts(view: View) -> list[str]:
+    """Each workload's own cost and its share of idle, over the selected days."""
+    totals: dict[str, list[float]] = {}
+    for row in view.table("compute_by_workload").rows:
+        own, idle = totals.setdefault(row[1], [0.0, 0.0]), row[4]
+        own[0] += row[3]
+        own[1] += idle
+    if not totals:
+        return []
+    names = sorted(totals, key=lambda name: -sum(totals[name]))
+    return [charts.grouped_bars("GPU cost per workload: its calls' own cost and its share of "
+                                "idle", names,
+                                [("own cost", [totals[n][0] for n in names]),
+                                 ("share of idle", [totals[n][1] for n in names])])]
+
+
 CHARTS = {"roi": _roi_charts, "models": _models_charts, "stages": _stages_charts,
           "reconciliation": _recon_charts, "alerts": lambda view: [],
-          "experiments": _experiments_charts, "control": lambda view: []}
+          "experiments": _experiments_charts, "control": lambda view: [],
+          "compute": _compute_charts}

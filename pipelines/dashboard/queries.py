@@ -13,10 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pipelines.dashboard.compute_views import compute_view
 from pipelines.dashboard.control_views import control_options, control_view
 from pipelines.dashboard.experiment_views import credit_interval_table, experiments_view
 from pipelines.dashboard.filters import Filters, campaign_filter, day_range
-from pipelines.dashboard.tables import Column, Kpi, Table, View, roi_of, table_exists
+from pipelines.dashboard.tables import (
+    Column,
+    Kpi,
+    Table,
+    View,
+    margin_roi_of,
+    ratio_note,
+    roas_of,
+    roi_of,
+    table_exists,
+)
 from pipelines.settings.job_config import AttributionConfig
 from pipelines.store.warehouse import Warehouse
 
@@ -29,7 +40,9 @@ COST_COLUMNS = (Column("conversions", "Conversions", "number"),
                 Column("revenue", "Revenue", "money"),
                 Column("ad_spend", "Ad spend", "money"),
                 Column("compute_cost", "Compute cost", "money"),
-                Column("roi", "ROI", "ratio"))
+                Column("roi", "Revenue / cost", "ratio"),
+                Column("roas", "ROAS", "ratio"),
+                Column("margin_roi", "ROI", "ratio"))
 
 
 def _sorted_models(models: set[str]) -> list[str]:
@@ -68,8 +81,10 @@ def options(warehouse: Warehouse) -> dict[str, list[str]]:
 
 
 def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """(key..., conversions, revenue, ad_spend, compute) -> the same plus ROI."""
-    return [(*row, roi_of(row[-3], row[-2] + row[-1])) for row in rows]
+    """(key..., conversions, revenue, ad_spend, compute) -> the same plus revenue / cost,
+    ROAS and ROI (udfs/ratios.py, ratios of the sums)."""
+    return [(*row, roi_of(row[-3], row[-2] + row[-1]), roas_of(row[-3], row[-2]),
+             margin_roi_of(row[-3], row[-2] + row[-1])) for row in rows]
 
 
 def _sums(warehouse: Warehouse, filters: Filters, dimension: str, group: str,
@@ -113,18 +128,25 @@ def roi_view(warehouse: Warehouse, filters: Filters) -> View:
     view.kpis = [Kpi("kpi_revenue", "Attributed revenue", revenue),
                  Kpi("kpi_ad_spend", "Ad spend allocated", ad_spend),
                  Kpi("kpi_compute", "Compute cost allocated", compute),
-                 Kpi("kpi_roi", "ROI", roi_of(revenue, ad_spend + compute), "ratio"),
+                 Kpi("kpi_margin_roi", "ROI", margin_roi_of(revenue, ad_spend + compute),
+                     "ratio"),
+                 Kpi("kpi_roas", "ROAS", roas_of(revenue, ad_spend), "ratio"),
+                 Kpi("kpi_roi", "Revenue / cost", roi_of(revenue, ad_spend + compute),
+                     "ratio"),
                  Kpi("kpi_conversions", "Conversions", sum(r[1] for r in by_day), "number"),
                  Kpi("kpi_unallocated", "Cost not allocated", _unallocated(warehouse, filters))]
     view.tables = [
         Table("roi_by_channel", "By channel", (Column("channel", "Channel"), *COST_COLUMNS),
               _sums(warehouse, filters, "channel", "r.key"),
-              note=NO_CAMPAIGN_SPLIT if filters.by_campaign else ""),
+              note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+                                          ratio_note())))),
         Table("roi_by_campaign", "By campaign",
               (Column("campaign", "Campaign"), Column("platform", "Platform"), *COST_COLUMNS),
               _sums(warehouse, filters, "campaign", "r.key",
-                    ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)")),
-        Table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS), by_day),
+                    ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)"),
+              note=ratio_note()),
+        Table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS), by_day,
+              note=ratio_note()),
     ]
     return view
 
@@ -158,13 +180,14 @@ def models_view(warehouse: Warehouse, filters: Filters) -> View:
               (Column("channel", "Channel"),
                *(Column(c.name, c.label, "money") for c in model_columns)),
               revenue_rows),
-        Table("models_roi", "ROI per channel",
+        Table("models_roi", "ROI per channel (revenue / cost)",
               (Column("channel", "Channel"),
                *(Column(c.name, c.label, "ratio") for c in model_columns)),
               sorted(_pivot([(k, m, (rev, cost)) for k, m, rev, cost in roi_rows], models,
                             lambda v: roi_of(*v)),
                      key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0])),
-              note=NO_CAMPAIGN_SPLIT if filters.by_campaign else ""),
+              note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+                                          ratio_note())))),
         credit_interval_table(warehouse, filters),
     ]
     return view
@@ -189,12 +212,13 @@ def stages_view(warehouse: Warehouse, filters: Filters) -> View:
     rows = _sums(warehouse, filters, "stage", "r.key", order="1")
     total_cost = sum(r[3] + r[4] for r in rows)
     shown = [(*row[:5], row[3] + row[4], (row[3] + row[4]) / total_cost if total_cost else None,
-              row[5]) for row in rows]
+              *row[5:]) for row in rows]
     view.tables = [Table(
         "stage_allocation", "Allocated cost and revenue per stage",
         (Column("stage", "Stage"), *COST_COLUMNS[:4], Column("cost", "Cost", "money"),
-         Column("cost_share", "Share of cost", "share"), COST_COLUMNS[4]),
-        shown, note=NO_CAMPAIGN_SPLIT if filters.by_campaign else "")]
+         Column("cost_share", "Share of cost", "share"), *COST_COLUMNS[4:]),
+        shown, note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+                                           ratio_note()))))]
     return view
 
 
@@ -229,16 +253,31 @@ def reconciliation_view(warehouse: Warehouse, filters: Filters) -> View:
     rows = warehouse.query(f"{select}{where} ORDER BY day DESC, scope, platform, account, "
                            "entity, metric", params)
     breaches = [r for r in rows if r[11] == "breach"]
-    view.kpis = [Kpi("kpi_compared", "Comparisons", len(rows), "count"),
+    # scope 'internal': `seedance verify`'s ties between our own tables (udfs/conservation)
+    internal = [r for r in rows if r[1] == "internal"]
+    billing = [r for r in rows if r[1] != "internal"]
+    view.kpis = [Kpi("kpi_compared", "Comparisons", len(billing), "count"),
                  Kpi("kpi_breaches", "Outside the band", len(breaches), "count"),
                  Kpi("kpi_max_drift", "Largest |drift|",
-                     max((abs(r[9]) for r in rows if r[9] is not None), default=None), "share")]
+                     max((abs(r[9]) for r in billing if r[9] is not None), default=None),
+                     "share"),
+                 Kpi("kpi_internal_broken", "Internal ties broken",
+                     sum(r[11] == "breach" for r in internal), "count")]
     view.tables = [
         Table("recon_breaches", "Outside the band", RECON_COLUMNS,
               sorted(breaches, key=lambda r: (r[0], abs(r[9]) if r[9] is not None
                                               else float("inf")), reverse=True),
               empty="Every comparison is inside its band."),
-        Table("recon_rows", "Every comparison", RECON_COLUMNS, rows),
+        Table("recon_internal", "Internal ties: every total equals the sum it comes from",
+              RECON_COLUMNS, internal,
+              note="ROI revenue and conversions = the credits (per model, day and "
+                   "dimension); spend = allocated + unallocated (per model, campaign and "
+                   "day); compute = allocated + unallocated = the GPU bill (per model); GPU "
+                   "calls + idle = the priced intervals (per GPU and day). 'ours' is the "
+                   "table read, 'theirs' the one it comes from; a break is a difference of "
+                   "more than half a cent.",
+              empty="No internal checks yet: run `seedance verify`."),
+        Table("recon_rows", "Every comparison against billing", RECON_COLUMNS, billing),
     ]
     return view
 
@@ -289,10 +328,10 @@ def alerts_view(warehouse: Warehouse, filters: Filters) -> View:
 VIEWS: dict[str, Callable[[Warehouse, Filters], View]] = {
     "roi": roi_view, "models": models_view, "stages": stages_view,
     "reconciliation": reconciliation_view, "alerts": alerts_view,
-    "experiments": experiments_view, "control": control_view}
+    "experiments": experiments_view, "control": control_view, "compute": compute_view}
 TITLES = {"roi": "ROI", "models": "Models", "stages": "Lifecycle", "reconciliation":
           "Reconciliation", "alerts": "Alerts", "experiments": "Experiments",
-          "control": "Control"}
+          "control": "Control", "compute": "Compute"}
 
 
 def build_view(warehouse: Warehouse, name: str, filters: Filters) -> View:

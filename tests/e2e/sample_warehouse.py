@@ -35,6 +35,8 @@ from schemas.rows import (
     CONTROL_VERIFICATION,
     CREDIT_INTERVAL,
     EXPERIMENT_RESULT,
+    GPU_CALL_COST,
+    GPU_IDLE_COST,
     ROI_DAILY,
     ROI_UNALLOCATED,
 )
@@ -101,12 +103,42 @@ def fill_sample_warehouse(url: str, users: int = 600, seed: int = 11,
         intervals = _credit_interval_rows(credit_rows)
         warehouse.store(CREDIT_INTERVAL, intervals)
         _store_experiments_and_control(warehouse, all_days)
+        calls, idle = _gpu_rows(all_days, rng)
+        warehouse.store(GPU_CALL_COST, calls)
+        warehouse.store(GPU_IDLE_COST, idle)
     return SampleSummary(all_days, len(credit_rows), len(roi), len(recon), len(alerts),
                          len(intervals))
 
 
 def _day(ts_ms: int) -> str:
     return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def _gpu_rows(days: list[str], rng: random.Random
+              ) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """Two GPUs a day: ranking calls and a batch job on the A100, idle time on both; the
+    L40S serves nothing on even days."""
+    calls, idle = [], []
+    for n, day in enumerate(days):
+        start = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
+        for hour in range(0, 24, 6):
+            end = start + hour * 3_600_000 + 600_000
+            for workload, seconds in (("ranker", rng.uniform(20, 60)),
+                                      ("batch-embed", rng.uniform(100, 400))):
+                cost = round(seconds * 0.0011, 4)
+                values = {"gpu_uuid": "GPU-a100", "interval_end_ms": end,
+                          "trace_id": f"{workload}-{day}-{hour}", "span_id": "s",
+                          "interval_start_ms": end - 600_000, "model": "NVIDIA A100",
+                          "workload": workload, "pod": "p", "namespace": "shop",
+                          "user_id": "", "gpu_seconds": seconds, "cost_usd": cost,
+                          "interval_cost_usd": 0.66, "price_known": True}
+                calls.append(tuple(values[name] for name in GPU_CALL_COST.names))
+            for gpu, model in (("GPU-a100", "NVIDIA A100"), ("GPU-l40s", "NVIDIA L40S")):
+                if gpu == "GPU-l40s" and n % 2 == 0:
+                    continue
+                idle.append((gpu, end + 1, end - 600_000, model, 200.0,
+                             round(rng.uniform(0.05, 0.3), 4), 0.66, True))
+    return calls, idle
 
 
 def _roi_rows(credit_rows: list[tuple], spend: list[tuple], compute: dict[str, float],

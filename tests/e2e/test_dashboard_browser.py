@@ -14,6 +14,7 @@ import os
 import shutil
 import urllib.request
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def table(driver: webdriver.Chrome, name: str) -> dict[str, dict[str, str]]:
 
 
 def roi(revenue: float, cost: float) -> float | None:
-    return revenue / cost if cost > 0 else None
+    """Revenue / cost as the page states it: no ratio on a cost under 1.00."""
+    return revenue / cost if cost >= 1.0 else None
 
 
 def check_cost_rows(shown_rows: dict[str, dict[str, str]],
@@ -77,6 +79,9 @@ def check_cost_rows(shown_rows: dict[str, dict[str, str]],
         assert_shown(row["ad_spend"], ad_spend)
         assert_shown(row["compute_cost"], compute)
         assert_shown(row["roi"], roi(revenue, ad_spend + compute))
+        assert_shown(row["roas"], roi(revenue, ad_spend))
+        cost = ad_spend + compute
+        assert_shown(row["margin_roi"], (revenue - cost) / cost if cost >= 1.0 else None)
 
 
 def rows_of(driver: webdriver.Chrome, name: str) -> list[dict[str, str]]:
@@ -215,6 +220,25 @@ def test_dashboard_in_a_browser(browser: webdriver.Chrome, warehouse_url: str,
                 assert_shown(r[9], drift[r[0], r[4], r[5]], 4)
         assert browser.find_element(By.CSS_SELECTOR, "svg.chart").size["height"] > 100
 
+        # --- compute: each workload's own cost and share of idle, by the ROI job's rule ----------
+        browser.find_element(By.LINK_TEXT, "Compute").click()
+        shown = browser.execute_script(ROWS_JS, "#compute_by_workload")
+        workloads = {r[1]: r for r in shown if r[0] == days[0]}
+        assert set(workloads) == {"ranker", "batch-embed"}
+        own = dict(q("SELECT workload, SUM(cost_usd) FROM gpu_call_costs WHERE "
+                     "interval_end_ms / 86400000 = ? GROUP BY workload",
+                     (days_since_epoch(days[0]),)))
+        assert {r[0] for r in shown} == set(sample.days[7:21])  # the selected days only
+        for name, row in workloads.items():
+            assert_shown(row[3], own[name], 2)
+        (bill,), = q("SELECT (SELECT SUM(cost_usd) FROM gpu_call_costs WHERE interval_end_ms "
+                     "/ 86400000 BETWEEN ? AND ?) + (SELECT SUM(cost_usd) FROM gpu_idle_costs "
+                     "WHERE interval_end_ms / 86400000 BETWEEN ? AND ?)",
+                     [days_since_epoch(d) for d in (*days, *days)])
+        assert_shown(kpi(browser, "kpi_gpu_bill"), bill, 2)
+        assert browser.execute_script(ROWS_JS, "#compute_unshared")  # the idle L40S days
+        assert browser.find_element(By.CSS_SELECTOR, "svg.chart").size["height"] > 100
+
         # --- alerts, every day and platform ------------------------------------------------------
         browser.get(f"{base}/alerts")
         (opened,), = q("SELECT COUNT(*) FROM alerts o WHERE kind = 'open' AND NOT EXISTS "
@@ -233,6 +257,10 @@ def test_dashboard_in_a_browser(browser: webdriver.Chrome, warehouse_url: str,
             assert source == f"warehouse {redacted_url(served_url)}" and "***" in source
     finally:
         wh.close()
+
+
+def days_since_epoch(day: str) -> int:
+    return (date.fromisoformat(day) - date(1970, 1, 1)).days
 
 
 def check_experiments_and_control(browser: webdriver.Chrome, base: str, days: list[str],
