@@ -117,3 +117,18 @@ def consumer_lag(bootstrap: str, group: str, topic: str,
         return sum(max(0, end[tp] - max(consumer.committed(tp) or 0, 0)) for tp in partitions)
     finally:
         consumer.close()
+
+
+def wake_partitions(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> int:
+    """An empty OTLP request (no spans: decoded as a message of nothing, counted as such)
+    to every partition of `topic`, so that a job reading it sees activity on each and does
+    not hold them idle; the number of partitions."""
+    out = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **(client or {}))
+    try:
+        partitions = sorted(out.partitions_for(topic) or [])
+        for partition in partitions:
+            out.send(topic, b"", partition=partition)
+        out.flush()
+    finally:
+        out.close()
+    return len(partitions)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pipelines.flink.standalone import StandaloneFlink
-from pipelines.kafka.io import consumer_lag, producer, read_all
+from pipelines.kafka.io import consumer_lag, producer, read_all, wake_partitions
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
@@ -102,6 +102,15 @@ def wait_until_consumed(kafka: str, config: StreamingJobConfig,
     assert lag == 0, f"the job still had {lag} records of {config.topics.spans} to read"
 
 
+def drain(cluster: StandaloneFlink, job: str, folder: Path, kafka: str,
+          config: StreamingJobConfig) -> None:
+    """A drain stop of a job that has caught up (its partitions idle), as `seedance cluster
+    stop --drain` does it: the input's partitions kept awake while the final watermark
+    goes through."""
+    cluster.stop_with_savepoint(job, folder, drain=True,
+                                keep_awake=lambda: wake_partitions(kafka, config.topics.spans))
+
+
 def first_half_running(kafka, cluster, config, config_file, values) -> tuple[str, int]:
     """The first half of the stream published and the job running on it, some credits
     committed: (job id, where the second half starts)."""
@@ -131,7 +140,7 @@ def test_a_taskmanager_killed_mid_stream_loses_and_repeats_nothing(
     while cluster.completed_checkpoints(job) < checkpoints + 2:  # running again, checkpointing
         time.sleep(1)
     wait_until_consumed(kafka, config)
-    cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
+    drain(cluster, job, tmp_path / "final", kafka, config)
     assert_reference_results(kafka, config, plan)
 
 
@@ -150,7 +159,7 @@ def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
     while cluster.completed_checkpoints(job) < 2:
         time.sleep(1)
     wait_until_consumed(kafka, config)
-    cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
+    drain(cluster, job, tmp_path / "final", kafka, config)
     assert_reference_results(kafka, config, plan)
 
 
