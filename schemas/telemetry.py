@@ -113,8 +113,10 @@ def _user(attrs: Mapping[str, Any], kind: str, required: bool) -> str:
 # Values outside these are no data, whatever a producer sent: a start before 2000 is an
 # unset or broken clock (and would drag event time back), a revenue beyond a trillion a
 # unit error or garbage that would overflow every sum it joined. (The decoders also refuse
-# starts more than an hour ahead of their clock: pipelines/codec/otlp.py MAX_FUTURE_S.)
+# starts more than event_time.max_future_s -- 5 minutes by default -- ahead of their
+# clock: pipelines/codec/otlp.py MAX_FUTURE_S.)
 EARLIEST_NS = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z
+MAX_FUTURE_LIMIT_S = 86_400.0  # the largest event_time.max_future_s a config may set
 MAX_REVENUE = 1e12
 
 

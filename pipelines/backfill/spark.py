@@ -52,9 +52,9 @@ from pipelines.backfill.frames import (
     spark_schema,
 )
 from pipelines.backfill.roi import CLAIM_COLUMNS, link_costs
-from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.py4j_routing import route_by_gateway
 from pipelines.settings.paths import jars_home
+from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.settings import ComputeSettings
 
 ARROW_TYPES = {"string": "string", "int64": "bigint", "double": "double"}
@@ -162,9 +162,10 @@ def kafka_events(spark: SparkSession, bootstrap: str, topic: str, encoding: str,
                  window: BackfillWindow, properties: dict[str, str] | None = None
                  ) -> DataFrame:
     """The window's events straight from the spans topic. Records are found by their Kafka
-    timestamp (arrival; at most MAX_FUTURE_S before the event time, which the decoder
-    enforces), so reading starts at the first event time needed minus that margin; with
-    data-driven models (all history) at the earliest offset."""
+    timestamp (arrival; at most event_time.max_future_s before the event time, which the
+    decoder enforces), so reading starts at the first event time needed minus the largest
+    limit the config allows (MAX_FUTURE_LIMIT_S); with data-driven models (all history) at
+    the earliest offset."""
     reader = (spark.read.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic)
@@ -176,8 +177,8 @@ def kafka_events(spark: SparkSession, bootstrap: str, topic: str, encoding: str,
     if start is None:
         reader = reader.option("startingOffsets", "earliest")
     else:
-        reader = (reader.option("startingTimestamp", str(max(start - int(MAX_FUTURE_S * 1000),
-                                                              0)))
+        reader = (reader.option("startingTimestamp",
+                                str(max(start - int(MAX_FUTURE_LIMIT_S * 1000), 0)))
                   # a partition with nothing that recent: start at its end, not fail
                   .option("startingOffsetsByTimestampStrategy", "latest"))
 

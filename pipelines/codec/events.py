@@ -71,17 +71,18 @@ class DecodedEvents:
 
 
 def decode_events(payload: bytes | None, buckets: int, encoding: str = "auto",
-                  scanner: bool = True) -> DecodedEvents:
+                  scanner: bool = True, max_future_s: float = MAX_FUTURE_S) -> DecodedEvents:
     """Decode one message for the attribution job (GPU calls checked, not built). Never
-    raises: malformed input becomes dead letters. `scanner=False` skips the C path."""
-    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    raises: malformed input becomes dead letters. `scanner=False` skips the C path. A span
+    starting more than `max_future_s` ahead of the clock is a dead letter."""
+    latest_ns = time.time_ns() + int(max_future_s * 1e9)
     if payload and scanner and _otlp_scan is not None and (
             encoding == "otlp_proto" or (encoding == "auto"
                                          and sniff_encoding(payload) == "otlp_proto")):
         scanned = _otlp_scan.scan(payload, latest_ns, buckets)
         if scanned is not None:
             return _from_scan(payload, scanned, latest_ns, buckets)
-    decoded = decode_spans(payload, encoding, gpu_calls=False)
+    decoded = decode_spans(payload, encoding, gpu_calls=False, max_future_s=max_future_s)
     return _from_records(decoded, np.arange(len(decoded.records)), buckets)
 
 
@@ -96,8 +97,8 @@ class PackedMessage(NamedTuple):
     buckets: dict[int, tuple[int, tuple]]  # bucket -> (newest time, packed events)
 
 
-def decode_packed(payload: bytes | None, buckets: int,
-                  encoding: str = "auto") -> PackedMessage | None:
+def decode_packed(payload: bytes | None, buckets: int, encoding: str = "auto",
+                  max_future_s: float = MAX_FUTURE_S) -> PackedMessage | None:
     """The fast path of `decode_events` for a message with nothing unusual in it (no span
     for the general rules, hence no dead letters): no Python object is made per event.
     None: use `decode_events`."""
@@ -105,7 +106,7 @@ def decode_packed(payload: bytes | None, buckets: int,
             encoding == "otlp_proto" or (encoding == "auto"
                                          and sniff_encoding(payload) == "otlp_proto")):
         return None
-    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    latest_ns = time.time_ns() + int(max_future_s * 1e9)
     scanned = _otlp_scan.scan_packed(payload, latest_ns, buckets)
     if scanned is None:
         return None
@@ -113,12 +114,13 @@ def decode_packed(payload: bytes | None, buckets: int,
     return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)
 
 
-def decode_message(payload: bytes | None, buckets: int,
-                   encoding: str = "auto") -> PackedMessage | DecodedEvents:
+def decode_message(payload: bytes | None, buckets: int, encoding: str = "auto",
+                   max_future_s: float = MAX_FUTURE_S) -> PackedMessage | DecodedEvents:
     """How the attribution job decodes a message: packed buckets where every span is plain
     (`decode_packed`), `decode_events` otherwise."""
-    packed = decode_packed(payload, buckets, encoding)
-    return packed if packed is not None else decode_events(payload, buckets, encoding)
+    packed = decode_packed(payload, buckets, encoding, max_future_s)
+    return packed if packed is not None else decode_events(
+        payload, buckets, encoding, max_future_s=max_future_s)
 
 
 def _from_scan(payload: bytes, scanned: tuple, latest_ns: int, buckets: int) -> DecodedEvents:

@@ -30,13 +30,15 @@ class DecodedExposures:
     unreadable: bool = False  # not OTLP: the attribution job dead-letters it
 
 
-def decode_exposures(payload: bytes | None, encoding: str = "auto") -> DecodedExposures:
-    """The exposures of one message. Never raises."""
+def decode_exposures(payload: bytes | None, encoding: str = "auto",
+                     max_future_s: float = MAX_FUTURE_S) -> DecodedExposures:
+    """The exposures of one message (a span starting more than `max_future_s` ahead of the
+    clock is a dead letter). Never raises."""
     out = DecodedExposures()
     if not payload:
         out.unreadable = True
         return out
-    latest_ns = time.time_ns() + int(MAX_FUTURE_S * 1e9)
+    latest_ns = time.time_ns() + int(max_future_s * 1e9)
     kind = sniff_encoding(payload) if encoding == "auto" else encoding
     try:
         if kind == "otlp_proto":
@@ -54,7 +56,8 @@ def _add(out: DecodedExposures, attrs: dict[str, Any], trace_id: str, span_id: s
         exposure = span_to_exposure(attrs, trace_id, span_id, start_ns)
         if exposure is not None and start_ns > latest_ns:
             raise InvalidSpan("exposure", "start_time_unix_nano",
-                              f"is more than {MAX_FUTURE_S:.0f}s in the future")
+                              f"is more than {(latest_ns - time.time_ns()) / 1e9:.0f}s "
+                              "ahead of the clock (event_time.max_future_s)")
     except InvalidSpan as error:
         detail = {"span_name": name, "trace_id": trace_id, "span_id": span_id,
                   "attributes": {k: v for k, v in attrs.items() if k in EXPOSURE_KEYS}}

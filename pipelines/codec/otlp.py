@@ -40,7 +40,7 @@ from schemas.telemetry import (
 ENCODINGS = ("auto", "otlp_proto", "otlp_json")
 # Kafka 4 brokers reject records more than 1 h ahead of their clock by default
 # (log.message.timestamp.after.max.ms); events are held to the same bound.
-MAX_FUTURE_S = 3600.0
+MAX_FUTURE_S = 300.0  # event_time.max_future_s's default
 
 Record = Touchpoint | Conversion | GpuCall
 
@@ -55,6 +55,7 @@ class Decoded:
     ignored: int = 0  # ordinary tracing spans with no pipeline meaning
     unbuilt_gpu_calls: int = 0  # valid GPU calls counted, not built (gpu_calls=False)
     latest_ns: int = 0  # spans starting after this are dead-lettered (clock skew)
+    max_future_s: float = MAX_FUTURE_S  # how far ahead of the clock latest_ns is
 
 
 # --- protobuf ------------------------------------------------------------------------
@@ -280,7 +281,8 @@ def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, 
             # A clock far ahead would poison event time (and brokers reject such
             # timestamps by default): such a span is unusable, not data.
             raise InvalidSpan(type(record).__name__.lower(), "start_time_unix_nano",
-                              f"is more than {MAX_FUTURE_S:.0f}s in the future")
+                              f"is more than {out.max_future_s:g}s ahead of the clock "
+                              "(event_time.max_future_s)")
     except InvalidSpan as error:
         out.dead_letters.append(_span_dead_letter(error, trace_id, span_id, name,
                                                  span_attrs()))
@@ -316,7 +318,7 @@ def _looks_like_other_format(request: Any) -> str | None:
 
 
 def decode_spans(payload: bytes | None, encoding: str = "auto",
-                 gpu_calls: bool = True) -> Decoded:
+                 gpu_calls: bool = True, max_future_s: float = MAX_FUTURE_S) -> Decoded:
     """Decode one message. Never raises: malformed input becomes a dead letter.
 
     `gpu_calls=False`: GPU calls are checked as usual (an invalid one is a dead letter)
@@ -327,18 +329,21 @@ def decode_spans(payload: bytes | None, encoding: str = "auto",
         out.dead_letters.append(DeadLetter("empty_message", "message value is empty", b""))
         return out
     kind = sniff_encoding(payload) if encoding == "auto" else encoding
-    decoded = _decode_as(payload, kind, gpu_calls)
+    decoded = _decode_as(payload, kind, gpu_calls, max_future_s)
     if (decoded.dead_letters and decoded.dead_letters[0].reason == "malformed_otlp_json"
             and encoding == "auto" and payload[:1] == b"\n"):
-        as_proto = _decode_as(payload, "otlp_proto", gpu_calls)  # "\n{": protobuf after all
+        # "\n{": protobuf after all
+        as_proto = _decode_as(payload, "otlp_proto", gpu_calls, max_future_s)
         if not (as_proto.dead_letters
                 and as_proto.dead_letters[0].reason == "malformed_otlp_proto"):
             return as_proto
     return decoded
 
 
-def _decode_as(payload: bytes, kind: str, gpu_calls: bool) -> Decoded:
-    out = Decoded(latest_ns=time.time_ns() + int(MAX_FUTURE_S * 1e9))
+def _decode_as(payload: bytes, kind: str, gpu_calls: bool,
+               max_future_s: float = MAX_FUTURE_S) -> Decoded:
+    out = Decoded(latest_ns=time.time_ns() + int(max_future_s * 1e9),
+                  max_future_s=max_future_s)
     reason = "malformed_otlp_proto" if kind == "otlp_proto" else "malformed_otlp_json"
     try:
         if kind == "otlp_proto":

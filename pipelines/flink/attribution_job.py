@@ -28,7 +28,6 @@ from typing import NamedTuple
 from pyflink.common import JobExecutionResult, Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
-from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.attribute_journeys import AttributeJourneys
 from pipelines.flink.decode_otlp import DecodeOtlp
 from pipelines.flink.fit_models import FitDataDrivenModels
@@ -53,7 +52,8 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
     """ingest -> transform -> write, wired on `env`."""
     # event time and watermarks are made in the source, per Kafka partition
     raw = env.from_source(build_source(config, bootstrap, config.topics.spans,
-                                       framed_max_future_ms=int(MAX_FUTURE_S * 1000)),
+                                       framed_max_future_ms=int(
+                                           config.event_time.max_future_s * 1000)),
                           otlp_event_time(config), "otlp-spans").uid("source-otlp-spans")
     write(transform(raw, config), config, bootstrap)
 
@@ -69,7 +69,8 @@ class JobOutputs(NamedTuple):
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
-                                     config.flink.user_buckets)) \
+                                     config.flink.user_buckets,
+                                     config.event_time.max_future_s)) \
         .name("decode-otlp").uid("decode-otlp")
     settings = config.computation
     per_conversion, data_driven = settings.per_conversion, settings.data_driven

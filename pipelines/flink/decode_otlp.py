@@ -21,6 +21,7 @@ from pipelines.codec.events import (
     decode_message,
 )
 from pipelines.codec.frame import Framed, unframe
+from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.operator_support import (
     ACCOUNTING,
     DEAD_LETTERS,
@@ -53,8 +54,9 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """
 
     def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
-                 buckets: int) -> None:
+                 buckets: int, max_future_s: float = MAX_FUTURE_S) -> None:
         self.encoding = encoding
+        self.max_future_s = max_future_s  # a span further ahead of the clock: dead letter
         self.source = source
         self.slack_ms = max_out_of_orderness_ms
         self.buckets = buckets
@@ -92,7 +94,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         # them (dead-letters the invalid ones) but does not build them
         value, newest_before = record.value, record.partition_newest_ms
         assert value is not None
-        decoded = decode_message(value, self.buckets, self.encoding)
+        decoded = decode_message(value, self.buckets, self.encoding, self.max_future_s)
         out: list[Any] = []
         if isinstance(decoded, PackedMessage):
             if self._none_late(decoded.ts_ms, newest_before):
@@ -107,7 +109,9 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                     other_tracing_spans=decoded.ignored)))
                 yield from out
                 return
-            decoded = decode_events(value, self.buckets, self.encoding)  # to set some apart
+            # to set some apart
+            decoded = decode_events(value, self.buckets, self.encoding,
+                                    max_future_s=self.max_future_s)
         for letter in decoded.dead_letters:
             out.append((DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
                                                        record.offset)))

@@ -62,16 +62,17 @@ _KIND_ORDER = {"exposure": 0, "conversion": 1}  # at one millisecond: seen, then
 class DecodeExposures(ProcessFunction):  # type: ignore[misc]
     """One framed spans record -> its exposures. Anything else in it is other jobs'."""
 
-    def __init__(self, encoding: str, source: str) -> None:
+    def __init__(self, encoding: str, source: str, max_future_s: float = MAX_FUTURE_S) -> None:
         self.encoding = encoding
         self.source = source
+        self.max_future_s = max_future_s
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         try:
             record = unframe(value)
         except ValueError:
             return  # the attribution job dead-letters what cannot be read
-        decoded = decode_exposures(record.value, self.encoding)
+        decoded = decode_exposures(record.value, self.encoding, self.max_future_s)
         for letter in decoded.dead_letters:
             yield DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
                                                  record.offset)
@@ -182,9 +183,10 @@ def build_experiments_pipeline(env: StreamExecutionEnvironment, config: Streamin
     topics = config.topics
     spans = env.from_source(
         build_source(config, bootstrap, topics.spans, "-experiments",
-                     framed_max_future_ms=int(MAX_FUTURE_S * 1000)),
+                     framed_max_future_ms=int(config.event_time.max_future_s * 1000)),
         otlp_event_time(config), "experiment-spans").uid("experiments-source-spans")
-    exposures = spans.process(DecodeExposures(config.input.encoding, topics.spans)) \
+    exposures = spans.process(DecodeExposures(config.input.encoding, topics.spans,
+                                              config.event_time.max_future_s)) \
         .name("decode-exposures").uid("experiments-decode-exposures")
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
     orders = (env.from_source(build_source(config, bootstrap, topics.conversions,

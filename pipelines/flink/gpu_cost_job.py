@@ -118,12 +118,16 @@ class DecodeCalls(ProcessFunction):  # type: ignore[misc]
     """GPU-backed calls from the span topic, framed (other spans, and the dead letters of
     unusable records, are the attribution job's)."""
 
+    def __init__(self, max_future_s: float = MAX_FUTURE_S) -> None:
+        self.max_future_s = max_future_s
+
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         try:
             record = unframe(value)
         except ValueError:
             return  # not a record of the framed source: the attribution job reports it
-        calls = [r for r in decode_spans(record.value).records if isinstance(r, GpuCall)] \
+        calls = [r for r in decode_spans(record.value, max_future_s=self.max_future_s).records
+                 if isinstance(r, GpuCall)] \
             if record.value is not None else []
         yield from batches("calls", calls, route_key, lambda c: c.start_ms)
 
@@ -295,7 +299,7 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     gpu = config.gpu
     # event time and watermarks are made in the sources, per Kafka partition (a sample's
     # time, a span's start): a partition read ahead of another never makes the other late
-    max_future_ms = int(MAX_FUTURE_S * 1000)
+    max_future_ms = int(config.event_time.max_future_s * 1000)
     raw_metrics = env.from_source(build_source(config, bootstrap, gpu.metrics_topic, "-gpu",
                                                max_future_ms, "METRICS"),
                                   otlp_event_time(config), "otlp-metrics") \
@@ -306,8 +310,8 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         .uid("source-otlp-spans-gpu")
     samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
         .name("decode-gpu-samples").uid("decode-gpu-samples")
-    calls = raw_spans.process(DecodeCalls()).name("decode-gpu-calls") \
-        .uid("decode-gpu-calls")
+    calls = raw_spans.process(DecodeCalls(config.event_time.max_future_s)) \
+        .name("decode-gpu-calls").uid("decode-gpu-calls")
     linked = (samples.union(calls)
               .key_by(lambda batch: batch.key, key_type=Types.STRING())
               .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))

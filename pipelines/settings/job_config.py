@@ -18,6 +18,7 @@ from pipelines.settings.environment import setting
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
+from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.attribution import validate_models
 from udfs.journeys import DAY_MS, JourneyConfig
 from udfs.lifecycle import STAGES, StageWeights
@@ -64,6 +65,9 @@ class EventTimeConfig:
     max_out_of_orderness_s: float = 300.0
     idleness_s: float = 10.0
     watermark_interval_s: float = 1.0
+    # a span starting further ahead of the clock is a dead letter (a skewed clock): it
+    # would move its partition's event time and make the partition's next spans late
+    max_future_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,8 @@ class StreamingJobConfig:
             (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
              "must be at least 1 second"),
             (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
+            (0 < self.event_time.max_future_s <= MAX_FUTURE_LIMIT_S, "event_time.max_future_s",
+             f"must be between 0 and {MAX_FUTURE_LIMIT_S:.0f} seconds"),
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
             (self.roi.compute_cost in ("fully_loaded", "direct"), "roi.compute_cost",
              "must be fully_loaded or direct"),

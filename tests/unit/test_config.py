@@ -116,3 +116,13 @@ def test_every_environment_variable_is_read_through_one_documented_list():
         direct = re.findall(r"os\.environ(?:\.get)?[\[(]\s*[\"'](SEEDANCE_[A-Z_]+)", text)
         if path.name != "backfill_dag.py":
             assert not direct, f"{path} reads {direct} itself: use settings.environment"
+
+
+def test_the_future_limit_is_a_setting_with_a_tight_default(tmp_path):
+    from pipelines.settings.job_config import ConfigError, load_config
+
+    assert load_config().event_time.max_future_s == 300
+    path = tmp_path / "job.yaml"
+    path.write_text("event_time:\n  max_future_s: 0\n")
+    with pytest.raises(ConfigError, match="event_time.max_future_s"):
+        load_config(path)

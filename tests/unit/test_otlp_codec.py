@@ -119,7 +119,8 @@ def test_invalid_spans_are_dead_lettered_one_by_one_and_the_rest_kept():
         "invalid conversion span: order.revenue is negative: -3.0",
         "invalid conversion span: order.revenue is not finite: nan",
         "invalid conversion span: order.currency is not an ISO 4217 code: 'dollars'",
-        "invalid touchpoint span: start_time_unix_nano is more than 3600s in the future",
+        "invalid touchpoint span: start_time_unix_nano is more than 300s ahead of the clock "
+        "(event_time.max_future_s)",
         "invalid conversion span: order.revenue is missing",
     ]
     body = json.loads(out.dead_letters[0].payload)

@@ -243,3 +243,27 @@ def test_packed_buckets_are_the_events_of_each_bucket_when_every_span_is_plain()
     assert general.touches.user_id.tolist() == []
     assert [d.detail for d in general.dead_letters] == [
         "invalid touchpoint span: user.id holds the control character U+0000 at 1"]
+
+
+def test_a_span_ahead_of_the_clock_is_a_dead_letter_past_the_configured_limit():
+    """A skewed clock: a touch 50 minutes ahead is a dead letter under the 5-minute default
+    (it would move its partition's event time and make the next spans late), a touch 4
+    minutes ahead is data; a config that allows an hour takes both. Scanner and Python
+    decoder alike."""
+    from pipelines.codec.events import decode_message
+
+    now = time.time_ns()
+    spans = make_spans([("ahead", {"user.id": "u1", "marketing.channel": "email"},
+                         now + 50 * 60 * 10**9),
+                        ("near", {"user.id": "u2", "marketing.channel": "email"},
+                         now + 4 * 60 * 10**9)])
+    payload = encode_spans(spans).SerializePartialToString()
+    for scanner in (True, False):
+        strict = decode_events(payload, BUCKETS, scanner=scanner)
+        assert strict.touches.user_id.tolist() == ["u2"]
+        assert [d.detail for d in strict.dead_letters] == [
+            "invalid touchpoint span: start_time_unix_nano is more than 300s ahead of the "
+            "clock (event_time.max_future_s)"]
+        loose = decode_events(payload, BUCKETS, scanner=scanner, max_future_s=3600)
+        assert loose.touches.user_id.tolist() == ["u1", "u2"] and not loose.dead_letters
+    assert isinstance(decode_message(payload, BUCKETS, max_future_s=3600), tuple)  # packed
