@@ -3,16 +3,22 @@
 ingest   the attribution job's `attribution_credits` and `conversions` topics and the GPU
          cost job's `gpu_costs` (all read_committed), and `ad_spend` records; each source
          with its own event-time watermarks
+share    (roi.compute_cost: fully_loaded) keyed by GPU and UTC day: the GPU-day's idle cost
+         shared over its calls by their cost, each share a cost of the call's trace
+         (pipelines/flink/roi_compute.py ShareIdleCost)
 link     keyed by trace id: the GPU cost of a trace goes to the conversion whose journey
          carried it (the `conversions` rows list their traces); cost no conversion claims
-         within `roi.link_window_days` is reported as unlinked compute of its day
+         within `roi.link_window_days` is reported as unlinked compute of its day, and moved
+         should the claim come later (LinkTraceCosts)
 roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.roi.day_roi`
          splits each campaign's spend by credit x stage weight and each order's compute by
-         credit, per model, and sums ROI by channel, campaign and stage; input that arrives
-         for a day already reported (restated spend, late credits) reports it again
+         credit, per model, and sums ROI by channel, campaign and stage; any input that
+         arrives for a day already reported (restated spend, late credits, a moved cost)
+         reports it again, so a day's last report covers all of its input
 write    one JSON row per (model, day, dimension, key), per unallocated cost and per order (its
          revenue and allocated cost under experiments.cost_model) to `roi_daily`
-         (read it as a changelog: the latest row per key wins); unusable inputs to the
+         (read it as a changelog: the latest row per key wins; each record keyed by its row's
+         key, so one key's versions stay in order in one partition); unusable inputs to the
          dead-letter topic with the reason; all exactly-once
 """
 
