@@ -10,6 +10,8 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from jobs.commands.common import port_number
+
 
 @dataclass(frozen=True)
 class DashboardRequest:
@@ -47,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    help="warehouse URL, overrides the config (sqlite:///path or postgresql://...)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default loopback; 0.0.0.0 in a container)")
-    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--port", type=port_number, default=8050)
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host name the dashboard answers (repeatable); loopback names and "
                         "the --host address always are. Behind a proxy: its public name")

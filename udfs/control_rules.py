@@ -94,8 +94,11 @@ class Rule:
 def _number(value: Any, path: str, low: float = -math.inf, high: float = math.inf,
             integer: bool = False) -> float:
     kind, expected = ((int,), "an integer") if integer else ((int, float), "a number")
-    if isinstance(value, bool) or not isinstance(value, kind) or value != value:
+    if isinstance(value, bool) or not isinstance(value, kind):
         raise RuleError(path, f"expected {expected}, got {value!r}")
+    if not math.isfinite(value):
+        # NaN or infinity (YAML's .nan, .inf): a limit nothing can cross, or everything
+        raise RuleError(path, f"expected a finite number, got {value!r}")
     if not low <= value <= high:
         raise RuleError(path, f"must lie in [{low}, {high}], got {value}")
     return value

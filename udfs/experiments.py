@@ -61,6 +61,7 @@ __all__ = ["MIN_CONVERTERS", "STATS_COLUMNS", "daily_aggregates", "first_exposur
 # on purpose: the check runs on every experiment every day, and at 0.05 one healthy
 # experiment in twenty would raise it; a real assignment bug gives p far below 0.001.
 SRM_ALPHA = 0.001
+SRM_MIN_SHARE = 0.01  # a variant with fewer of the users is a stray, not part of the split
 BOOTSTRAP_REPLICATES = 2000
 # weights matrix of one bootstrap chunk (replicates x converters) stays under this
 _BOOTSTRAP_CELLS = 20_000_000
@@ -308,6 +309,12 @@ def _srm_p_value(observed: Mapping[str, int], weights: Mapping[str, float]) -> f
     return float(stats.chisquare(counts, expected * counts.sum()).pvalue)
 
 
+def _main_variants(observed: Mapping[str, int]) -> list[str]:
+    """The variants holding at least SRM_MIN_SHARE of an experiment's users."""
+    total = sum(observed.values())
+    return [v for v, n in observed.items() if total and n >= SRM_MIN_SHARE * total]
+
+
 def _sample_ratio(table: pd.DataFrame,
                   expected_split: Mapping[str, Mapping[str, float]] | None) -> pd.DataFrame:
     """expected_share, srm_p_value and srm (p < SRM_ALPHA) per row; the split is equal
@@ -316,13 +323,28 @@ def _sample_ratio(table: pd.DataFrame,
     for flag_key, variant, count in zip(table.flag_key, table.variant, table.users,
                                         strict=True):
         users.setdefault(flag_key, {})[variant] = int(count)
+    # without a configured split, an equal one over the variants that hold at least
+    # SRM_MIN_SHARE of the users: a stray exposure or two (a variant served by mistake, a
+    # test value) would otherwise turn a healthy split into a "mismatch"
     weights = {flag_key: dict((expected_split or {}).get(flag_key, {}))
-               or dict.fromkeys(observed, 1.0) for flag_key, observed in users.items()}
+               or dict.fromkeys(_main_variants(observed), 1.0)
+               for flag_key, observed in users.items()}
+    strays = {flag_key: set(observed) - set(weights[flag_key])
+              for flag_key, observed in users.items()
+              if not (expected_split or {}).get(flag_key)}
     table["expected_share"] = [
         weights[flag_key].get(variant, 0.0) / sum(weights[flag_key].values())
         for flag_key, variant in zip(table.flag_key, table.variant, strict=True)]
-    p_values = {flag_key: _srm_p_value(observed, weights[flag_key])
+    p_values = {flag_key: _srm_p_value({v: n for v, n in observed.items()
+                                        if v not in strays.get(flag_key, ())},
+                                       weights[flag_key])
                 for flag_key, observed in users.items()}
+    stray = [variant in strays.get(flag_key, ()) for flag_key, variant
+             in zip(table.flag_key, table.variant, strict=True)]
+    table["note"] = [("; ".join(filter(None, (note, f"stray variant ({n} users, under "
+                                              f"{100 * SRM_MIN_SHARE:g} %): left out of "
+                                              "the SRM check"))) if is_stray else note)
+                     for note, n, is_stray in zip(table.note, table.users, stray, strict=True)]
     table["srm_p_value"] = table.flag_key.map(p_values).astype(float)
     table["srm"] = table.srm_p_value < SRM_ALPHA
     return table

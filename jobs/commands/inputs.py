@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, job_config
+from jobs.commands.common import (
+    BOOTSTRAP_HELP,
+    CONFIG_HELP,
+    CliError,
+    job_config,
+    positive_int,
+)
 from pipelines.kafka.address import resolve_bootstrap
 
 
@@ -33,9 +39,9 @@ def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     gen = sub.add_parser("generate", help="emit sample telemetry through the OpenTelemetry SDK")
-    gen.add_argument("--users", type=int, default=1000)
+    gen.add_argument("--users", type=positive_int, default=1000)
     gen.add_argument("--seed", type=int, default=7)
-    gen.add_argument("--days", type=int, default=45)
+    gen.add_argument("--days", type=positive_int, default=45)
     gen.add_argument("--topic", default="otlp_spans")
     gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
     gen.add_argument("--partition-by-trace", action="store_true",

@@ -87,7 +87,7 @@ class ControlConfig:
     mode: str = "dry_run"
     poll_interval_s: float = 30.0
     metrics_port: int = 9464  # Prometheus /metrics; 0: off
-    metrics_address: str = "0.0.0.0"
+    metrics_address: str = "127.0.0.1"  # loopback: expose it on purpose (e.g. 0.0.0.0)
     inputs: InputsSection = InputsSection()
     gpu: GpuSection = GpuSection()
     pools: dict[str, PoolSection] = field(default_factory=dict)
@@ -143,9 +143,12 @@ class ControlConfig:
 def parse_control_config(data: dict[str, Any]) -> ControlConfig:
     """A ControlConfig from a YAML mapping (ConfigError naming the key path)."""
     data = dict(data)
+    given = "rules" in data
     raw_rules = data.pop("rules", None)
     try:
-        rules = parse_rules({"rules": DEFAULT_RULES if raw_rules is None else raw_rules})
+        # no `rules` key: the shipped rules; `rules:` left empty (or []): no rules at all --
+        # an empty list must never turn into budget-cutting defaults behind one's back
+        rules = parse_rules({"rules": (raw_rules or []) if given else DEFAULT_RULES})
     except RuleError as error:
         raise ConfigError(str(error)) from None
     secret = setting(SECRET_VAR)

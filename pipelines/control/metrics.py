@@ -54,7 +54,7 @@ class ControlMetrics:
             self.factors["queue"].labels(pool).set(reading.queue)
         self._pools = set(pools)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> int:
+    def serve(self, port: int, address: str = "127.0.0.1") -> int:
         """Serve /metrics; returns the bound port (`port` 0: a free one)."""
         self._server, _ = start_http_server(port, address, registry=self.registry)
         return int(self._server.server_port)

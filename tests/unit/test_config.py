@@ -126,3 +126,18 @@ def test_the_future_limit_is_a_setting_with_a_tight_default(tmp_path):
     path.write_text("event_time:\n  max_future_s: 0\n")
     with pytest.raises(ConfigError, match="event_time.max_future_s"):
         load_config(path)
+
+
+@pytest.mark.parametrize("argv,named", [
+    (["generate", "--users", "-5"], "--users: must be at least 1, got -5"),
+    (["generate", "--days", "0"], "--days: must be at least 1, got 0"),
+    (["dashboard", "--port", "99999"], "--port: a port is 0 to 65535, got 99999"),
+])
+def test_counts_and_ports_are_checked_before_anything_runs(argv, named, capsys):
+    from jobs.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(named)

@@ -108,3 +108,17 @@ def test_cli_status_of_an_empty_warehouse(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "decisions (0 newest)" in out and "verifications (0 newest)" in out
 
+
+
+def test_safe_defaults_empty_rules_finite_thresholds_and_loopback_metrics():
+    from pipelines.control.config import DEFAULT_RULES, parse_control_config
+    from pipelines.settings.job_config import ConfigError
+
+    assert len(parse_control_config({}).rules) == len(DEFAULT_RULES)  # no key: shipped rules
+    assert parse_control_config({"rules": None}).rules == ()  # `rules:` left empty: none
+    assert parse_control_config({"rules": []}).rules == ()
+    infinite = [{**DEFAULT_RULES[0], "when": {**DEFAULT_RULES[0]["when"],
+                                              "threshold": float("inf")}}]
+    with pytest.raises(ConfigError, match="threshold: expected a finite number, got inf"):
+        parse_control_config({"rules": infinite})
+    assert parse_control_config({}).metrics_address == "127.0.0.1"
