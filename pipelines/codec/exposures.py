@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.codec.otlp import MAX_FUTURE_S, sniff_encoding
+from pipelines.codec.otlp import MAX_FUTURE_S, UTF8_BOM, sniff_encoding
 from pipelines.codec.wire import LeanTraceRequest
 from schemas.records import DeadLetter, Exposure
 from schemas.telemetry import EXPOSURE_KEYS, FLAG_KEY, InvalidSpan, span_to_exposure
@@ -44,7 +44,7 @@ def decode_exposures(payload: bytes | None, encoding: str = "auto",
         if kind == "otlp_proto":
             _proto(payload, out, latest_ns)
         else:
-            _json(json.loads(payload), out, latest_ns)
+            _json(json.loads(payload.removeprefix(UTF8_BOM)), out, latest_ns)
     except Exception:  # noqa: BLE001 - any input whatever: nothing of it is used here
         return DecodedExposures(unreadable=True)
     return out

@@ -25,6 +25,7 @@ from schemas.telemetry import (
     CAMPAIGN,
     CHANNEL,
     CONTRACT_KEYS,
+    EARLIEST_NS,
     GPU_UUID,
     GPU_WORKLOAD,
     K8S_POD,
@@ -103,7 +104,7 @@ def _plain_touchpoint(span: Any, latest_ns: int) -> Touchpoint | None:
     start = span.start_time_unix_nano
     if not (0 < len(channel) <= MAX_TEXT and 0 < len(user) <= MAX_TEXT
             and campaign is not None and len(campaign) <= MAX_TEXT
-            and 0 < start <= latest_ns
+            and EARLIEST_NS <= start <= latest_ns
             # a control character (or any unusual one): the general path decides
             and channel.isprintable() and user.isprintable() and campaign.isprintable()):
         return None
@@ -135,7 +136,7 @@ def _plainly_valid_gpu_call(span: Any, resource: dict[str, Any], latest_ns: int)
                 and (GPU_WORKLOAD in raw or GPU_WORKLOAD in resource))):
         return False
     start = span.start_time_unix_nano
-    if not 0 < start <= min(span.end_time_unix_nano, latest_ns):
+    if not EARLIEST_NS <= start <= min(span.end_time_unix_nano, latest_ns):
         return False
     for key in _GPU_KEYS:
         value = raw.get(key)
@@ -295,11 +296,14 @@ def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, 
         out.records.append(record)
 
 
+UTF8_BOM = b"\xef\xbb\xbf"  # some JSON writers open with it: still JSON
+
+
 def sniff_encoding(payload: bytes) -> str:
     """JSON opens with "{" or "[" (after whitespace); an OTLP protobuf request never does,
     except one whose first resource is 123 bytes long ("\\n{"): `decode_spans` reads such a
     message as protobuf when it is not JSON."""
-    head = payload[:64].lstrip()
+    head = payload[:64].removeprefix(UTF8_BOM).lstrip()
     return "otlp_json" if head[:1] in (b"{", b"[") else "otlp_proto"
 
 
@@ -349,7 +353,7 @@ def _decode_as(payload: bytes, kind: str, gpu_calls: bool,
         if kind == "otlp_proto":
             _decode_proto(payload, out, gpu_calls)
         elif kind == "otlp_json":
-            request = json.loads(payload)
+            request = json.loads(payload.removeprefix(UTF8_BOM))
             other = _looks_like_other_format(request)
             if other is not None:
                 return Decoded(dead_letters=[DeadLetter(

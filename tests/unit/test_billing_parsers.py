@@ -305,3 +305,15 @@ def test_billing_csv_rows_with_a_wrong_field_count_are_refused(tmp_path):
         read_file(path)
     with pytest.raises(BillingError, match=r"(?s)g.csv: .*empty file"):
         read_file(write(tmp_path, "g.csv", ""))
+
+
+def test_an_unknown_format_prefix_is_named_as_such(tmp_path: Path) -> None:
+    from pipelines.reconcile.billing.sources import read_file
+
+    report = tmp_path / "report.csv"
+    report.write_text("date,campaign,cost\n2026-10-01,x,1\n")
+    with pytest.raises(BillingError, match="unknown billing format 'bogusformat': expected "
+                                           "one of .*google_ads"):
+        read_file(f"bogusformat:{report}")
+    with pytest.raises(BillingError, match="no such file"):
+        read_file(f"google_ads:{tmp_path / 'missing.csv'}")

@@ -267,3 +267,23 @@ def test_a_span_ahead_of_the_clock_is_a_dead_letter_past_the_configured_limit():
         loose = decode_events(payload, BUCKETS, scanner=scanner, max_future_s=3600)
         assert loose.touches.user_id.tolist() == ["u1", "u2"] and not loose.dead_letters
     assert isinstance(decode_message(payload, BUCKETS, max_future_s=3600), tuple)  # packed
+
+
+def test_a_1970_span_is_a_dead_letter_on_every_path_and_json_may_open_with_a_bom():
+    """A touch dated 1970 (an unset clock) is a dead letter, never an event that would then
+    count as late -- on the plain and the general path alike; OTLP/JSON written with a
+    UTF-8 byte-order mark is JSON, not a protobuf to dead-letter."""
+    spans = make_spans([("old", {"user.id": "u1", "marketing.channel": "email"}, 10**9),
+                        ("now", {"user.id": "u2", "marketing.channel": "email"}, T0)])
+    payload = encode_spans(spans).SerializePartialToString()
+    for scanner in (True, False):
+        decoded = decode_events(payload, BUCKETS, scanner=scanner)
+        assert decoded.touches.user_id.tolist() == ["u2"]
+        assert [d.detail for d in decoded.dead_letters] == [
+            "invalid touchpoint span: start_time_unix_nano is before 2000-01-01"]
+    assert decode_spans(payload).dead_letters[0].detail.endswith("before 2000-01-01")
+    as_json = request_to_json(encode_spans(make_spans(
+        [("a", {"user.id": "u3", "marketing.channel": "email"}, T0)])))
+    with_bom = b"\xef\xbb\xbf" + as_json
+    decoded = decode_events(with_bom, BUCKETS)
+    assert decoded.touches.user_id.tolist() == ["u3"] and not decoded.dead_letters

@@ -52,6 +52,12 @@ def read_file(spec: str | Path, options: ParseOptions = ParseOptions(),
     (what orders two restatements of the same day when they come as files)."""
     fmt, path = split_spec(str(spec))
     if not path.is_file():
+        head, sep, tail = str(spec).partition(":")
+        if not fmt and sep and head and "/" not in head and Path(tail).is_file():
+            # 'bogusformat:file.csv': a format prefix this reader does not know, not a path
+            raise BillingError(str(spec), [f"unknown billing format {head!r}: expected one "
+                                           f"of {', '.join(sorted(FORMATS))}, then ':' and "
+                                           "the file"])
         raise BillingError(str(path), ["no such file"])
     reported_at = reported_at or iso_utc(datetime.fromtimestamp(path.stat().st_mtime, UTC))
     suffix = path.suffix.lower()
