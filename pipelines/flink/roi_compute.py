@@ -59,11 +59,11 @@ class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]
             self.calls.add((trace, ts, cost))
         else:
             self.idle.update((self.idle.value() or 0.0) + payload)
-        schedule_report(ctx.timer_service(), day_end_ms(key.split("\t")[1]), self.retention_ms)
+        schedule_report(ctx.timer_service(), day_end_ms(key.rsplit("\t", 1)[1]), self.retention_ms)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Item]:
         key = ctx.get_current_key()
-        gpu, day = key.split("\t")
+        gpu, day = key.rsplit("\t", 1)  # the day has no tab; a GPU id may
         end = day_end_ms(day)
         if ctx.time_domain() == TimeDomain.EVENT_TIME and self.retention_ms is not None \
                 and timestamp >= end + self.retention_ms:

@@ -33,7 +33,8 @@ T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
 CHANNELS = {"search": "search-brand", "display": "display-retarget", "email": "email-weekly",
             "social": "social-video"}
 MODELS = ("last_click", "linear")
-GPUS = ("GPU-a100-0", "GPU-l40s-1", "GPU-spare-2")
+# (one id with a tab: a metrics label passes it on, and it must not break the GPU-day key)
+GPUS = ("GPU-a100-0", "GPU-l40s\t1", "GPU-spare-2")
 
 
 class Inputs:
