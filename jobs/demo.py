@@ -47,12 +47,17 @@ DEMO_EXPERIMENTS = (
     ExperimentPlan("checkout-copy", ("control", "short-copy")),
 )
 
+# The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
+# is a visible share of cost and so is their idle time.
+DEMO_BATCH_BUSY = 0.5
+
 
 def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
              encoding: str = "otlp_proto", partition_by_trace: bool = False,
-             experiments: tuple[ExperimentPlan, ...] = ()) -> str:
+             experiments: tuple[ExperimentPlan, ...] = (), batch_busy: float = 0.0) -> str:
     started = time.monotonic()
-    plan = plan_events(users, seed=seed, days=days, experiments=experiments)
+    plan = plan_events(users, seed=seed, days=days, experiments=experiments,
+                       batch_busy=batch_busy)
     exporter = KafkaSpanExporter(bootstrap, topic, encoding=encoding,
                                  partition_by_trace=partition_by_trace)
     raw = producer(bootstrap)
@@ -72,10 +77,11 @@ def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
 
 
 def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
-                        days: int = 45, experiments: tuple[ExperimentPlan, ...] = ()) -> int:
+                        days: int = 45, experiments: tuple[ExperimentPlan, ...] = (),
+                        batch_busy: float = 0.0) -> int:
     """The GPU samples that go with `generate`'s telemetry, as `seedance probe` sends them."""
-    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments),
-                          seed=seed)
+    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments,
+                                      batch_busy=batch_busy), seed=seed)
     raw = producer(bootstrap)
     try:
         for start in range(0, len(samples), 500):
@@ -97,10 +103,11 @@ def publish_spend(bootstrap: str, topic: str, records: list[SpendRecord]) -> Non
 
 
 def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45,
-                        experiments: tuple[ExperimentPlan, ...] = ()) -> int:
+                        experiments: tuple[ExperimentPlan, ...] = (),
+                        batch_busy: float = 0.0) -> int:
     """The same GPU samples as a recording for `seedance probe --replay`."""
-    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments),
-                          seed=seed)
+    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments,
+                                      batch_busy=batch_busy), seed=seed)
     with path.open("w") as out:
         for sample in samples:
             out.write(json.dumps(sample._asdict()) + "\n")
@@ -151,11 +158,12 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
         print("    " + generate(info.bootstrap, topics.spans, users=users, seed=seed,
-                                 experiments=DEMO_EXPERIMENTS))
+                                 experiments=DEMO_EXPERIMENTS, batch_busy=DEMO_BATCH_BUSY))
         samples = publish_gpu_samples(info.bootstrap, gpu.metrics_topic, users, seed,
-                                      experiments=DEMO_EXPERIMENTS)
+                                      experiments=DEMO_EXPERIMENTS, batch_busy=DEMO_BATCH_BUSY)
         print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
-        plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS)
+        plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS,
+                           batch_busy=DEMO_BATCH_BUSY)
         spend = plan_spend(plan, seed=seed)  # the plan's daily spend, then the incident
         incident = runaway_bid(plan, spend)
         publish_spend(info.bootstrap, topics.ad_spend, spend + incident)

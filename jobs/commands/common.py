@@ -34,6 +34,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def busy_fraction(text: str) -> float:
+    """An argparse type: a share of time, 0 to 0.8 (a batch run keeps ±0.2 around it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 0.8:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 0.8, got {value}")
+    return value
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 (any free one) to 65535."""
     try:

@@ -10,6 +10,7 @@ from jobs.commands.common import (
     BOOTSTRAP_HELP,
     CONFIG_HELP,
     CliError,
+    busy_fraction,
     job_config,
     positive_int,
 )
@@ -51,6 +52,10 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                      help="expose every user to the demo's two experiments (feature-flag "
                           "spans; one variant earns more, the other experiment changes "
                           "nothing)")
+    gen.add_argument("--gpu-busy", type=busy_fraction, default=0.0, metavar="FRACTION",
+                     help="add an hourly batch job that keeps each sample GPU this busy on "
+                          "average, e.g. 0.5 as in `make demo` (default 0: ranking calls "
+                          "only)")
     gen.add_argument("--gpu-recording", metavar="FILE",
                      help="also write GPU samples for the generated GPU calls (JSON lines, "
                           "for `seedance probe --replay`)")
@@ -74,13 +79,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     bootstrap = resolve_bootstrap(args.bootstrap)
     summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
                        encoding=args.encoding, partition_by_trace=args.partition_by_trace,
-                       experiments=DEMO_EXPERIMENTS if args.experiments else ())
+                       experiments=DEMO_EXPERIMENTS if args.experiments else (),
+                       batch_busy=args.gpu_busy)
     print(summary)
     if args.gpu_recording:
         from jobs.demo import DEMO_EXPERIMENTS, write_gpu_recording
 
         count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days,
-                                    DEMO_EXPERIMENTS if args.experiments else ())
+                                    DEMO_EXPERIMENTS if args.experiments else (),
+                                    args.gpu_busy)
         print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
               f"(publish them with `seedance probe --replay {args.gpu_recording}`)")
     return 0

@@ -44,7 +44,7 @@ DAY_NS = 24 * HOUR_NS
 class PlannedEvent:
     """One thing a user did; `emit_rank` orders emission (it differs from event time)."""
 
-    kind: str  # "touchpoint" | "conversion" | "invalid_conversion" | "exposure"
+    kind: str  # "touchpoint" | "conversion" | "invalid_conversion" | "exposure" | "gpu_batch"
     user_id: str
     ts_ns: int
     channel: str = ""
@@ -54,6 +54,7 @@ class PlannedEvent:
     currency: str = "USD"
     emit_rank: float = 0.0
     gpu_uuid: str = ""
+    duration_ns: int = 0  # a batch run's length on its GPU
     flag_key: str = ""  # an exposure: the experiment's flag and the variant the user saw
     variant: str = ""
 
@@ -84,12 +85,14 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
                 start: datetime = datetime(2026, 10, 1, tzinfo=UTC),
                 late_fraction: float = 0.01, malformed_messages: int = 3,
                 jitter_s: float = 120.0,
-                experiments: tuple[ExperimentPlan, ...] = ()) -> Plan:
+                experiments: tuple[ExperimentPlan, ...] = (),
+                batch_busy: float = 0.0) -> Plan:
     """A deterministic population: converters, repeat buyers, window-shoppers, direct buyers.
 
     Events are emitted in time order with up to `jitter_s` of disorder; `late_fraction`
     of touches are held back to the very end (far behind the watermark: late data).
     `experiments` adds exposures (and their lift); without them the plan is what it was.
+    `batch_busy` adds a batch workload that keeps each GPU that busy on average (0: none).
     """
     rng = random.Random(seed)
     start_ns = int(start.timestamp()) * 1_000_000_000
@@ -132,9 +135,33 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
         late = event.kind == "touchpoint" and rng.random() < late_fraction
         rank = LATE_RANK + len(ranked) if late else event.ts_ns + rng.random() * jitter_s * 1e9
         ranked.append(replace(event, emit_rank=rank))
+    ranked += batch_runs(start_ns, end_ns, batch_busy, seed)
     plan.events = sorted(ranked, key=lambda e: e.emit_rank)
     plan.malformed = MALFORMED_SAMPLES[:malformed_messages]
     return plan
+
+
+BATCH_WORKLOAD = "embeddings-refresh"
+BATCH_GPUS = (GPUS[1],)  # the L40S; the A100 serves the shop's ranking calls
+
+
+def batch_runs(start_ns: int, end_ns: int, busy: float, seed: int) -> list[PlannedEvent]:
+    """An hourly batch job on the batch GPUs (an embeddings refresh), each run busy for
+    `busy` ± 0.2 of its hour, so the GPUs work between the shop's short ranking calls.
+    Drawn from a generator of its own (the users' events do not change); a run is emitted
+    when it ends, as a span is exported."""
+    if busy <= 0:
+        return []
+    rng = random.Random(seed ^ 0xBA7C)
+    out = []
+    for gpu in BATCH_GPUS:
+        for hour in range(start_ns, end_ns, HOUR_NS):
+            share = min(0.95, max(0.05, busy + rng.uniform(-0.2, 0.2)))
+            duration = int(share * HOUR_NS)
+            begin = hour + int(rng.random() * (HOUR_NS - duration))
+            out.append(PlannedEvent("gpu_batch", "", begin, gpu_uuid=gpu, duration_ns=duration,
+                                    emit_rank=begin + duration))
+    return out
 
 
 def _with_experiment(events: list[PlannedEvent], experiment: ExperimentPlan,
@@ -287,6 +314,11 @@ def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
 
 def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
     start = event.ts_ns
+    if event.kind == "gpu_batch":
+        tracer.start_span("embeddings.refresh", start_time=start, attributes={
+            attr.GPU_UUID: event.gpu_uuid, attr.GPU_WORKLOAD: BATCH_WORKLOAD}
+        ).end(end_time=start + event.duration_ns)
+        return 1
     if event.kind == "exposure":  # as OpenFeature's OpenTelemetry hook records one
         tracer.start_span(f"GET /api/flags/{event.flag_key}", kind=trace.SpanKind.SERVER,
                           start_time=start, attributes={
@@ -341,11 +373,18 @@ def valid_exposures(plan: Plan) -> Iterable[PlannedEvent]:
 def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:
     """DCGM-like samples of the plan's GPUs around their calls (the interval that holds a
     call and the one before it); the time in between is left unsampled, as when a node is
-    scaled down."""
+    scaled down. A GPU that runs a batch workload is up, and sampled, from its first
+    run to its last."""
     rng = random.Random(seed ^ 0x6A)
     stamps: dict[str, set[int]] = {gpu: set() for gpu in GPUS}
+    for gpu in GPUS:
+        runs = [e for e in plan.events if e.kind == "gpu_batch" and e.gpu_uuid == gpu]
+        if runs:
+            first = runs[0].ts_ns // 1_000_000 // interval_ms * interval_ms
+            last = max(e.ts_ns + e.duration_ns for e in runs) // 1_000_000
+            stamps[gpu].update(range(first, last + interval_ms, interval_ms))
     for event in plan.events:
-        if event.gpu_uuid and event.emit_rank < LATE_RANK:
+        if event.gpu_uuid and event.emit_rank < LATE_RANK and event.kind != "gpu_batch":
             end_ms = (event.ts_ns + 42_000_000) // 1_000_000
             closing = -(-end_ms // interval_ms) * interval_ms
             stamps[event.gpu_uuid].update((closing - interval_ms, closing))

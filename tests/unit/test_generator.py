@@ -3,8 +3,19 @@ from collections import Counter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from pipelines.codec.otlp import decode_spans
-from pipelines.sources.generator import LATE_RANK, emit, plan_events, valid_events
+from pipelines.sources.generator import (
+    BATCH_GPUS,
+    BATCH_WORKLOAD,
+    LATE_RANK,
+    emit,
+    gpu_samples,
+    plan_events,
+    valid_events,
+)
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from schemas.gpu import load_catalog
+from schemas.records import GpuCall
+from udfs.gpu_cost import allocate_gpu
 
 
 class RecordingProducer:
@@ -92,3 +103,24 @@ def test_export_after_shutdown_fails():
     exporter = KafkaSpanExporter("unused:9092", producer=RecordingProducer())
     exporter.shutdown()
     assert exporter.export([object()]) is SpanExportResult.FAILURE
+
+
+def test_the_batch_workload_keeps_its_gpu_30_to_70_percent_busy_and_leaves_users_alone():
+    quiet = plan_events(100, seed=5, days=10)
+    busy = plan_events(100, seed=5, days=10, batch_busy=0.5)
+    assert [e for e in busy.events if e.kind != "gpu_batch"] == quiet.events
+    producer = RecordingProducer()
+    emit(busy, KafkaSpanExporter("unused:9092", producer=producer), lambda _: None, seed=5)
+    calls = [r for _, _, value in producer.sent for r in decode_spans(value).records
+             if isinstance(r, GpuCall)]
+    batch = [c for c in calls if c.workload == BATCH_WORKLOAD]
+    assert len(batch) == 10 * 24 and {c.gpu_uuid for c in batch} == set(BATCH_GPUS)
+    gpu = BATCH_GPUS[0]
+    samples = [s for s in gpu_samples(busy) if s.gpu_uuid == gpu]
+    cost = allocate_gpu(samples, [c for c in calls if c.gpu_uuid == gpu], load_catalog(None),
+                        60_000, 60_000)
+    busy_s = sum(c.gpu_seconds for c in cost.calls)
+    idle_s = sum(i.idle_seconds for i in cost.idle)
+    assert cost.unobserved_ms == 0 and 0.3 < busy_s / (busy_s + idle_s) < 0.7
+    hourly = [c.end_ms - c.start_ms for c in batch]
+    assert min(hourly) >= 0.3 * 3_600_000 and max(hourly) <= 0.7 * 3_600_000
