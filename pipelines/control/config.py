@@ -55,7 +55,7 @@ class InputsSection:
     alerts_topic: str = "alerts"  # reconciliation alerts; '' for none
     metrics_topic: str = "otlp_metrics"  # OTLP metrics: GPU samples and the queue gauge
     history_days: int = 90  # ROI data days kept (anomaly baselines need 28 + the streak)
-    read_timeout_s: float = 30.0  # one poll's bound on reaching the topics' ends
+    read_timeout_s: float = 30.0  # a poll gives up after this long without progress
 
 
 @dataclass(frozen=True)

@@ -45,15 +45,18 @@ class KafkaInputs:
         if recent:
             since_ms = int(time.time() * 1000 - config.gpu.window_s * 1000)
             offsets = self.consumer.offsets_for_times({tp: since_ms for tp in recent})
+            ends = self.consumer.end_offsets(recent)
             for tp in recent:
                 found_offset = offsets.get(tp)
-                if found_offset is None:
-                    self.consumer.seek_to_end(tp)
-                else:
-                    self.consumer.seek(tp, found_offset.offset)
+                # the end as of now, not seek_to_end: that one is resolved at the first
+                # poll and would skip what is published between now and then
+                self.consumer.seek(tp, ends[tp] if found_offset is None
+                                   else found_offset.offset)
 
     def poll(self) -> int:
-        """Read every message published before this call; returns how many."""
+        """Read every message published before this call; returns how many. It gives up
+        (with a warning) only after `timeout_s` without progress: a long topic that is
+        still being read is read to its end."""
         if not self.partitions:
             return 0
         end = self.consumer.end_offsets(self.partitions)
@@ -63,7 +66,10 @@ class KafkaInputs:
             behind = [tp for tp in self.partitions if self.consumer.position(tp) < end[tp]]
             if not behind:
                 break
-            for tp, records in self.consumer.poll(timeout_ms=200, max_records=5000).items():
+            batch = self.consumer.poll(timeout_ms=200, max_records=5000)
+            if batch:
+                deadline = time.monotonic() + self.timeout_s
+            for tp, records in batch.items():
                 for record in records:
                     if record.value is None:
                         continue
@@ -76,7 +82,7 @@ class KafkaInputs:
                         continue
                     count += 1
         else:
-            log.warning("inputs not read to their ends within %.0f s", self.timeout_s)
+            log.warning("inputs not read to their ends: no progress for %.0f s", self.timeout_s)
         return count
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ then recovery data and a later clock verify the budget cut as a success and the 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 import pytest
@@ -144,3 +145,24 @@ def test_bad_roi_rows_are_skipped_with_their_place_and_never_stop_the_loop(
     assert [p.split(":")[0] for p in places] == [f"skipped {roi}[0]@{n}" for n in range(1, 6)]
     assert "day" in places[0] and "roi must be a finite number" in places[1]
     assert len(state.daily()) == 3  # the good rows, usable
+
+
+def test_a_sample_published_after_start_is_read_when_every_older_one_is_out_of_the_window(
+        kafka: str, topic: Callable[..., str]) -> None:
+    """With only samples older than gpu.window_s on the metrics topic, the loop starts at
+    the topic's end as it is at start: a sample published after that is read (the end
+    must not be taken at the first poll, which would skip it)."""
+    metrics = topic("metrics")
+    publish(kafka, metrics, [gpu_payload(NOW - 3_600_000)])
+    time.sleep(2.5)  # older than the window by its Kafka timestamp (the broker's clock)
+    config = parse_control_config({"inputs": {"roi_topic": topic("roi"), "alerts_topic": "",
+                                              "metrics_topic": metrics},
+                                   "gpu": {"window_s": 1}})
+    state = ControlState(config)
+    inputs = KafkaInputs(kafka, config, state)
+    try:
+        publish(kafka, metrics, [gpu_payload(NOW)])
+        assert inputs.poll() == 1
+    finally:
+        inputs.close()
+    assert state.pools(NOW)[HOT].utilization == pytest.approx(0.4)  # the new sample, 99 %
