@@ -7,7 +7,10 @@
 - the unit cost: fully loaded cost per useful (busy) GPU-second, per workload, GPU model
   and day;
 - compute cost per conversion by channel, under the selected model (roi_daily);
-- GPU-days that served no call keep their idle cost (unallocated compute, per GPU).
+- GPU-days that served no call keep their idle cost (unallocated compute, per GPU);
+- how busy each GPU model's pool was, day by day: busy GPU-seconds over observed ones (the
+  utilisation side of the pool pressure the control loop acts on; memory and queue depth
+  are live readings, see docs/control.md).
 """
 
 from __future__ import annotations
@@ -87,6 +90,18 @@ def compute_view(warehouse: Warehouse, filters: Filters) -> View:
     kept_rows = [(_day(day), gpu, cost) for (gpu, day), cost in sorted(
         unshared.items(), key=lambda item: (item[0][1], item[0][0]))]
 
+    observed: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for _gpu, model, _workload, day, seconds, _cost in calls:
+        observed[_day(day), model][0] += seconds
+    for model, day, seconds in warehouse.query(
+            "SELECT model, interval_end_ms / 86400000, SUM(idle_seconds) FROM gpu_idle_costs "
+            "GROUP BY model, interval_end_ms / 86400000"):
+        if _in_range(_day(int(day)), filters):
+            observed[_day(int(day)), model][1] += float(seconds)
+    pool_rows = [(day, model, (busy + quiet) / 3600, busy / (busy + quiet)
+                  if busy + quiet > 0 else None)
+                 for (day, model), (busy, quiet) in sorted(observed.items())]
+
     where, params = day_range("day", filters)
     per_channel = warehouse.query(
         "SELECT key, SUM(conversions), SUM(compute_cost) FROM roi_daily WHERE model = ? AND "
@@ -127,6 +142,12 @@ def compute_view(warehouse: Warehouse, filters: Filters) -> View:
                Column("per_conversion", "Per conversion", "money")), channel_rows,
               empty="No ROI rows for this model: compute reaches channels through the ROI "
                     "job."),
+        Table("compute_pool_busy", "How busy each GPU pool was, per day",
+              (Column("day", "Day"), Column("gpu_model", "GPU model"),
+               Column("observed_hours", "Observed GPU-hours", "number"),
+               Column("busy_share", "Busy", "share")), pool_rows,
+              note="Busy GPU-seconds (time covered by calls) over observed GPU-seconds: the "
+                   "utilisation side of the pool pressure the control loop acts on."),
         Table("compute_unshared", "Idle cost of GPUs that served no call that day",
               (Column("day", "Day"), Column("gpu_uuid", "GPU"),
                Column("idle_cost", "Idle cost", "money")), kept_rows,

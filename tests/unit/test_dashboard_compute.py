@@ -59,6 +59,10 @@ def test_idle_cost_follows_the_calls_and_the_unit_cost_is_fully_loaded(url: str)
     units = {r[2]: r[5] for r in view.table("compute_unit_cost").rows}
     assert units == pytest.approx({"ranker": 9.0 / 30.0, "batch": 3.0 / 10.0})
     assert view.table("compute_unshared").rows == [("2026-10-02", "GPU-2", 2.0)]
+    # the A100 pool: 40 busy GPU-seconds, 30 idle (GPU-1's 20 and GPU-2's 10)
+    (pool,) = view.table("compute_pool_busy").rows
+    assert pool[:2] == ("2026-10-02", "NVIDIA A100")
+    assert pool[2:] == pytest.approx((70.0 / 3600, 40.0 / 70.0))
     channels = {r[0]: r for r in view.table("compute_per_conversion").rows}
     assert channels["search"][3] == pytest.approx(1.5) and channels["email"][3] == 1.5
     kpis = {k.name: k.value for k in view.kpis}
