@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
+
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError
 
 from jobs import backfill, dashboard, reconcile
 from jobs.commands import (
@@ -28,8 +31,8 @@ from pipelines.stack.local_kafka import StackError
 __all__ = ["CliError", "build_parser", "main"]
 
 # failures that are the user's to fix: one line, exit code 2 (ConfigError and the inputs'
-# errors are ValueErrors)
-USER_ERRORS = (CliError, ConfigError, StackError, FileNotFoundError, ValueError)
+# errors are ValueErrors; OSError: a file that is a folder, unreadable, a refused port)
+USER_ERRORS = (CliError, ConfigError, StackError, OSError, ValueError)
 
 # in the order `seedance --help` lists them
 COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
@@ -66,12 +69,33 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args) or 0)
-    except USER_ERRORS as error:
-        print(f"seedance: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("seedance: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - the one place errors become messages
+        if args.verbose:
+            traceback.print_exc()
+        print(f"seedance: error: {error_line(error, args)}", file=sys.stderr)
+        return 2 if isinstance(error, USER_ERRORS + KAFKA_ERRORS) else 1
+
+
+KAFKA_ERRORS = (KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError)
+
+
+def error_line(error: BaseException, args: argparse.Namespace) -> str:
+    """One line that says what failed and, where it helps, what to check."""
+    server = getattr(args, "bootstrap", None) or "the configured bootstrap"
+    if isinstance(error, SaslAuthenticationFailedError):
+        return (f"the Kafka broker at {server} refused the login: {error} (check the SASL "
+                "user and password in kafka.properties' sasl.jaas.config and the variable "
+                "it reads, e.g. KAFKA_SASL_PASSWORD)")
+    if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+        return (f"no Kafka broker answered at {server}: {error} (check --bootstrap or "
+                "SEEDANCE_KAFKA_BOOTSTRAP, and that the broker runs)")
+    if isinstance(error, USER_ERRORS):
+        return str(error)
+    lines = str(error).strip().splitlines()  # a JVM's error ends with its reason
+    return f"{type(error).__name__}: {lines[-1] if lines else ''} (-v shows the traceback)"
 
 
 if __name__ == "__main__":

@@ -253,6 +253,11 @@ def read_yaml(source: Path) -> dict[str, Any]:
         data = yaml.safe_load(Path(source).read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {source}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{source}: not a text file (byte {error.start} is not UTF-8)"
+                          ) from None
+    except OSError as error:  # a folder, no permission
+        raise ConfigError(f"{source}: cannot read it: {error.strerror}") from None
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: not valid YAML: {error}") from None
     if not isinstance(data, dict):

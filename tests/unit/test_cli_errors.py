@@ -1,0 +1,65 @@
+"""Every CLI failure is one line on stderr naming the file, option or server, with exit code
+2 for what the user can fix; a traceback only with -v."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from kafka.errors import KafkaTimeoutError, SaslAuthenticationFailedError
+
+from jobs import cli
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = cli.main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_a_binary_control_config_is_named(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "control.yaml"
+    config.write_bytes(b"\x00\xff\xfe binary \xda\x01")
+    code, err = run(["control", "run", "--config", str(config)], capsys)
+    assert code == 2
+    assert err.strip() == f"seedance: error: {config}: not a text file (byte 1 is not UTF-8)"
+
+
+def test_a_folder_given_as_a_file_is_one_line(tmp_path: Path, capsys) -> None:
+    code, err = run(["spend", "publish", str(tmp_path), "--bootstrap", "127.0.0.1:1"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "Is a directory" in err and str(tmp_path) in err
+    code, err = run(["run", "--config", str(tmp_path)], capsys)
+    assert code == 2 and err.strip() == (f"seedance: error: {tmp_path}: cannot read it: "
+                                         "Is a directory")
+
+
+def test_kafka_failures_name_the_server_and_what_to_check() -> None:
+    args = argparse.Namespace(bootstrap="broker-9:9093")
+    line = cli.error_line(KafkaTimeoutError("Unable to bootstrap from broker-9:9093"), args)
+    assert line.startswith("no Kafka broker answered at broker-9:9093") and "--bootstrap" in line
+    line = cli.error_line(SaslAuthenticationFailedError("Authentication failed"), args)
+    assert "refused the login" in line and "password" in line
+
+
+def test_an_unexpected_failure_is_one_line_and_its_traceback_only_with_verbose(
+        monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    def broken(_args: argparse.Namespace) -> int:
+        raise RuntimeError("py4j said a lot\nand then: the JVM is gone")
+
+    parser = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda: _with_func(parser(), broken))
+    code, err = run(["verify"], capsys)
+    assert code == 1
+    assert err == ("seedance: error: RuntimeError: and then: the JVM is gone "
+                   "(-v shows the traceback)\n")
+    code, err = run(["-v", "verify"], capsys)
+    assert code == 1 and "Traceback (most recent call last)" in err
+
+
+def _with_func(parser: argparse.ArgumentParser, func) -> argparse.ArgumentParser:
+    parser.set_defaults(func=func)
+    for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
+        for sub in action.choices.values():
+            sub.set_defaults(func=func)
+    return parser
