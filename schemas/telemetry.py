@@ -135,6 +135,10 @@ def _revenue(attrs: Mapping[str, Any]) -> float:
         raise InvalidSpan("conversion", ORDER_REVENUE, "must be a number, got bool")
     try:
         amount = float(value)
+    except OverflowError:  # an intValue beyond any float (JSON integers have no bound)
+        raise InvalidSpan("conversion", ORDER_REVENUE,
+                          f"is beyond the maximum of {MAX_REVENUE:g}: an integer of "
+                          f"{len(str(abs(value)))} digits") from None
     except (TypeError, ValueError):
         raise InvalidSpan("conversion", ORDER_REVENUE, f"is not a number: {value!r}") from None
     if not math.isfinite(amount):

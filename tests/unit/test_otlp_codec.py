@@ -6,6 +6,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
+from pipelines.codec.events import decode_events
 from pipelines.codec.otlp import decode_spans, request_to_json, sniff_encoding
 from schemas.records import Conversion, GpuCall, Touchpoint
 from tests.spans import make_spans
@@ -65,6 +66,32 @@ def test_hand_written_otlp_json_with_int_value_as_string():
     (order,) = out.records
     assert (order.order_id, order.user_id, order.revenue) == ("981", "legacy-user", 10.0)
     assert order.trace_id == "5b8efff798038103d269b633813fc60c"
+
+
+def test_an_int_value_beyond_any_float_loses_its_span_only():
+    """JSON integers have no bound: an order.revenue of 10^400 (as a number or a string)
+    is that span's dead letter; the other spans of the message are kept, on both paths."""
+    def span(span_id: str, attributes: list) -> dict:
+        return {"traceId": "5B8EFFF798038103D269B633813FC60C", "spanId": span_id,
+                "name": "s", "startTimeUnixNano": str(T0), "endTimeUnixNano": str(T0 + 1),
+                "attributes": attributes}
+
+    for huge in (10**400, str(10**400)):
+        body = {"resourceSpans": [{"scopeSpans": [{"spans": [
+            span("EEE19B7EC3C1B174", [{"key": "order.id", "value": {"stringValue": "o1"}},
+                                      {"key": "order.revenue", "value": {"intValue": huge}},
+                                      {"key": "user.id", "value": {"stringValue": "u1"}}]),
+            span("EEE19B7EC3C1B175", [{"key": "marketing.channel",
+                                       "value": {"stringValue": "email"}},
+                                      {"key": "user.id", "value": {"stringValue": "u2"}}])]}]}]}
+        payload = json.dumps(body).encode()
+        out = decode_spans(payload)
+        assert [r.user_id for r in out.records] == ["u2"]
+        (letter,) = out.dead_letters
+        assert "order.revenue is beyond the maximum" in letter.detail, letter.detail
+        assert "401 digits" in letter.detail
+        events = decode_events(payload, 8)
+        assert list(events.touches.user_id) == ["u2"] and len(events.dead_letters) == 1
 
 
 def test_malformed_messages_become_dead_letters_with_reason_and_payload():
