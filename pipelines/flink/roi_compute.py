@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
 from pipelines.flink.roi_support import (
@@ -21,6 +21,7 @@ from pipelines.flink.roi_support import (
     Item,
     day_end_ms,
     day_of,
+    ending,
     retired_letter,
     schedule_report,
 )
@@ -59,18 +60,25 @@ class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]
             self.calls.add((trace, ts, cost))
         else:
             self.idle.update((self.idle.value() or 0.0) + payload)
-        schedule_report(ctx.timer_service(), day_end_ms(key.rsplit("\t", 1)[1]), self.retention_ms)
+        if schedule_report(ctx.timer_service(), day_end_ms(key.rsplit("\t", 1)[1]),
+                           self.retention_ms):
+            yield from self._report(key)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Item]:
         key = ctx.get_current_key()
-        gpu, day = key.rsplit("\t", 1)  # the day has no tab; a GPU id may
-        end = day_end_ms(day)
-        if ctx.time_domain() == TimeDomain.EVENT_TIME and self.retention_ms is not None \
-                and timestamp >= end + self.retention_ms:
+        if self.retention_ms is not None \
+                and timestamp >= day_end_ms(key.rsplit("\t", 1)[1]) + self.retention_ms:
+            if ending(ctx.timer_service()):
+                return
             for state in (self.calls, self.idle, self.emitted):
                 state.clear()
             self.retired.update(True)
             return
+        yield from self._report(key)
+
+    def _report(self, key: str) -> Iterator[Item]:
+        gpu, day = key.rsplit("\t", 1)  # the day has no tab; a GPU id may
+        end = day_end_ms(day)
         calls = list(self.calls.get() or [])
         idle = self.idle.value() or 0.0
         shares = call_shares([cost for _, _, cost in calls], idle).tolist()
@@ -139,7 +147,8 @@ class LinkTraceCosts(KeyedProcessFunction):  # type: ignore[misc]
         yield from self._place(costs, claim, timestamp)
         if self.retention_ms is not None:
             last = max([c[0] for c in costs] + ([claim[2]] if claim else []), default=0)
-            if timestamp >= last + self.window_ms + self.retention_ms:
+            if timestamp >= last + self.window_ms + self.retention_ms \
+                    and not ending(ctx.timer_service()):
                 self.claim.clear()
                 self.costs.clear()
                 return

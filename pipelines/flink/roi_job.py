@@ -37,7 +37,6 @@ from pyflink.datastream import (
     ProcessFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
-    TimeDomain,
 )
 from pyflink.datastream.state import (
     ListStateDescriptor,
@@ -55,6 +54,7 @@ from pipelines.flink.roi_support import (
     day_end_ms,
     day_of,
     dead_letter,
+    ending,
     retired_letter,
     schedule_report,
 )
@@ -142,7 +142,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
 
     Input behind the watermark (a partition read late, a restated spend, a moved cost) is
     reported at the next watermark; where the watermark has already reached its end (a
-    drained stop), after `REREPORT_DELAY_MS` of processing time. With `retention_ms` a
+    drained stop), at once (roi_support.schedule_report). With `retention_ms` a
     day's state is dropped that long after the day ends (event time); input that comes
     after is not folded into a partial day but dead-lettered with the reason, so no report
     silently loses what came before. None (a bounded run): kept for the run."""
@@ -189,12 +189,14 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         elif kind == "spend":
             platform, account, campaign, amount = payload
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
-        schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms)
+        if schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms):
+            yield from self._report(day)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         day = ctx.get_current_key()
-        if ctx.time_domain() == TimeDomain.EVENT_TIME and self.retention_ms is not None \
-                and timestamp >= day_end_ms(day) + self.retention_ms:
+        if self.retention_ms is not None and timestamp >= day_end_ms(day) + self.retention_ms:
+            if ending(ctx.timer_service()):
+                return
             for state in (self.credits, self.compute, self.unlinked, self.spend, self.reported):
                 state.clear()
             self.retired.update(True)

@@ -14,7 +14,6 @@ from pyflink.datastream import OutputTag
 DAY_MS = 86_400_000
 DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
 MAX_WATERMARK = 2**63 - 1
-REREPORT_DELAY_MS = 1_000
 
 # Records between the operators: (kind, key, timestamp_ms, payload)
 #   credit   day          conv ts    (model, order, touch, channel, campaign, stage, credit,
@@ -44,21 +43,32 @@ def dead_letter(source: str, reason: str, value: bytes) -> str:
                        "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
 
 
-def schedule_report(timers: Any, end_ms: int, retention_ms: int | None) -> None:
+def schedule_report(timers: Any, end_ms: int, retention_ms: int | None) -> bool:
     """After input for a period ending at `end_ms`: report it when the watermark passes its
-    end, or -- input behind the watermark -- at the next watermark; where no watermark comes
-    any more (a drained stop), after REREPORT_DELAY_MS of processing time. With a
-    retention, the period is retired that long after its end."""
+    end, or -- input behind the watermark -- at the next watermark. True where no watermark
+    comes any more (it is at its end, as at the end of a drained stop): the caller reports
+    at once. (A timer would not do: the job may finish before any processing-time timer
+    fires, and input does come after the final watermark, from an input that was idle
+    while the others' final watermarks went through.) With a retention, the period is
+    retired that long after its end."""
     watermark = timers.current_watermark()
+    if retention_ms is not None and watermark < MAX_WATERMARK - 1:
+        timers.register_event_time_timer(end_ms + retention_ms)
     if watermark < end_ms:
         timers.register_event_time_timer(end_ms)
     elif watermark < MAX_WATERMARK - 1:
         timers.register_event_time_timer(watermark + 1)
     else:
-        timers.register_processing_time_timer(timers.current_processing_time()
-                                              + REREPORT_DELAY_MS)
-    if retention_ms is not None:
-        timers.register_event_time_timer(end_ms + retention_ms)
+        return True
+    return False
+
+
+def ending(timers: Any) -> bool:
+    """Whether the watermark is at its end (a bounded input's or a drained stop's last):
+    no state is retired then. The final watermark passes every retention timer at once,
+    while input from an input that was idle may still be on its way; the state goes into
+    the final savepoint as it is."""
+    return bool(timers.current_watermark() >= MAX_WATERMARK - 1)
 
 
 def retired_letter(source: str, kind: str, key: str, payload: Any) -> str:

@@ -6,167 +6,25 @@ beside the job -- give the same final rows, and those are the backfill's rows
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
-import pandas as pd
 import pytest
 
-from pipelines.backfill.roi import link_costs, loaded_costs, roi_rows
-from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.roi_job import run_roi_job
-from pipelines.flink.roi_support import day_of
 from pipelines.kafka.io import producer
-from pipelines.settings.job_config import StreamingJobConfig
-from schemas import rows
-from tests.integration.test_flink_job import messages
-
-DAY_MS = 86_400_000
-T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
-CHANNELS = {"search": "search-brand", "display": "display-retarget", "email": "email-weekly",
-            "social": "social-video"}
-MODELS = ("last_click", "linear")
-# (one id with a tab: a metrics label passes it on, and it must not break the GPU-day key)
-GPUS = ("GPU-a100-0", "GPU-l40s\t1", "GPU-spare-2")
-
-
-class Inputs:
-    """Ten days of a shop's ROI inputs, from a seed."""
-
-    def __init__(self, seed: int, orders: int = 240) -> None:
-        rng = random.Random(seed)
-        self.credits: list[tuple[Any, ...]] = []
-        self.conversions: list[tuple[Any, ...]] = []
-        self.costs: list[dict[str, Any]] = []
-        self.spend: list[dict[str, Any]] = []
-        for n in range(orders):
-            ts = T0 + rng.randrange(10 * DAY_MS)
-            order, revenue = f"o{n:04d}", round(rng.uniform(5, 200), 2)
-            stage = rng.choice(("new", "repeat", "winback"))
-            journey = [rng.choice(list(CHANNELS)) for _ in range(rng.randint(1, 4))]
-            traces = [f"t{n:04d}-{i}" for i in range(len(journey) + 1)]
-            for model in MODELS:
-                shares = [0.0] * (len(journey) - 1) + [1.0] if model == "last_click" \
-                    else [1 / len(journey)] * len(journey)
-                for i, (channel, share) in enumerate(zip(journey, shares, strict=True)):
-                    self.credits.append((model, order, f"u{n}", ts, i, channel,
-                                         CHANNELS[channel], ts - (len(journey) - i) * 3600_000,
-                                         share, share * revenue, "USD", stage))
-            self.conversions.append((order, f"u{n}", ts, revenue, "USD", stage, len(journey),
-                                     traces))
-            for trace in rng.sample(traces, rng.randint(0, 2)):
-                # mostly near the order; some more than the link window (1 day) away
-                offset = rng.choice((-600_000, 300_000, -2 * DAY_MS, 3 * DAY_MS))
-                self.costs.append({"kind": "call", "gpu_uuid": rng.choice(GPUS[:2]),
-                                   "trace_id": trace, "interval_end_ms": ts + offset,
-                                   "cost_usd": round(rng.uniform(0.01, 3), 4)})
-        for n in range(40):  # GPU calls no trace of a journey carried
-            self.costs.append({"kind": "call", "gpu_uuid": rng.choice(GPUS[:2]),
-                               "trace_id": f"lone-{n}" if n % 2 else "",
-                               "interval_end_ms": T0 + rng.randrange(10 * DAY_MS),
-                               "cost_usd": round(rng.uniform(0.01, 3), 4)})
-        # idle time of every GPU; the third serves no call: its idle cost stays its own
-        for day in range(-3, 14):
-            for gpu in GPUS:
-                for _ in range(rng.randint(1, 3)):
-                    self.costs.append({"kind": "idle", "gpu_uuid": gpu,
-                                       "interval_end_ms": T0 + day * DAY_MS
-                                       + rng.randrange(DAY_MS),
-                                       "cost_usd": round(rng.uniform(0.5, 20), 4)})
-        for day in range(10):
-            for campaign in (*CHANNELS.values(), "brand-awareness"):
-                record = {"platform": "google_ads", "account": "1", "campaign": campaign,
-                          "day": day_of(T0 + day * DAY_MS), "amount": 0.0, "currency": "USD"}
-                for _ in range(rng.choice((1, 1, 2))):  # some restated
-                    self.spend.append({**record, "amount": round(rng.uniform(10, 300), 2)})
-
-    def expected(self, config: StreamingJobConfig) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        """The backfill's rows for the same input: {(kind, *key): row} (compute fully
-        loaded or direct, as the config says)."""
-        settings = config.computation
-        credits = pd.DataFrame(self.credits, columns=rows.CREDIT.names)
-        credits["day"] = [day_of(ts) for ts in credits.conversion_ts_ms]
-        claims = pd.DataFrame([(trace, order, ts) for order, _, ts, *_, traces
-                               in self.conversions for trace in traces],
-                              columns=["trace_id", "order_id", "conversion_ts_ms"])
-        calls = pd.DataFrame([(c["gpu_uuid"], c["trace_id"], c["interval_end_ms"],
-                               c["cost_usd"]) for c in self.costs if c["kind"] == "call"],
-                             columns=["gpu_uuid", "trace_id", "ts_ms", "cost"])
-        idle = pd.DataFrame([(c["gpu_uuid"], c["interval_end_ms"], c["cost_usd"])
-                             for c in self.costs if c["kind"] == "idle"],
-                            columns=["gpu_uuid", "ts_ms", "cost"])
-        costs = loaded_costs(calls, idle if settings.fully_loaded else None)
-        latest_spend = {(s["platform"], s["account"], s["campaign"], s["day"]): s["amount"]
-                        for s in self.spend}
-        spend = pd.DataFrame([(*key, amount) for key, amount in latest_spend.items()],
-                             columns=["platform", "account", "campaign", "day", "amount"])
-        days = sorted(set(credits.day) | set(spend.day)
-                      | {day_of(c["interval_end_ms"]) for c in self.costs})
-        compute, unlinked = link_costs(costs, claims, settings, days)
-        expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        for day in days:
-            out = roi_rows(day, credits[credits.day == day], spend[spend.day == day],
-                           compute[compute.day == day],
-                           unlinked[unlinked.day == day].groupby("key").cost.sum().to_dict(),
-                           settings, config.experiment_cost_model)
-            for kind, row, found in (("roi", rows.ROI_DAILY, out.roi),
-                                     ("unallocated", rows.ROI_UNALLOCATED, out.unallocated),
-                                     ("order_cost", rows.ORDER_COST, out.orders)):
-                for values in found:
-                    expected[(kind, *values[:len(row.key)])] = values
-        return expected
-
-
-def final_rows(kafka: str, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-    """The roi topic read as a changelog: the last row per key (a zero unallocated row
-    withdraws its key)."""
-    layouts = {"roi": rows.ROI_DAILY, "unallocated": rows.ROI_UNALLOCATED,
-               "order_cost": rows.ORDER_COST}
-    current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-    for message in messages(kafka, topic):
-        layout = layouts[message["kind"]]
-        values = tuple(message[name] for name in layout.names)
-        current[(message["kind"], *values[:len(layout.key)])] = values
-    return {k: v for k, v in current.items()
-            if not (k[0] == "unallocated" and v[rows.ROI_UNALLOCATED.names.index("amount")]
-                    == 0)}
-
-
-def same_rows(got: dict, expected: dict) -> list[str]:
-    """Differences, one line each (numbers within 1e-9 relative, 1e-9 absolute)."""
-    out = [f"missing {k}" for k in expected.keys() - got.keys()]
-    out += [f"extra {k}: {got[k]}" for k in got.keys() - expected.keys()]
-    for key in expected.keys() & got.keys():
-        for a, b in zip(got[key], expected[key], strict=True):
-            if isinstance(b, float) or isinstance(a, float):
-                if a is None or b is None or not math.isclose(a, b, rel_tol=1e-9,
-                                                              abs_tol=1e-9):
-                    out.append(f"{key}: {got[key]} != {expected[key]}")
-                    break
-            elif a != b:
-                out.append(f"{key}: {got[key]} != {expected[key]}")
-                break
-    return sorted(out)
-
-
-@contextmanager
-def cpu_hog() -> Iterator[None]:
-    """A busy loop per core beside the job, as on a machine with other work."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(os.cpu_count() or 2)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+from tests.roi_inputs import (
+    GPUS,
+    MODELS,
+    Inputs,
+    conservation_problems,
+    cpu_hog,
+    final_rows,
+    input_values,
+    same_rows,
+    spend_values,
+)
 
 
 def publish(kafka: str, topic: str, values: list[bytes], partitions: int,
@@ -196,24 +54,9 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
     config = config.replace("roi", retention_days=1.0, link_window_days=1.0,
                             compute_cost=compute_cost)
     config = config.replace("flink", parallelism=parallelism)
-    credit_values = [credit_messages.encode(chunk).encode() for chunk in
-                     (inputs.credits[i:i + 7] for i in range(0, len(inputs.credits), 7))]
-    conversion_values = [table_messages.encode_bytes(rows.CONVERSION.names, [c])
-                         for c in inputs.conversions]
-    cost_values = [json.dumps(c).encode() for c in inputs.costs]
-    if rng:  # any order within a topic: a later day's credits before an earlier day's
-        for values in (credit_values, conversion_values, cost_values):
-            rng.shuffle(values)
-    topics = [(config.topics.credits, credit_values),
-              (config.topics.conversions, conversion_values),
-              (config.gpu.costs_topic, cost_values)]
-    if costs_first:  # every cost waits for (or is declared unlinked before) its claim
-        topics.reverse()
-    for name, values in topics:
+    for name, values in input_values(config, inputs, rng, costs_first):
         publish(kafka, name, values, partitions, rng)
-    # spend in its own order: a restatement must follow the record it restates
-    publish(kafka, config.topics.ad_spend, [json.dumps(s).encode() for s in inputs.spend],
-            1, None)
+    publish(kafka, config.topics.ad_spend, spend_values(inputs), 1, None)
     run_roi_job(config, kafka, env=flink.environment(config, "seedance-roi"))
     return final_rows(kafka, config.topics.roi), config
 
@@ -234,30 +77,7 @@ def test_roi_rows_equal_the_backfill_whatever_the_partitioning_and_order(
     expected = inputs.expected(config)
     assert len(expected) > 300
     assert same_rows(got, expected) == []
-    # conservation: per model and day, the ROI revenue is the credited revenue
-    credited: dict[tuple[str, str], float] = {}
-    for credit in inputs.credits:
-        key = (credit[0], day_of(credit[3]))
-        credited[key] = credited.get(key, 0.0) + credit[9]
-    reported: dict[tuple[str, str], float] = {}
-    revenue = rows.ROI_DAILY.names.index("revenue")
-    for key, row in got.items():
-        if key[0] == "roi" and key[3] == "channel":
-            reported[key[1:3]] = reported.get(key[1:3], 0.0) + row[revenue]
-    assert reported.keys() == credited.keys()
-    assert all(math.isclose(reported[k], credited[k], rel_tol=1e-9) for k in credited)
-    # per model, compute allocated + unallocated = the GPU bill (calls, and idle when fully
-    # loaded)
-    bill = sum(c["cost_usd"] for c in inputs.costs
-               if c["kind"] == "call" or compute_cost == "fully_loaded")
-    compute = rows.ROI_DAILY.names.index("compute_cost")
-    amount = rows.ROI_UNALLOCATED.names.index("amount")
-    for model in MODELS:
-        allocated = sum(row[compute] for key, row in got.items()
-                        if key[:2] == ("roi", model) and key[3] == "campaign")
-        left = sum(row[amount] for key, row in got.items()
-                   if key[:2] == ("unallocated", model) and key[3] == "compute")
-        assert math.isclose(allocated + left, bill, rel_tol=1e-9), (model, allocated, left)
+    assert conservation_problems(inputs, got, compute_cost) == []
     if compute_cost == "fully_loaded":  # the GPU that served nothing keeps its idle cost
         assert any(key[0] == "unallocated" and key[4] == GPUS[2] for key in got)
 
