@@ -171,7 +171,12 @@ def pack(events: EventColumns) -> bytes:
 
 
 def unpack(data: bytes) -> EventColumns:
-    n_touches, n_orders, touches, orders = pickle.loads(data)
+    return unpack_parts(pickle.loads(data))
+
+
+def unpack_parts(parts: tuple) -> EventColumns:
+    """A batch from `pack`'s form before pickling (the decoder's scanner makes that form)."""
+    n_touches, n_orders, touches, orders = parts
     return EventColumns(
         TouchColumns(*(_unpack_column(packed, _DTYPES.get(name, object), n_touches)
                        for name, packed in zip(TouchColumns._fields, touches, strict=True))),

@@ -2,9 +2,10 @@
 again (a retried export, a replayed message) is recognised as a duplicate and not credited a
 second time.
 
-Engine-free: the streaming job keeps one ledger per user bucket and mirrors what it adds and
-forgets into keyed state (pipelines/flink/attribution_job.py); the first copy to arrive is
-the one kept.
+Engine-free: the streaming job keeps one ledger per bucket of order ids (whatever the user:
+copies of one order from different users meet there) and mirrors what it adds and forgets
+into keyed state (pipelines/flink/dedup_orders.py). Which copy is kept does not depend on
+arrival: the copies the watermark has passed are admitted earliest first (`admit_earliest`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ class OrderLedger:
                 keep[at] = False
             else:
                 seen[order_id] = added[order_id] = ts
+        return keep, added
+
+    def admit_earliest(self, order_ids: np.ndarray, ts_ms: np.ndarray, user_ids: np.ndarray,
+                       span_ids: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+        """As `admit`, taking the copies by (event time, user, span) rather than as they
+        came: of copies that are due together, the earliest is kept, whatever the order in
+        which partitions delivered them."""
+        order = sorted(range(len(order_ids)), key=lambda at: (
+            int(ts_ms[at]), str(user_ids[at]), str(span_ids[at])))
+        keep_sorted, added = self.admit(order_ids[order], ts_ms[order])
+        keep = np.empty(len(order_ids), bool)
+        keep[order] = keep_sorted
         return keep, added
 
     def expire(self, watermark: int) -> list[str]:

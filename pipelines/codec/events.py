@@ -204,6 +204,16 @@ def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
 _NONE = np.zeros(0, np.int64)
 
 
+def by_order_bucket(orders: OrderColumns, buckets: int) -> dict[int, OrderColumns]:
+    """Orders by the bucket of their order id: copies of one order meet in one bucket,
+    whatever user sent them."""
+    if not len(orders.ts_ms):
+        return {}
+    bucket = np.fromiter((bucket_of(order_id, buckets) for order_id in orders.order_id.tolist()),
+                         np.int32, len(orders.ts_ms))
+    return {key: take(orders, rows) for key, rows in _split(bucket).items()}
+
+
 def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:
     """Positions of each bucket's rows, in their order (one sort, not a mask per bucket)."""
     if not len(bucket):

@@ -8,19 +8,15 @@ import pickle
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-import orjson
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.flink.legacy_state import LegacyBookState
 from pipelines.flink.operator_support import (
     CLOSED_JOURNEYS,
     CONVERSIONS,
-    DUPLICATE_ORDERS,
     LATE_EVENTS,
     PICKLE_PROTOCOL,
     Batch,
@@ -29,15 +25,13 @@ from pipelines.flink.operator_support import (
     put_all,
 )
 from schemas import rows
-from schemas.events import EventColumns, pack, records_of, size, take, unpack
-from schemas.records import DeadLetter
+from schemas.events import pack, records_of, size, unpack
 from udfs.attribution import per_conversion_credit_rows
 from udfs.data_driven import closed_by_period
 from udfs.journey_book import Changes, JourneyBook, Progress
 from udfs.journey_columns import ClosedJourneys, ConvertedJourneys
 from udfs.journeys import JourneyConfig
 from udfs.models import ModelParams
-from udfs.order_ledger import OrderLedger
 
 CONVERSION_FIELDS = rows.CONVERSION.names
 
@@ -60,7 +54,9 @@ def conversion_rows(converted: ConvertedJourneys) -> list[tuple[Any, ...]]:
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """Per bucket of users: a JourneyBook in memory, what it reports stored in keyed state.
 
-    Events older than the watermark on arrival go to the late side output; the others wait
+    Orders come through the duplicate check (pipelines/flink/dedup_orders.py), touches
+    straight from the decoder. Events older than the watermark on arrival go to the late
+    side output; the others wait
     in the book. One timer per bucket, at the earliest time the book has something to do
     (a waiting event, a journey that could close unconverted, an order history running
     out), brings the whole bucket up to the watermark in one call. State per bucket: the
@@ -72,12 +68,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
-                 buckets: int | None = None, duplicate_order_ms: int | None = None,
-                 source: str = "") -> None:
+                 buckets: int | None = None) -> None:
         self.journey = journey
-        # an order id seen again within this much event time is a duplicate
-        self.duplicate_order_ms = duplicate_order_ms or journey.lookback_ms
-        self.source = source
         self.buckets = buckets  # kept with the state: a restore under another count fails
         self.process_mode = process_mode
         self.models = models
@@ -96,36 +88,6 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.legacy = LegacyBookState(runtime_context)  # as earlier versions stored the book
         self.books: dict[int, JourneyBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
-        # the order ids of the duplicate horizon (udfs/order_ledger.py), per bucket
-        self.seen_orders = runtime_context.get_map_state(
-            MapStateDescriptor("seen-orders", Types.STRING(), Types.LONG()))
-        self.ledgers: dict[int, OrderLedger] = {}
-
-    def _ledger(self, bucket: int) -> OrderLedger:
-        ledger = self.ledgers.get(bucket)
-        if ledger is None:  # first sight of this bucket since (re)start: from its state
-            ledger = OrderLedger(self.duplicate_order_ms, self.seen_orders.items())
-            self.ledgers[bucket] = ledger
-        return ledger
-
-    def _first_copies(self, bucket: int, events: EventColumns) -> tuple[EventColumns,
-                                                                          list[str]]:
-        """The batch without orders seen before, and those orders' dead letters."""
-        orders = events.orders
-        if not len(orders.ts_ms):
-            return events, []
-        keep, added = self._ledger(bucket).admit(orders.order_id, orders.ts_ms)
-        if added:
-            self._put_all(self.seen_orders, added)
-        if keep.all():
-            return events, []
-        repeated = EventColumns(take(events.touches, np.zeros(len(events.touches.ts_ms), bool)),
-                                take(orders, ~keep))
-        letters = [dead_letter_json(DeadLetter(
-            "duplicate_order", f"order {order.order_id} was seen before (within "
-            f"{self.duplicate_order_ms / 86_400_000:g} days of event time): credited once",
-            orjson.dumps(order._asdict())), self.source) for order in records_of(repeated)]
-        return EventColumns(events.touches, take(orders, keep)), letters
 
     def _book(self, bucket: int) -> JourneyBook:
         book = self.books.get(bucket)
@@ -188,14 +150,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         bucket, _, payload = value
         book = self._book(bucket)
         watermark = ctx.timer_service().current_watermark()
-        events, duplicates = self._first_copies(bucket, unpack(payload))
-        for letter in duplicates:
-            yield DUPLICATE_ORDERS, letter
-        late, changes = book.add(events, watermark)
+        late, changes = book.add(unpack(payload), watermark)
         if size(late):
             for event in records_of(late):
                 yield LATE_EVENTS, event_json(event, max(watermark, book.watermark))
-        elif not duplicates:  # the batch is stored as it came (no need to encode it again)
+        else:  # the batch is stored as it came (no need to encode it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)
@@ -207,8 +166,6 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         advanced = book.advance(watermark)
         self._store(advanced.changes)
-        for order_id in self._ledger(bucket).expire(watermark):
-            self.seen_orders.remove(order_id)
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
         converted = advanced.closed.converted

@@ -3,7 +3,9 @@
 ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message;
          protobuf read by the C scanner, pipelines/codec/events.py), touches and orders as
          columns split into batches by user bucket (one record per message and bucket)
-transform  event-time watermarks -> key by bucket -> each bucket's users in one
+transform  event-time watermarks; orders first keyed by order id (pipelines/flink/
+           dedup_orders.py: one copy of an order counts, whatever user sent it), then
+           touches and orders keyed by user bucket -> each bucket's users in one
            `udfs.journey_book.JourneyBook`: events wait until the watermark passes, then
            every user's are stepped in event order, and the conversions one watermark
            closes are credited together (one table per model); closed journeys
@@ -30,6 +32,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
 from pipelines.flink.attribute_journeys import AttributeJourneys
 from pipelines.flink.decode_otlp import DecodeOtlp
+from pipelines.flink.dedup_orders import DedupOrders
 from pipelines.flink.fit_models import FitDataDrivenModels
 from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
 from pipelines.flink.operator_support import (
@@ -41,6 +44,7 @@ from pipelines.flink.operator_support import (
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
     ONE_LATE,
+    ORDERS,
     RESULT_TYPE,
 )
 from pipelines.flink.run_accounting import RunAccounting
@@ -76,13 +80,18 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
     process_mode = config.flink.python_execution_mode == "process"
-    attributed = (decoded
+    # an order counts once whatever user sent it: checked by order id before its journey
+    first_orders = (decoded.get_side_output(ORDERS)
+                    .key_by(lambda batch: batch[0], key_type=Types.INT())
+                    .process(DedupOrders(config.flink.user_buckets,
+                                         settings.journey.duplicate_order_ms, process_mode,
+                                         config.topics.spans))
+                    .name("dedup-orders").uid("dedup-orders-by-order-id"))
+    attributed = (decoded.union(first_orders)
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(settings.journey, per_conversion, params,
                                              settings.refit_every_ms if data_driven else None,
-                                             process_mode, config.flink.user_buckets,
-                                             settings.journey.duplicate_order_ms,
-                                             config.topics.spans),
+                                             process_mode, config.flink.user_buckets),
                            output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
@@ -97,7 +106,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     # the decoder counts its own in its accounting
     late_on_arrival = attributed.get_side_output(LATE_EVENTS)
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
-    duplicates = attributed.get_side_output(DUPLICATE_ORDERS)
+    duplicates = first_orders.get_side_output(DUPLICATE_ORDERS)
     accounting = (decoded.get_side_output(ACCOUNTING)
                   .union(late_on_arrival.map(lambda _: ONE_LATE,
                                              output_type=Types.PICKLED_BYTE_ARRAY())

@@ -17,6 +17,8 @@ DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
 DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
+# orders, from the decoder to the duplicate check: Batch records keyed by order id's bucket
+ORDERS = OutputTag("orders", Types.PICKLED_BYTE_ARRAY())
 # credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
 # table_messages.encode_bytes)
 RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())

@@ -1,6 +1,7 @@
 """An order sent again — in another message, a later batch, twice in one request, on
 another partition — is credited once by the Flink job; every copy is a dead letter with
-reason duplicate_order, and the credits topic and the warehouse agree."""
+reason duplicate_order, and the credits topic and the warehouse agree; copies from users in
+different buckets too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pipelines.sources.generator import Plan
 from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
 from tests.spans import encoded
+from udfs.journey_book import bucket_of
 
 USERS = 12
 
@@ -60,3 +62,38 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
     assert {m: (n, round(r, 6)) for m, (n, r) in totals.items()} == {
         m: (USERS, round(v, 6)) for m, v in revenue.items()}
     warehouse.close()
+
+
+def test_one_order_id_from_users_in_every_bucket_is_credited_once(kafka, flink, job_config,
+                                                                  topic):
+    """The same order id sent by a user in every user bucket (8 buckets), unkeyed over 4
+    partitions at parallelism 2: one conversion row and one order's credits, the earliest
+    copy's, in the topic and the warehouse alike; every other copy a dead letter."""
+    buckets = 8
+    users: dict[int, str] = {}
+    for n in range(200):
+        users.setdefault(bucket_of(f"buyer-{n}", buckets), f"buyer-{n}")
+    chosen = [users[b] for b in sorted(users)]
+    assert len(chosen) == buckets
+    events = []
+    for n, user in enumerate(chosen):
+        events += [touch(user, T0 + n * S, "email"),
+                   order(user, T0 + (60 + n) * S, "shared-order", 80.0)]
+    stream = [value for n in range(0, len(events), 2) for value in messages_of(events[n:n + 2])]
+    spans = topic("spans", 4)
+    raw = producer(kafka)
+    for i, value in enumerate(reversed(stream)):  # the earliest copy arrives last
+        raw.send(spans, value, partition=i % 4)
+    raw.flush()
+    raw.close()
+    config = job_config.replace("topics", spans=spans).replace(
+        "flink", parallelism=2, user_buckets=buckets)
+    config = config.replace("attribution", models=("last_click",))
+    run_job(config, kafka, env=flink.environment(config))
+    rows = credit_rows(kafka, config.topics.credits)
+    assert [(r["order_id"], r["user_id"], r["revenue"]) for r in rows] == [
+        ("shared-order", chosen[0], 80.0)]
+    conversions = messages(kafka, config.topics.conversions)
+    assert [(c["order_id"], c["user_id"]) for c in conversions] == [("shared-order", chosen[0])]
+    dead = messages(kafka, config.topics.dead_letter)
+    assert sorted(d["reason"] for d in dead) == ["duplicate_order"] * (buckets - 1)

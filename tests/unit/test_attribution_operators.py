@@ -22,6 +22,7 @@ from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
 from pipelines.flink.attribute_journeys import AttributeJourneys
 from pipelines.flink.decode_otlp import DecodeOtlp
+from pipelines.flink.dedup_orders import DedupOrders
 from pipelines.flink.fit_models import FitDataDrivenModels
 from pipelines.flink.operator_support import (
     ACCOUNTING,
@@ -32,6 +33,7 @@ from pipelines.flink.operator_support import (
     DUPLICATE_ORDERS,
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
+    ORDERS,
 )
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
@@ -41,7 +43,7 @@ from tests.flink_fakes import Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
 from udfs.attribution import PER_CONVERSION_MODELS
 from udfs.data_driven import DATA_DRIVEN_MODELS
-from udfs.journey_book import JourneyBook
+from udfs.journey_book import JourneyBook, bucket_of
 from udfs.journeys import JourneyConfig, JourneyState
 from udfs.models import ModelParams
 
@@ -65,8 +67,12 @@ class Job:
         self.attribute = AttributeJourneys(JourneyConfig(), PER_CONVERSION, ModelParams(),
                                            REFIT_MS, process_mode=False, buckets=BUCKETS)
         self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams())
+        self.dedup = DedupOrders(BUCKETS, JourneyConfig().duplicate_order_ms,
+                                 process_mode=False, source="spans")
         state = copy.deepcopy(state) if state else {}
         self.store: StateStore = state.get("store", StateStore())  # keyed by bucket
+        self.dedup_store: StateStore = state.get("dedup_store", StateStore())  # by order id
+        self.dedup_timers: Timers = state.get("dedup_timers", Timers())
         self.fit_state: KeyState = state.get("fit_state", KeyState())  # one key
         # both operators' watermark is the job's (the timers' watermark)
         self.timers: Timers = state.get("timers", Timers())
@@ -74,6 +80,7 @@ class Job:
         self.partition_newest = NO_TIME
         self.offset = 0
         self.attributing = Harness(self.attribute, self.store, self.timers)
+        self.deduping = Harness(self.dedup, self.dedup_store, self.dedup_timers)
         self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
         self.credits: list[dict[str, Any]] = []
         self.conversions = 0
@@ -84,7 +91,9 @@ class Job:
 
     def checkpoint(self) -> dict[str, Any]:
         return copy.deepcopy({"store": self.store, "fit_state": self.fit_state,
-                              "timers": self.timers, "fit_timers": self.fit_timers})
+                              "timers": self.timers, "fit_timers": self.fit_timers,
+                              "dedup_store": self.dedup_store,
+                              "dedup_timers": self.dedup_timers})
 
     def feed(self, message: bytes | None) -> None:
         event_time = newest_start_ms(message, 2**62)
@@ -98,6 +107,8 @@ class Job:
                 self.late += 1
             elif out[0] is ACCOUNTING:
                 self.counts = [a + b for a, b in zip(self.counts, out[1], strict=True)]
+            elif out[0] is ORDERS:
+                self._collect_dedup(self.deduping.process(out[1], key=out[1][0]))
             else:
                 bucket, _, _ = out
                 self._collect(self.attributing.process(out, key=bucket))
@@ -106,6 +117,12 @@ class Job:
 
     def advance(self, watermark: int) -> None:
         """The watermark moves on: every timer at or before it fires, in time order."""
+        # the duplicate check is upstream of the journeys: its timers fire first, and what
+        # they release reaches the journeys before the watermark does
+        self.dedup_timers.watermark = max(self.dedup_timers.watermark, watermark)
+        for timer in self.dedup_timers.due():
+            self.dedup_timers.registered.discard(timer)
+            self._collect_dedup(self.deduping.on_timer(*timer))
         self.timers.watermark = self.fit_timers.watermark = max(self.timers.watermark,
                                                                  watermark)
         while True:
@@ -118,6 +135,14 @@ class Job:
             for timer in fit_due:
                 self.fit_timers.registered.discard(timer)
                 self._collect_fit(self.fitting.on_timer(*timer))
+
+    def _collect_dedup(self, outputs: Iterable[Any]) -> None:
+        """The duplicate check's output: first copies on to their journeys' bucket."""
+        for out in outputs:
+            if len(out) == 2:
+                self._collect([out])
+            else:
+                self._collect(self.attributing.process(out, key=out[0]))
 
     def _collect(self, outputs: Iterable[Any]) -> None:
         for out in outputs:
@@ -301,3 +326,33 @@ def test_an_order_sent_again_is_credited_once():
     processed = counts["used"] - counts["late"] - counts["duplicate_orders"]
     assert counts["records_in"] == processed + counts["dead_lettered"] + counts["late"] \
         + counts["other"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_one_order_id_from_users_in_every_bucket_is_credited_once_to_its_earliest_copy(
+        reverse):
+    """Copies of one order id sent by users in different user buckets meet in the
+    duplicate check (keyed by order id): one conversion, credited to the earliest copy's
+    user whatever the order the copies arrive in; every other copy a dead letter."""
+    t0 = 1_790_000_000 * 10**9
+    second = 10**9
+    users = [f"user-{n}" for n in range(40)]
+    by_bucket: dict[int, str] = {}
+    for user in users:
+        by_bucket.setdefault(bucket_of(user, BUCKETS), user)
+    assert len(by_bucket) == BUCKETS
+    chosen = [by_bucket[b] for b in sorted(by_bucket)]
+    events = []
+    for n, user in enumerate(chosen):
+        events.append(PlannedEvent("touchpoint", user, t0 + n * second, "email", "weekly"))
+        events.append(PlannedEvent("conversion", user, t0 + (30 + n) * second,
+                                   order_id="dup-1", revenue=50.0))
+    messages = [m for pair in zip(events[::2], events[1::2], strict=True)
+                for m in _messages(list(pair))]
+    job = finish(run(Job(), messages[::-1] if reverse else messages))
+    last_click = [c for c in job.credits if c["model"] == "last_click"]
+    assert [(c["order_id"], c["user_id"]) for c in last_click] == [("dup-1", chosen[0])]
+    assert job.conversions == 1 and len(job.duplicates) == BUCKETS - 1
+    copies = sorted(json.loads(base64.b64decode(d["payload_base64"]))["user_id"]
+                    for d in job.duplicates)
+    assert copies == sorted(chosen[1:])
