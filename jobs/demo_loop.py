@@ -34,9 +34,9 @@ from pipelines.control.executors import WebhookExecutor
 from pipelines.control.inputs import KafkaInputs
 from pipelines.control.ledger import KafkaPublisher, Ledger
 from pipelines.control.service import ControlService
+from pipelines.control.signing import ReplayGuard, verify_request
 from pipelines.control.state import ControlState
 from pipelines.kafka.io import producer
-from pipelines.reconcile.alerts import verify
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.settings.sections import Secret
 from pipelines.sources.ad_spend import SpendRecord
@@ -85,21 +85,24 @@ def _day(ms: int) -> str:
 
 class StandIn:
     """The ad platform's and the autoscaler's APIs as the loop's webhook reaches them: each
-    request's signature checked, its action applied (recorded), 200 answered."""
+    request checked as docs/control.md tells receivers to (signature over method, path,
+    timestamp, key and body; fresh; a key accepted before is acknowledged, not applied
+    again), its action applied (recorded), 200 answered."""
 
     def __init__(self, secret: str) -> None:
         self.secret = Secret(secret)
         self.applied: list[dict[str, Any]] = []
+        self.guard = ReplayGuard()
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 raw = self.rfile.read(int(self.headers["Content-Length"]))
-                signed = verify(stand_in.secret, raw,
-                                self.headers.get("X-Seedance-Signature", ""))
-                if signed:
+                check = verify_request(stand_in.secret, "POST", self.path,
+                                       dict(self.headers.items()), raw, stand_in.guard)
+                if check.act:
                     stand_in.applied.append(json.loads(raw))
-                self.send_response(200 if signed else 401)
+                self.send_response(200 if check.genuine else 401)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:

@@ -342,7 +342,7 @@ CONTROL_ACTION = Row(
     (Column("action_id", "string"),
      Column("decision_id", "string"),
      Column("executor", "string", "webhook | warehouse"),
-     Column("status", "string", "succeeded | failed"),
+     Column("status", "string", "succeeded | failed | sending (claimed, no answer yet)"),
      Column("attempts", "bigint"),
      Column("response", "string", "status line or error, shortened"),
      Column("executed_at", "string", "ISO 8601 UTC"),

@@ -1,7 +1,8 @@
 """`seedance control`: the control loop (docs/control.md). `run` polls the ROI, alerts and
 GPU metrics topics and steps the rules (dry_run, approval or auto), `approve DECISION_ID`
-executes a decision awaiting approval, `status` prints the newest decisions, actions and
-verifications from the warehouse."""
+executes a decision awaiting approval, `retry DECISION_ID` executes again on purpose a
+failed, unanswered or dry-run decision (a new action), `status` prints the newest
+decisions, actions and verifications from the warehouse."""
 
 from __future__ import annotations
 
@@ -27,18 +28,23 @@ def add_control(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     run = commands.add_parser("run", help="poll the topics and apply the rules (a loop)")
     approve = commands.add_parser("approve", help="execute a decision awaiting approval")
     approve.add_argument("decision_id")
+    retry = commands.add_parser(
+        "retry", help="execute again, on purpose, a decision whose action failed or never got "
+                      "an answer, or one made in dry_run (a new action and idempotency key)")
+    retry.add_argument("decision_id")
     status = commands.add_parser("status", help="recent decisions, actions, verifications")
     status.add_argument("--limit", type=int, default=10, help="rows of each (default 10)")
-    for command in (run, approve, status):
+    for command in (run, approve, retry, status):
         command.add_argument("--config", help=CONTROL_HELP)
         command.add_argument("--job-config", help=JOB_CONFIG_HELP)
         command.add_argument("--warehouse", help="warehouse URL (default: the job config's)")
-    for command in (run, approve):
+    for command in (run, approve, retry):
         command.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     run.add_argument("--once", action="store_true", help="one poll and one step, then exit")
     run.add_argument("--mode", choices=MODES, help="overrides the config's mode")
     run.set_defaults(func=cmd_run)
     approve.set_defaults(func=cmd_approve)
+    retry.set_defaults(func=cmd_retry)
     status.set_defaults(func=cmd_status)
 
 
@@ -126,15 +132,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
+    return _execute(args, "approve")
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    return _execute(args, "retry")
+
+
+def _execute(args: argparse.Namespace, how: str) -> int:
     from pipelines.control.service import ControlError
 
     control, job = _configs(args)
     with ExitStack() as stack:
         service, _, _ = _open(args, stack, control, job)
+        before = service.ledger.actions_of(args.decision_id)
         try:
-            action = service.approve(args.decision_id, int(time.time() * 1000))
+            action = getattr(service, how)(args.decision_id, int(time.time() * 1000))
         except ControlError as error:
             raise CliError(str(error)) from None
+    if how == "retry":
+        earlier = ", ".join(f"{a['action_id']} ({a['status']})" for a in before) or "none"
+        print(f"decision {args.decision_id} retried on purpose as a new action "
+              f"(earlier actions: {earlier}; they stay recorded)")
     print(f"decision {args.decision_id}: action {action['action_id']} {action['status']} "
           f"via {action['executor']} after {action['attempts']} attempt(s): "
           f"{action['response']}; verify after {action['verify_after']}")

@@ -71,6 +71,18 @@ class Ledger:
         self.warehouse.store(row, [tuple(values[name] for name in row.names)])
         self.publisher.publish(KINDS[row.name], str(values[row.key[0]]), values)
 
+    def claim(self, row: Row, values: dict[str, Any]) -> bool:
+        """Insert one CONTROL_* row only if its key is not there yet (one statement: of two
+        processes claiming the same key, one wins); publish it if it was. False: taken."""
+        names = row.names
+        inserted = self.warehouse.execute(
+            f"INSERT INTO {row.table} ({', '.join(names)}) VALUES "
+            f"({', '.join('?' for _ in names)}) ON CONFLICT ({', '.join(row.key)}) DO NOTHING",
+            [values[name] for name in names])
+        if inserted:
+            self.publisher.publish(KINDS[row.name], str(values[row.key[0]]), values)
+        return bool(inserted)
+
     def _rows(self, row: Row, where: str = "", params: tuple[object, ...] = (),
               order: str = "") -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(row.names)} FROM {row.table} {where} {order}"
@@ -84,6 +96,11 @@ class Ledger:
     def action(self, action_id: str) -> dict[str, Any] | None:
         found = self._rows(CONTROL_ACTION, "WHERE action_id = ?", (action_id,))
         return found[0] if found else None
+
+    def actions_of(self, decision_id: str) -> list[dict[str, Any]]:
+        """Every action of one decision (a retry adds one), oldest first."""
+        return self._rows(CONTROL_ACTION, "WHERE decision_id = ?", (decision_id,),
+                          "ORDER BY executed_at, action_id")
 
     def history(self) -> list[ActionRecord]:
         """Every action that ran (succeeded), as the rules' limits count them."""

@@ -43,9 +43,12 @@ class ControlError(ValueError):
     """A request the loop cannot carry out (unknown decision, wrong status, ...)."""
 
 
-def action_id_of(decision_id: str) -> str:
-    """One action per decision, with a stable id (the webhook's Idempotency-Key)."""
-    return hashlib.sha256(f"action\x1f{decision_id}".encode()).hexdigest()[:20]
+def action_id_of(decision_id: str, attempt: int = 0) -> str:
+    """One action per decision, with a stable id (the webhook's Idempotency-Key); a retry
+    on purpose (`retry`) is the decision's next attempt, a new action with an id of its
+    own."""
+    tail = f"\x1f{attempt}" if attempt else ""
+    return hashlib.sha256(f"action\x1f{decision_id}{tail}".encode()).hexdigest()[:20]
 
 
 @dataclass
@@ -128,6 +131,42 @@ class ControlService:
         self._record_decision(row, report)
         return self._execute(row, now_ms, report)
 
+    def retry(self, decision_id: str, now_ms: int) -> dict[str, Any]:
+        """Execute on purpose a decision whose action failed, whose action was claimed but
+        never answered (the sender stopped mid-request: check the receiver first), or that
+        was made in dry_run: as a new action (the decision's next attempt, a new
+        idempotency key), the limits checked as now. Returns the new action's row."""
+        row = self.ledger.decision(decision_id)
+        if row is None:
+            raise ControlError(f"no decision {decision_id} in the warehouse")
+        actions = self.ledger.actions_of(decision_id)
+        stuck = [a for a in actions if a["status"] == "sending"]
+        if row["status"] not in ("failed", "dry_run") and not stuck:
+            raise ControlError(
+                f"decision {decision_id} is {row['status']}: only a failed or dry-run "
+                "decision, or one whose action never got an answer, can be retried"
+                + (" (approve it instead)" if row["status"] == "awaiting_approval" else ""))
+        if any(a["status"] == "succeeded" for a in actions):
+            raise ControlError(f"decision {decision_id} has an action that succeeded; "
+                               "it is not sent again")
+        if row["rule"] not in self.rules:
+            raise ControlError(f"decision {decision_id}: its rule {row['rule']!r} is not in "
+                               "the config any more")
+        rule = self.rules[row["rule"]]
+        parameters = json.loads(row["parameters"])
+        blocked_by, percent = check_limits(rule, row["target"], self.ledger.history(), now_ms,
+                                           parameters.get("requested_percent"))
+        if blocked_by is not None:
+            raise ControlError(f"decision {decision_id} is blocked by {blocked_by} now; "
+                               "it was not executed")
+        if percent is not None:
+            parameters["percent"] = percent
+        row = {**row, "status": "approved", "parameters": json.dumps(parameters,
+                                                                     sort_keys=True)}
+        report = StepReport()
+        self._record_decision(row, report)
+        return self._execute(row, now_ms, report, attempt=len(actions))
+
     # -- the steps ------------------------------------------------------------------------
     def _decision_row(self, decision: Decision, baseline: float, now_ms: int
                       ) -> dict[str, Any]:
@@ -146,9 +185,9 @@ class ControlService:
         if self.metrics is not None:
             self.metrics.decisions.labels(row["rule"], row["status"]).inc()
 
-    def _execute(self, decision: dict[str, Any], now_ms: int, report: StepReport
-                 ) -> dict[str, Any]:
-        request = {"action_id": action_id_of(decision["decision_id"]),
+    def _execute(self, decision: dict[str, Any], now_ms: int, report: StepReport,
+                 attempt: int = 0) -> dict[str, Any]:
+        request = {"action_id": action_id_of(decision["decision_id"], attempt),
                    "decision_id": decision["decision_id"], "rule": decision["rule"],
                    "target": decision["target"], "action": decision["action"],
                    "parameters": json.loads(decision["parameters"]),
@@ -159,8 +198,8 @@ class ControlService:
             _count(report.actions, action["status"])
             if self.metrics is not None:
                 self.metrics.actions.labels(action["executor"], action["status"]).inc()
-        final = "executed" if action["status"] == "succeeded" else "failed"
-        if decision["status"] != final:
+        final = {"succeeded": "executed", "failed": "failed"}.get(action["status"])
+        if final is not None and decision["status"] != final:  # not while another sends
             self._record_decision({**decision, "status": final}, report)
         return action
 

@@ -18,9 +18,9 @@ from pipelines.control.executors import WebhookExecutor
 from pipelines.control.inputs import KafkaInputs
 from pipelines.control.ledger import KafkaPublisher, Ledger
 from pipelines.control.service import ControlService
+from pipelines.control.signing import verify_request
 from pipelines.control.state import ControlState
 from pipelines.kafka.io import producer, read_all
-from pipelines.reconcile.alerts import verify
 from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
 from tests.unit.test_control_executors import Receiver
@@ -75,8 +75,8 @@ def test_control_loop_decides_executes_and_verifies(kafka: str, topic: Callable[
             assert sorted((s["action"], s["target"]) for s in sent) == [
                 ("budget_change", "spring_sale"), ("scale", HOT)]
             for request in receiver.requests:
-                assert verify(Secret("k3y"), request["raw"],
-                              request["headers"]["X-Seedance-Signature"])
+                assert verify_request(Secret("k3y"), "POST", request["path"],
+                                      request["headers"], request["raw"]).act
                 assert request["headers"]["Idempotency-Key"] == json.loads(
                     request["raw"])["action_id"]
             stored = warehouse.query("SELECT a.status, d.action, d.status FROM control_actions a"
@@ -84,7 +84,10 @@ def test_control_loop_decides_executes_and_verifies(kafka: str, topic: Callable[
             assert sorted(stored) == [("succeeded", "budget_change", "executed"),
                                       ("succeeded", "scale", "executed")]
             on_topic = [json.loads(value) for _, value in read_all(kafka, actions)]
-            assert sorted(m["kind"] for m in on_topic) == ["action"] * 2 + ["decision"] * 4
+            # each action claimed (sending), then its outcome; each decision twice
+            assert sorted(m["kind"] for m in on_topic) == ["action"] * 4 + ["decision"] * 4
+            assert sorted(m["status"] for m in on_topic if m["kind"] == "action") == [
+                "sending", "sending", "succeeded", "succeeded"]
             ids = {s["action"]: s["action_id"] for s in sent}
 
             # the pool is still hot after its settle time: the scale-out failed to help

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 
 from pipelines.control.executors import WarehouseExecutor, WebhookExecutor, run_action
 from pipelines.control.ledger import Ledger, MemoryPublisher
-from pipelines.reconcile.alerts import verify
+from pipelines.control.signing import ReplayGuard, verify_request
 from pipelines.reconcile.config import WebhookSection
 from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
@@ -30,6 +31,7 @@ class Receiver:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answers: list[int] = []
+        self.delay_s = 0.0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,6 +40,7 @@ class Receiver:
                 receiver.requests.append({"path": self.path, "raw": raw,
                                           "headers": dict(self.headers.items())})
                 status = receiver.answers.pop(0) if receiver.answers else 200
+                time.sleep(receiver.delay_s)
                 self.send_response(status)
                 self.end_headers()
 
@@ -89,8 +92,11 @@ def test_signed_request_with_idempotency_key(receiver, ledger):
     (sent,) = receiver.requests
     assert json.loads(sent["raw"]) == request()
     assert sent["headers"]["Idempotency-Key"] == "a1"
-    assert verify(Secret(SECRET), sent["raw"], sent["headers"]["X-Seedance-Signature"])
-    assert not verify(Secret("other"), sent["raw"], sent["headers"]["X-Seedance-Signature"])
+    guard = ReplayGuard()
+    assert verify_request(Secret(SECRET), "POST", sent["path"], sent["headers"], sent["raw"],
+                          guard).act
+    assert not verify_request(Secret("other"), "POST", sent["path"], sent["headers"],
+                              sent["raw"]).genuine
     assert ledger.action("a1") == row
 
 
@@ -150,5 +156,30 @@ def test_the_secret_is_in_no_log_row_or_message(receiver, ledger, caplog):
 def test_the_warehouse_executor_records_the_action(ledger):
     row, ran = run_action(ledger, WarehouseExecutor(), request(), 0, 60)
     assert ran and (row["executor"], row["status"]) == ("warehouse", "succeeded")
-    (message,) = ledger.publisher.messages  # type: ignore[attr-defined]
+    # claimed, then its outcome: both on the topic, in that order
+    claim, message = ledger.publisher.messages  # type: ignore[attr-defined]
+    assert (claim["status"], message["status"]) == ("sending", "succeeded")
     assert message["kind"] == "action" and message["action_id"] == "a1"
+
+
+def test_two_senders_of_one_action_send_it_once(receiver, tmp_path):
+    """`control approve` beside `control run` (two processes, one warehouse): the action is
+    claimed in control_actions before it is sent, so exactly one of them sends it."""
+    receiver.delay_s = 0.5  # the first request is still in flight when the second comes
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    Warehouse(url).close()
+    rows: list[tuple[dict[str, Any], bool]] = []
+
+    def send() -> None:
+        with Warehouse(url) as warehouse:
+            executor, _ = webhook(receiver.url)
+            rows.append(run_action(Ledger(warehouse, MemoryPublisher()), executor, request(),
+                                   int(time.time() * 1000), 0))
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(receiver.requests) == 1
+    assert sorted(ran for _, ran in rows) == [False, True]

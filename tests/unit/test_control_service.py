@@ -164,7 +164,8 @@ def test_auto_executes_once_and_re_evaluation_changes_nothing(warehouse):
     assert len(loop.executor.requests) == 2 and len(loop.publisher.messages) == published
     assert report.decisions == report_later.decisions == {}
     kinds = [m["kind"] for m in loop.publisher.messages]
-    assert kinds.count("action") == 2 and kinds.count("decision") == 4  # approved, executed
+    # each action claimed, then answered; each decision approved, then executed
+    assert kinds.count("action") == 4 and kinds.count("decision") == 4
 
 
 def test_approval_flow(warehouse):
@@ -286,3 +287,59 @@ def test_approval_checks_the_limits_again_at_execution(warehouse):
         loop.service.approve(waiting[1][1], NOW + 303_000)
     assert len(loop.executor.requests) == 1
     assert loop.ledger.decision(waiting[1][1])["status"] == "blocked"
+
+
+def test_retry_executes_a_failed_or_dry_run_decision_on_purpose_as_a_new_action(warehouse):
+    loop = Loop(warehouse, "auto")
+    loop.executor.ok = False
+    loop.feed(roi_history())
+    loop.service.step(NOW)
+    (row,) = loop.decisions().values()
+    decision = row["decision_id"]
+    assert row["status"] == "failed"
+    loop.service.step(NOW + 1000)  # the loop never sends a failed action again by itself
+    assert len(loop.executor.requests) == 1
+    loop.executor.ok = True
+    action = loop.service.retry(decision, NOW + 2000)
+    first, second = loop.executor.requests
+    assert action["status"] == "succeeded" and second["action_id"] != first["action_id"]
+    assert [a["status"] for a in loop.ledger.actions_of(decision)] == ["failed", "succeeded"]
+    assert loop.ledger.decision(decision)["status"] == "executed"
+    with pytest.raises(ControlError, match="is executed: only a failed or dry-run decision"):
+        loop.service.retry(decision, NOW + 3000)
+    # a decision made in dry_run
+    dry = Loop(warehouse, "dry_run")
+    dry.feed(roi_history(dropped="autumn_sale"))
+    dry.service.step(NOW)
+    (made,) = [r for r in dry.decisions().values() if r["target"] == "autumn_sale"]
+    assert made["status"] == "dry_run" and dry.executor.requests == []
+    assert dry.service.retry(made["decision_id"], NOW + 1000)["status"] == "succeeded"
+    assert len(dry.executor.requests) == 1
+
+
+def test_an_action_claimed_but_never_answered_is_not_sent_again_until_retried(warehouse):
+    """The sender stopped mid-request (its claim, status sending, is all that is recorded):
+    neither a later step nor approve sends it again; retry does, as a new action."""
+    loop = Loop(warehouse, "approval")
+    loop.feed(roi_history())
+    loop.service.step(NOW)
+    (row,) = loop.decisions().values()
+    decision = row["decision_id"]
+
+    class Crash(Exception):
+        pass
+
+    def crash(request: dict[str, Any]) -> Any:
+        raise Crash
+    loop.executor.execute = crash  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        loop.service.approve(decision, NOW + 1000)
+    (claimed,) = loop.ledger.actions_of(decision)
+    assert claimed["status"] == "sending"
+    loop.executor = Recorder()
+    loop.service = ControlService(loop.config, loop.state, loop.ledger, loop.executor)
+    loop.service.step(NOW + 2000)  # approved, then interrupted: the claim holds
+    assert loop.service.approve(decision, NOW + 3000)["status"] == "sending"
+    assert loop.executor.requests == []
+    action = loop.service.retry(decision, NOW + 4000)
+    assert action["status"] == "succeeded" and len(loop.executor.requests) == 1
