@@ -9,6 +9,7 @@ operations. `records_of` and `events_of` convert to and from `schemas.records`.
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, TypeVar
 
@@ -172,6 +173,38 @@ def pack(events: EventColumns) -> bytes:
 
 def unpack(data: bytes) -> EventColumns:
     return unpack_parts(pickle.loads(data))
+
+
+def order_rows_of_parts(parts: tuple) -> list[tuple]:
+    """The orders of a batch in `pack`'s form before pickling, as tuples in Conversion's
+    field order, without unpacking its touches."""
+    _, n_orders, _, orders = parts
+    if not n_orders:
+        return []
+    columns = [_unpack_column(packed, _DTYPES.get(name, object), n_orders).tolist()
+               for name, packed in zip(OrderColumns._fields, orders, strict=True)]
+    return list(zip(*columns, strict=True))
+
+
+def order_rows(orders: OrderColumns) -> list[tuple]:
+    """Orders as tuples in Conversion's field order."""
+    return list(zip(*(column.tolist() for column in orders), strict=True))
+
+
+def without_orders(events: EventColumns, copies: Counter[tuple]) -> EventColumns | None:
+    """The batch without these order copies (rows in Conversion's field order), each taken
+    as many times as counted; `copies` is counted down by what was taken. None: none of
+    them is in the batch."""
+    if not len(events.orders.ts_ms):
+        return None
+    keep = np.ones(len(events.orders.ts_ms), bool)
+    for at, row in enumerate(order_rows(events.orders)):
+        if copies.get(row, 0) > 0:
+            copies[row] -= 1
+            keep[at] = False
+    if keep.all():
+        return None
+    return EventColumns(events.touches, take(events.orders, keep))
 
 
 def unpack_parts(parts: tuple) -> EventColumns:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ from schemas.events import (
     earliest,
     size,
     take,
+    without_orders,
 )
 from udfs.journey_columns import (
     NONE,
@@ -148,6 +150,28 @@ class JourneyBook(UserColumns):
             changes.batches[batch_id] = events
         return late, changes
 
+    def withdraw_orders(self, copies: Counter[tuple]) -> dict[int, Counter[tuple]]:
+        """Take these order copies (rows in Conversion's field order; a duplicate the
+        order check turned down) out of the waiting batches, each as often as counted
+        (`copies` is counted down by what was found): what was taken, per batch id, for
+        the engine to take out of its stored batches too."""
+        taken: dict[int, Counter[tuple]] = {}
+        for batch_id in sorted(self.batches):
+            if not +copies:
+                break
+            before = +copies
+            kept = without_orders(self.batches[batch_id], copies)
+            if kept is None:
+                continue
+            taken[batch_id] = before - +copies
+            if size(kept):
+                self.batches[batch_id] = kept  # its heap entry may be early: harmless
+            else:
+                del self.batches[batch_id]
+                self._cut_batches.discard(batch_id)
+                self._finished_batches.add(batch_id)  # removed at the next compaction
+        return taken
+
     def next_due(self) -> int | None:
         """The earliest event time at which `advance` has something to do."""
         due = min(self._batch_due[0][0] if self._batch_due else NEVER, self._next_wake)
@@ -207,7 +231,9 @@ class JourneyBook(UserColumns):
         touches: list[TouchColumns] = []
         orders: list[OrderColumns] = []
         for batch_id in due_batches:
-            events = self.batches.pop(batch_id)
+            events = self.batches.pop(batch_id, None)
+            if events is None:  # all its events withdrawn
+                continue
             touch_due = events.touches.ts_ms <= watermark
             order_due = events.orders.ts_ms <= watermark
             if touch_due.all() and order_due.all():
@@ -220,7 +246,7 @@ class JourneyBook(UserColumns):
             self._wait(batch_id, EventColumns(take(events.touches, ~touch_due),
                                               take(events.orders, ~order_due)))
             self._cut_batches.add(batch_id)
-        if not due_batches:
+        if not touches:
             return EMPTY
         return EventColumns(concat(touches), concat(orders))
 

@@ -41,16 +41,20 @@ class OrderLedger:
                 seen[order_id] = added[order_id] = ts
         return keep, added
 
-    def admit_earliest(self, order_ids: np.ndarray, ts_ms: np.ndarray, user_ids: np.ndarray,
-                       span_ids: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
-        """As `admit`, taking the copies by (event time, user, span) rather than as they
-        came: of copies that are due together, the earliest is kept, whatever the order in
-        which partitions delivered them."""
-        order = sorted(range(len(order_ids)), key=lambda at: (
-            int(ts_ms[at]), str(user_ids[at]), str(span_ids[at])))
-        keep_sorted, added = self.admit(order_ids[order], ts_ms[order])
-        keep = np.empty(len(order_ids), bool)
-        keep[order] = keep_sorted
+    def admit_earliest(self, copies: list[tuple[str, int, str, str]]
+                       ) -> tuple[list[bool], dict[str, int]]:
+        """As `admit`, for copies (order id, event time, user, span) taken by (event time,
+        user, span) rather than as they came: of copies due together the earliest is kept,
+        whatever the order in which partitions delivered them. Whether each is a first
+        copy (in the given order), and the ids newly remembered."""
+        order = sorted(range(len(copies)), key=lambda at: copies[at][1:])
+        keep = [False] * len(copies)
+        added: dict[str, int] = {}
+        for at in order:
+            order_id, ts = copies[at][0], copies[at][1]
+            if order_id not in self.seen:
+                self.seen[order_id] = added[order_id] = ts
+                keep[at] = True
         return keep, added
 
     def expire(self, watermark: int) -> list[str]:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError
+from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
 from pipelines.flink.standalone import ClusterError, StandaloneFlink
 
 
@@ -15,9 +15,13 @@ def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p = sub.add_parser("cluster", help="a standalone Flink cluster on loopback: up, down, "
                                        "status; submit and stop jobs with `flink`")
     actions = p.add_subparsers(dest="action", required=True)
-    up = actions.add_parser("up", help="start a JobManager and TaskManagers")
-    up.add_argument("--task-managers", type=int, default=2)
-    up.add_argument("--slots", type=int, default=1, help="task slots per TaskManager")
+    up = actions.add_parser(
+        "up", help="start a JobManager and TaskManagers; on a running cluster, start the "
+                   "TaskManagers missing from --task-managers (replacing lost ones)")
+    up.add_argument("--task-managers", type=positive_int, default=2)
+    up.add_argument("--slots", type=positive_int, default=1,
+                    help="task slots per TaskManager; a job at parallelism p takes p slots, "
+                         "so 2 x 1 runs one job at parallelism 2 (or two at 1) at a time")
     actions.add_parser("down", help="stop the cluster")
     actions.add_parser("status", help="TaskManagers, slots and jobs")
     submit = actions.add_parser("submit", help="flink run --python jobs/flink_entry.py")
@@ -46,9 +50,13 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     cluster = StandaloneFlink()
     try:
         if args.action == "up":
+            before = cluster.live_task_managers() if cluster.info() else 0
             info = cluster.up(args.task_managers, args.slots)
-            print(f"Flink cluster up: {info.task_managers} TaskManagers x "
-                  f"{info.slots_per_task_manager} slots, web UI and REST {info.rest}\n"
+            started = max(info.task_managers - before, 0)
+            print(f"Flink cluster up: {info.task_managers} TaskManagers running "
+                  f"({started} started now) x {info.slots_per_task_manager} slots = "
+                  f"{info.task_managers * info.slots_per_task_manager} slots (a job at "
+                  f"parallelism p takes p), web UI and REST {info.rest}\n"
                   f"  logs {cluster.home / 'log'}")
         elif args.action == "down":
             cluster.down()

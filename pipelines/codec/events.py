@@ -204,14 +204,13 @@ def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
 _NONE = np.zeros(0, np.int64)
 
 
-def by_order_bucket(orders: OrderColumns, buckets: int) -> dict[int, OrderColumns]:
-    """Orders by the bucket of their order id: copies of one order meet in one bucket,
-    whatever user sent them."""
-    if not len(orders.ts_ms):
-        return {}
-    bucket = np.fromiter((bucket_of(order_id, buckets) for order_id in orders.order_id.tolist()),
-                         np.int32, len(orders.ts_ms))
-    return {key: take(orders, rows) for key, rows in _split(bucket).items()}
+def by_order_bucket(orders: list[tuple], buckets: int) -> dict[int, list[tuple]]:
+    """Orders (tuples in Conversion's field order) by the bucket of their order id: copies
+    of one order meet in one bucket, whatever user sent them."""
+    out: dict[int, list[tuple]] = {}
+    for order in orders:
+        out.setdefault(bucket_of(order[2], buckets), []).append(order)
+    return out
 
 
 def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:

@@ -5,6 +5,7 @@ closed journeys go on to the data-driven fit."""
 from __future__ import annotations
 
 import pickle
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,13 +20,14 @@ from pipelines.flink.operator_support import (
     CONVERSIONS,
     LATE_EVENTS,
     PICKLE_PROTOCOL,
+    WITHDRAWN,
     Batch,
     collect_garbage_rarely,
     event_json,
     put_all,
 )
 from schemas import rows
-from schemas.events import pack, records_of, size, unpack
+from schemas.events import pack, records_of, size, unpack, without_orders
 from udfs.attribution import per_conversion_credit_rows
 from udfs.data_driven import closed_by_period
 from udfs.journey_book import Changes, JourneyBook, Progress
@@ -54,9 +56,10 @@ def conversion_rows(converted: ConvertedJourneys) -> list[tuple[Any, ...]]:
 class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     """Per bucket of users: a JourneyBook in memory, what it reports stored in keyed state.
 
-    Orders come through the duplicate check (pipelines/flink/dedup_orders.py), touches
-    straight from the decoder. Events older than the watermark on arrival go to the late
-    side output; the others wait
+    Every event comes from the decoder; the duplicate check (pipelines/flink/
+    dedup_orders.py) withdraws the order copies that do not count (a WITHDRAWN batch)
+    before the watermark that would step them comes. Events older than the watermark on
+    arrival go to the late side output; the others wait
     in the book. One timer per bucket, at the earliest time the book has something to do
     (a waiting event, a journey that could close unconverted, an order history running
     out), brings the whole bucket up to the watermark in one call. State per bucket: the
@@ -88,6 +91,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.legacy = LegacyBookState(runtime_context)  # as earlier versions stored the book
         self.books: dict[int, JourneyBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
+        # duplicate copies to withdraw that had not arrived yet (Counter of order rows)
+        self.unmatched = runtime_context.get_state(
+            ValueStateDescriptor("orders-to-withdraw", Types.PICKLED_BYTE_ARRAY()))
 
     def _book(self, bucket: int) -> JourneyBook:
         book = self.books.get(bucket)
@@ -147,18 +153,46 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.timers[bucket] = due
 
     def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        bucket, _, payload = value
+        bucket, newest_ts, payload = value
         book = self._book(bucket)
+        if newest_ts == WITHDRAWN:
+            self._withdraw(book, Counter(pickle.loads(payload)))
+            return
+        events, as_came = unpack(payload), True
+        unmatched = self._unmatched()
+        if unmatched:  # a copy turned down before it came here
+            kept = without_orders(events, unmatched)
+            if kept is not None:
+                events, as_came = kept, False
+                self.unmatched.update(pickle.dumps(+unmatched, PICKLE_PROTOCOL))
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(unpack(payload), watermark)
+        late, changes = book.add(events, watermark)
         if size(late):
             for event in records_of(late):
                 yield LATE_EVENTS, event_json(event, max(watermark, book.watermark))
-        else:  # the batch is stored as it came (no need to encode it again)
+        elif as_came:  # the batch is stored as it came (no need to encode it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
         self._store(changes)
         self._schedule(bucket, book, ctx)
+
+    def _unmatched(self) -> Counter[tuple]:
+        stored = self.unmatched.value()
+        return pickle.loads(stored) if stored is not None else Counter()
+
+    def _withdraw(self, book: JourneyBook, copies: Counter[tuple]) -> None:
+        """Duplicates the order check turned down: out of the waiting batches, in memory
+        and stored (a stored batch may hold more than the waiting part: the part already
+        stepped, replayed after a restore); copies not here yet wait for their batch."""
+        for batch_id, taken in book.withdraw_orders(copies).items():
+            stored = self.batches.get(batch_id)
+            whole = None if stored is None else without_orders(unpack(stored), taken)
+            if whole is not None and size(whole):
+                self._put_all(self.batches, {batch_id: pack(whole)})
+            elif whole is not None:
+                self.batches.remove(batch_id)
+        if +copies:
+            self.unmatched.update(pickle.dumps(self._unmatched() + copies, PICKLE_PROTOCOL))
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         bucket = ctx.get_current_key()
@@ -166,6 +200,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         advanced = book.advance(watermark)
         self._store(advanced.changes)
+        unmatched = self._unmatched()
+        if unmatched:  # a copy at or before the watermark would come late: not waited for
+            self.unmatched.update(pickle.dumps(Counter(
+                {row: n for row, n in unmatched.items() if row[1] > watermark}),
+                PICKLE_PROTOCOL))
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
         converted = advanced.closed.converted

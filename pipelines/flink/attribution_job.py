@@ -3,15 +3,15 @@
 ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per message;
          protobuf read by the C scanner, pipelines/codec/events.py), touches and orders as
          columns split into batches by user bucket (one record per message and bucket)
-transform  event-time watermarks; orders first keyed by order id (pipelines/flink/
-           dedup_orders.py: one copy of an order counts, whatever user sent it), then
-           touches and orders keyed by user bucket -> each bucket's users in one
+transform  event-time watermarks -> key by bucket -> each bucket's users in one
            `udfs.journey_book.JourneyBook`: events wait until the watermark passes, then
            every user's are stepped in event order, and the conversions one watermark
            closes are credited together (one table per model); closed journeys
            (converting or not) go on, a batch per step, to one keyed operator that keeps
            path counts and refits the data-driven models (shapley, markov) once per period
-           (udfs/data_driven.py)
+           (udfs/data_driven.py); beside it every order, keyed by order id, through
+           the duplicate check (pipelines/flink/dedup_orders.py: one copy of an order
+           counts, whatever user sent it; the others are withdrawn from their journeys)
 write    credits (JSON tables of rows, see pipelines/codec/credit_messages.py), conversions, dead
          letters and late events to Kafka with exactly-once sinks
 
@@ -80,14 +80,15 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
     process_mode = config.flink.python_execution_mode == "process"
-    # an order counts once whatever user sent it: checked by order id before its journey
-    first_orders = (decoded.get_side_output(ORDERS)
-                    .key_by(lambda batch: batch[0], key_type=Types.INT())
-                    .process(DedupOrders(config.flink.user_buckets,
-                                         settings.journey.duplicate_order_ms, process_mode,
-                                         config.topics.spans))
-                    .name("dedup-orders").uid("dedup-orders-by-order-id"))
-    attributed = (decoded.union(first_orders)
+    # an order counts once whatever user sent it: checked by order id, the copies that do
+    # not count withdrawn from their journeys
+    withdrawals = (decoded.get_side_output(ORDERS)
+                   .key_by(lambda rows: rows[0], key_type=Types.INT())
+                   .process(DedupOrders(config.flink.user_buckets,
+                                        settings.journey.duplicate_order_ms, process_mode,
+                                        config.topics.spans))
+                   .name("dedup-orders").uid("dedup-orders-by-order-id"))
+    attributed = (decoded.union(withdrawals)
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(settings.journey, per_conversion, params,
                                              settings.refit_every_ms if data_driven else None,
@@ -106,7 +107,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     # the decoder counts its own in its accounting
     late_on_arrival = attributed.get_side_output(LATE_EVENTS)
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
-    duplicates = first_orders.get_side_output(DUPLICATE_ORDERS)
+    duplicates = withdrawals.get_side_output(DUPLICATE_ORDERS)
     accounting = (decoded.get_side_output(ACCOUNTING)
                   .union(late_on_arrival.map(lambda _: ONE_LATE,
                                              output_type=Types.PICKLED_BYTE_ARRAY())

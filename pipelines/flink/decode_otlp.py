@@ -34,15 +34,13 @@ from pipelines.flink.operator_support import (
     event_json,
 )
 from schemas.events import (
-    EMPTY,
     EventColumns,
-    OrderColumns,
-    concat,
     newest,
+    order_rows,
+    order_rows_of_parts,
     pack,
     records_of,
     take,
-    unpack_parts,
 )
 from schemas.records import DeadLetter
 
@@ -51,9 +49,10 @@ log = logging.getLogger(__name__)
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """One Kafka record (a whole OTLP batch, framed by the source: pipelines/codec/frame.py)
-    -> touchpoints as columns, in batches per user bucket: (bucket, newest event time,
-    packed EventColumns); orders on the ORDERS side output in batches per bucket of order
-    id, the same form, for the duplicate check (pipelines/flink/dedup_orders.py).
+    -> touchpoints and orders as columns, in batches per user bucket: (bucket, newest event
+    time, packed EventColumns); and every order, by the bucket of its order id, on the
+    ORDERS side output to the duplicate check (pipelines/flink/dedup_orders.py), which
+    withdraws from its journey a copy that does not count.
 
     An event is late when it is not newer than its partition's newest event time before it
     (the source's header says), or an earlier event of its own message, minus the allowed
@@ -112,19 +111,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         if isinstance(decoded, PackedMessage):
             if self._none_late(decoded.ts_ms, newest_before):
                 # the common case, every span plain and none late: the scanner's buckets
-                # as they are, their orders taken out
-                orders: list[OrderColumns] = []
+                # as they are
+                orders: list[tuple] = []
                 for bucket, (batch_newest, events) in decoded.buckets.items():
-                    if not events[1]:
-                        out.append((bucket, batch_newest,
-                                    pickle.dumps(events, PICKLE_PROTOCOL)))
-                        continue
-                    columns = unpack_parts(events)
-                    orders.append(columns.orders)
-                    if len(columns.touches.ts_ms):
-                        touches = EventColumns(columns.touches, EMPTY.orders)
-                        out.append((bucket, newest(touches), pack(touches)))
-                out.extend(self._orders(concat(orders) if orders else EMPTY.orders))
+                    out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
+                    orders += order_rows_of_parts(events)
+                out.extend(self._orders(orders))
                 used = len(decoded.ts_ms)
                 out.append((ACCOUNTING, counted(
                     messages=1, records_in=decoded.spans, used=used,
@@ -146,10 +138,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             late_count = int(late_touches.sum() + late_orders.sum())
             if late_count:
                 out.extend(self._late_json(decoded, late_touches, late_orders, bounds))
-            no_orders = np.zeros(len(orders.ts_ms), bool)
-            for bucket, events in by_bucket(decoded, ~late_touches, no_orders).items():
+                batches = by_bucket(decoded, ~late_touches, ~late_orders)
+            else:
+                batches = by_bucket(decoded)
+            for bucket, events in batches.items():
                 out.append((bucket, newest(events), pack(events)))
-            out.extend(self._orders(take(orders, ~late_orders)))
+            out.extend(self._orders(order_rows(take(orders, ~late_orders))))
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         out.append((ACCOUNTING, counted(
@@ -160,11 +154,10 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         # of it behind but its dead letter
         yield from out
 
-    def _orders(self, orders: OrderColumns) -> Iterator[Any]:
+    def _orders(self, orders: list[tuple]) -> Iterator[Any]:
         """Orders to the duplicate check, by the bucket of their order id."""
         for key, part in by_order_bucket(orders, self.buckets).items():
-            events = EventColumns(EMPTY.touches, part)
-            yield ORDERS, (key, newest(events), pack(events))
+            yield ORDERS, (key, 0, part)
 
     @staticmethod
     def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:

@@ -1,25 +1,27 @@
 """The attribution job's duplicate check: an order counts once, whatever user sent it.
 
-Keyed by the bucket of the order id (the decoder routes orders there: copies of one order
-from users in different user buckets meet here). Orders wait for the watermark, as they
-would in their journey book anyway; when it passes them, the copies due together are
-admitted earliest first (udfs.order_ledger.OrderLedger.admit_earliest: event time, then
-user and span), so which copy is credited does not depend on the partitions' timing. The
-first copies go on to their user's bucket (the journeys operator), every other copy is a
-dead letter with reason duplicate_order. The ids are remembered for the duplicate horizon
+Every order goes to its journey (in its user bucket's batch) and, as a row, here: keyed by
+the bucket of its order id, so copies of one order from users in different buckets meet.
+The rows wait for the watermark (their journeys wait for it too); when it passes them,
+the copies due together are admitted earliest first (udfs.order_ledger.OrderLedger.
+admit_earliest: event time, then user and span), so which copy counts does not depend on
+the partitions' timing. Every other copy is a dead letter with reason duplicate_order and
+is withdrawn from its journey: a WITHDRAWN record to its user bucket, which reaches the
+journeys before the watermark that would step the copy does (it is emitted before this
+operator passes that watermark on). The ids are remembered for the duplicate horizon
 (`journey.duplicate_order_days`, default the lookback).
 
-An order already behind the watermark when it comes (its partition was idle, its reader
-behind) cannot wait: it is checked against the ids seen and passed on at once (its journey
-book takes it as late).
+Only rejected copies travel on, so the common case costs one small record per message and
+order bucket. An order already behind the watermark when it comes (its partition was idle)
+is decided at once.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
@@ -28,34 +30,40 @@ from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor
 from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.flink.operator_support import (
     DUPLICATE_ORDERS,
-    Batch,
+    PICKLE_PROTOCOL,
+    WITHDRAWN,
     collect_garbage_rarely,
     put_all,
 )
-from schemas.events import EMPTY, EventColumns, OrderColumns, concat, newest, pack, take, unpack
-from schemas.records import DeadLetter
+from schemas.records import Conversion, DeadLetter
 from udfs.journey_book import bucket_of
 from udfs.order_ledger import OrderLedger
 
+OrderRows = tuple[int, int, list[tuple]]  # (order bucket, 0, rows in Conversion's order)
+
 
 class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
-    """Per bucket of order ids: the orders waiting for the watermark (list state, packed
-    batches) and the ids of the horizon (map state, id -> first copy's event time)."""
+    """Per bucket of order ids: the order rows waiting for the watermark (a list of the
+    records' rows) and the ids of the horizon (map state, id -> first copy's event
+    time)."""
 
     def __init__(self, buckets: int, horizon_ms: int, process_mode: bool,
                  source: str = "") -> None:
-        self.buckets = buckets  # the user buckets the first copies go on to
+        self.buckets = buckets  # the user buckets withdrawals go to
         self.horizon_ms = horizon_ms
         self.process_mode = process_mode
         self.source = source
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
+        # appended to per record, read whole only when the watermark passes some (a list
+        # rewritten per record would cost in proportion to what waits: much in a catch-up)
         self.waiting = runtime_context.get_list_state(
             ListStateDescriptor("orders-waiting", Types.PICKLED_BYTE_ARRAY()))
         self.seen = runtime_context.get_map_state(
             MapStateDescriptor("orders-seen", Types.STRING(), Types.LONG()))
         self.ledgers: dict[int, OrderLedger] = {}
+        self.timers: dict[int, int] = {}  # key -> the timer last registered
 
     def _ledger(self, key: int) -> OrderLedger:
         ledger = self.ledgers.get(key)
@@ -64,51 +72,55 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
             self.ledgers[key] = ledger
         return ledger
 
-    def process_element(self, value: Batch, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        key, _, payload = value
-        orders = unpack(payload).orders
+    def process_element(self, value: OrderRows,
+                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        key, _, rows = value
         timers = ctx.timer_service()
-        behind = orders.ts_ms <= timers.current_watermark()
-        if behind.any():
-            yield from self._admit(key, take(orders, behind))
-            orders = take(orders, ~behind)
-        if len(orders.ts_ms):
-            self.waiting.add(pack(EventColumns(EMPTY.touches, orders)))
-            for ts in set(orders.ts_ms.tolist()):
-                timers.register_event_time_timer(ts)
+        watermark = timers.current_watermark()
+        behind = [row for row in rows if row[1] <= watermark]
+        if behind:
+            yield from self._decide(key, behind)
+        ahead = [row for row in rows if row[1] > watermark]
+        if ahead:
+            self.waiting.add(ahead)
+            due = min(row[1] for row in ahead)
+            pending = self.timers.get(key)
+            if pending is None or due < pending:
+                timers.register_event_time_timer(due)
+                self.timers[key] = due
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         key = ctx.get_current_key()
-        watermark = max(timestamp, ctx.timer_service().current_watermark())
-        waiting = [unpack(batch).orders for batch in self.waiting.get() or []]
-        if waiting:
-            orders = concat(waiting)
-            due = orders.ts_ms <= watermark
-            if due.any():
-                yield from self._admit(key, take(orders, due))
-                rest = take(orders, ~due)
-                self.waiting.update([pack(EventColumns(EMPTY.touches, rest))]
-                                    if len(rest.ts_ms) else [])
-        ledger = self._ledger(key)
-        for order_id in ledger.expire(watermark):
+        timers = ctx.timer_service()
+        watermark = max(timestamp, timers.current_watermark())
+        if self.timers.get(key, watermark) <= watermark:
+            self.timers.pop(key, None)
+        waiting = [row for rows in self.waiting.get() or [] for row in rows]
+        due = [row for row in waiting if row[1] <= watermark]
+        if due:
+            yield from self._decide(key, due)
+            rest = [row for row in waiting if row[1] > watermark]
+            self.waiting.update([rest] if rest else [])
+            if rest:
+                self.timers[key] = min(row[1] for row in rest)
+                timers.register_event_time_timer(self.timers[key])
+        for order_id in self._ledger(key).expire(watermark):
             self.seen.remove(order_id)
 
-    def _admit(self, key: int, orders: OrderColumns) -> Iterator[Any]:
-        keep, added = self._ledger(key).admit_earliest(orders.order_id, orders.ts_ms,
-                                                       orders.user_id, orders.span_id)
+    def _decide(self, key: int, rows: list[tuple]) -> Iterator[Any]:
+        """Admit the first copies (earliest first), dead-letter and withdraw the others."""
+        keep, added = self._ledger(key).admit_earliest(
+            [(row[2], row[1], row[0], row[6]) for row in rows])  # id, time, user, span
+        withdrawn: dict[int, list[tuple]] = {}
+        for row, first in zip(rows, keep, strict=True):
+            if first:
+                continue
+            withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(row)
+            yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
+                "duplicate_order", f"order {row[2]} was seen before (within "
+                f"{self.horizon_ms / 86_400_000:g} days of event time): credited once",
+                orjson.dumps(Conversion(*row)._asdict())), self.source)
         if added:
             put_all(self.seen, added, self.process_mode)
-        for at in np.flatnonzero(~keep).tolist():
-            record = {name: getattr(orders, name)[at] for name in OrderColumns._fields}
-            record["ts_ms"] = int(record["ts_ms"])
-            record["revenue"] = float(record["revenue"])
-            yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
-                "duplicate_order", f"order {record['order_id']} was seen before (within "
-                f"{self.horizon_ms / 86_400_000:g} days of event time): credited once",
-                orjson.dumps(record)), self.source)
-        first = take(orders, keep)
-        users = np.fromiter((bucket_of(user, self.buckets) for user in first.user_id.tolist()),
-                            np.int64, len(first.ts_ms))
-        for bucket in sorted(set(users.tolist())):
-            events = EventColumns(EMPTY.touches, take(first, users == bucket))
-            yield bucket, newest(events), pack(events)
+        for bucket, copies in sorted(withdrawn.items()):
+            yield bucket, WITHDRAWN, pickle.dumps(copies, PICKLE_PROTOCOL)

@@ -17,8 +17,11 @@ DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
 DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
-# orders, from the decoder to the duplicate check: Batch records keyed by order id's bucket
+# orders, from the decoder to the duplicate check: (order id's bucket, 0, rows)
 ORDERS = OutputTag("orders", Types.PICKLED_BYTE_ARRAY())
+# a Batch whose "newest event time" is this carries order copies (rows in Conversion's
+# field order, pickled) to withdraw from the bucket's journeys: duplicates
+WITHDRAWN = -(2**63)
 # credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
 # table_messages.encode_bytes)
 RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())

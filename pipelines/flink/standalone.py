@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +83,17 @@ class StandaloneFlink:
 
     def up(self, task_managers: int = 2, slots: int = 1, timeout_s: float = 120.0,
            taskmanager_memory: str = "1280m") -> ClusterInfo:
-        """Start a JobManager and `task_managers` TaskManagers (idempotent: a running
-        cluster is returned as it is)."""
+        """Start a JobManager and `task_managers` TaskManagers. On a running cluster, the
+        TaskManagers missing from that count (lost ones) are started anew; the info says
+        how many run."""
         running = self.info()
         if running is not None and self._answers(running):
-            return running
+            missing = task_managers - self.live_task_managers()
+            for _ in range(missing):
+                self.start_task_manager()
+            if missing > 0:
+                self.wait_for_live(task_managers, timeout_s)
+            return replace(running, task_managers=self.live_task_managers())
         self.down()
         for sub in ("conf", "lib", "log", "pids"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
@@ -103,6 +109,24 @@ class StandaloneFlink:
 
     def start_task_manager(self) -> None:
         self._script("taskmanager.sh", "start")
+
+    def live_task_managers(self) -> int:
+        """TaskManager processes of this folder that are alive (the JobManager lists a
+        killed one until its heartbeat times out)."""
+        return sum(1 for pid in self._pids("taskexecutor") if _alive(pid))
+
+    def wait_for_live(self, task_managers: int, timeout_s: float = 120.0) -> None:
+        """Until that many TaskManagers run and have registered their slots."""
+        deadline = time.monotonic() + timeout_s
+        while self.live_task_managers() < task_managers and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self.live_task_managers() < task_managers:
+            raise ClusterError(f"{self.live_task_managers()} of {task_managers} TaskManagers "
+                               f"run after {timeout_s:.0f} s; see the logs in "
+                               f"{self.home / 'log'}")
+        info = self._require()
+        self.wait_for_slots(task_managers * info.slots_per_task_manager,
+                            max(1.0, deadline - time.monotonic()))
 
     def down(self) -> None:
         """Stop every TaskManager and the JobManager this folder started."""
@@ -140,6 +164,7 @@ class StandaloneFlink:
         overview = self._get(info, "/overview")
         jobs = self._get(info, "/jobs/overview")["jobs"]
         return {"rest": info.rest, "taskmanagers": overview["taskmanagers"],
+                "taskmanager_processes_alive": self.live_task_managers(),
                 "slots_total": overview["slots-total"],
                 "slots_available": overview["slots-available"],
                 "jobs": [{"id": j["jid"], "name": j["name"], "state": j["state"]}

@@ -265,3 +265,14 @@ def test_the_roi_job_stopped_and_resumed_mid_stream_equals_the_backfill(
     got = final_rows(kafka, roi_topic)
     assert same_rows(got, inputs.expected(config)) == []
     assert conservation_problems(inputs, got, "fully_loaded") == []
+
+
+def test_up_on_a_running_cluster_replaces_a_lost_taskmanager(cluster):
+    """`seedance cluster up` on a running cluster counts the TaskManagers that run, not the
+    ones it once started, and starts the missing ones."""
+    before = cluster.live_task_managers()
+    cluster.kill_task_manager(0)
+    assert cluster.live_task_managers() == before - 1
+    info = cluster.up(task_managers=before, slots=1)
+    assert info.task_managers == before == cluster.live_task_managers()
+    assert cluster.status()["taskmanager_processes_alive"] == before

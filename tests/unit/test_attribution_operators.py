@@ -34,6 +34,7 @@ from pipelines.flink.operator_support import (
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
     ORDERS,
+    WITHDRAWN,
 )
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
@@ -356,3 +357,33 @@ def test_one_order_id_from_users_in_every_bucket_is_credited_once_to_its_earlies
     copies = sorted(json.loads(base64.b64decode(d["payload_base64"]))["user_id"]
                     for d in job.duplicates)
     assert copies == sorted(chosen[1:])
+
+
+def test_a_withdrawal_that_comes_before_its_order_still_takes_it_out():
+    """The check's withdrawal and the order's own batch travel different paths: a
+    withdrawal that reaches the journeys first waits for the copy and takes it out, so the
+    copy is never credited; after a restore too."""
+    t0 = 1_790_000_000 * 10**9
+    second = 10**9
+    events = [PlannedEvent("touchpoint", "early", t0, "email", "weekly"),
+              PlannedEvent("conversion", "early", t0 + 30 * second, order_id="o-1",
+                           revenue=20.0),
+              PlannedEvent("touchpoint", "late", t0 + 40 * second, "display", "retarget"),
+              PlannedEvent("conversion", "late", t0 + 60 * second, order_id="o-1",
+                           revenue=20.0)]
+    messages = _messages(events)
+    probe = Job()
+    rows = [row for message in messages
+            for out in probe.decode.process_element(frame(message, 0, 0, 0, newest_start_ms(
+                message, 2**62), NO_TIME), None)  # type: ignore[arg-type]
+            if out[0] is ORDERS for row in out[1][2]]
+    (copy_row,) = [row for row in rows if row[0] == "late"]
+    job = Job()
+    bucket = bucket_of("late", BUCKETS)
+    job._collect(job.attributing.process(
+        (bucket, WITHDRAWN, pickle.dumps([copy_row])), key=bucket))
+    job = Job(job.checkpoint())  # the waiting withdrawal is kept in state
+    job.deduping.process = lambda *_, **__: []  # type: ignore[method-assign]  # only it
+    finish(run(job, messages))
+    credited = {(c["order_id"], c["user_id"]) for c in job.credits}
+    assert credited == {("o-1", "early")}

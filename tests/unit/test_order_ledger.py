@@ -34,9 +34,9 @@ def test_orders_are_forgotten_once_the_horizon_has_passed_them():
 
 def test_copies_due_together_keep_the_earliest_whatever_their_arrival():
     ledger = OrderLedger(30 * DAY_MS)
-    keep, added = ledger.admit_earliest(ids("o1", "o1", "o2", "o1"), np.array([50, 20, 30, 20]),
-                                        ids("u9", "u5", "u1", "u3"), ids("s1", "s2", "s3", "s4"))
+    keep, added = ledger.admit_earliest([("o1", 50, "u9", "s1"), ("o1", 20, "u5", "s2"),
+                                         ("o2", 30, "u1", "s3"), ("o1", 20, "u3", "s4")])
     # o1 at 20 twice: the lower user id (u3) wins the tie
-    assert keep.tolist() == [False, False, True, True] and added == {"o1": 20, "o2": 30}
-    keep, _ = ledger.admit_earliest(ids("o1"), np.array([10]), ids("u0"), ids("s0"))
-    assert keep.tolist() == [False]  # decided before: later copies are duplicates
+    assert keep == [False, False, True, True] and added == {"o1": 20, "o2": 30}
+    keep, _ = ledger.admit_earliest([("o1", 10, "u0", "s0")])
+    assert keep == [False]  # decided before: later copies are duplicates
