@@ -149,6 +149,9 @@ class StandaloneFlink:
             raise ClusterError("no TaskManager is running")
         pid = pids[index % len(pids)]
         _kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         return pid
 
     # --- state ---------------------------------------------------------------------------
@@ -375,11 +378,17 @@ class StandaloneFlink:
 
 
 def _alive(pid: int) -> bool:
+    """Whether the process runs: it exists and is not a zombie (killed, not reaped yet: a
+    container whose first process reaps nothing keeps those)."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): existing is all that can be told
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
 
 
 def _kill(pid: int, sig: signal.Signals) -> None:
