@@ -116,7 +116,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 for bucket, (batch_newest, events) in decoded.buckets.items():
                     out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
                     orders += order_rows_of_parts(events)
-                out.extend(self._orders(orders))
+                out.extend(self._orders(orders, record))
                 used = len(decoded.ts_ms)
                 out.append((ACCOUNTING, counted(
                     messages=1, records_in=decoded.spans, used=used,
@@ -143,7 +143,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
                 out.append((bucket, newest(events), pack(events)))
-            out.extend(self._orders(order_rows(take(orders, ~late_orders))))
+            out.extend(self._orders(order_rows(take(orders, ~late_orders)), record))
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         out.append((ACCOUNTING, counted(
@@ -154,10 +154,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         # of it behind but its dead letter
         yield from out
 
-    def _orders(self, orders: list[tuple]) -> Iterator[Any]:
-        """Orders to the duplicate check, by the bucket of their order id."""
+    def _orders(self, orders: list[tuple], record: Framed) -> Iterator[Any]:
+        """Orders to the duplicate check, by the bucket of their order id, each with the
+        partition and offset of its record (a duplicate's dead letter names them)."""
+        place = (record.partition, record.offset)
         for key, part in by_order_bucket(orders, self.buckets).items():
-            yield ORDERS, (key, 0, part)
+            yield ORDERS, (key, 0, [row + place for row in part])
 
     @staticmethod
     def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:

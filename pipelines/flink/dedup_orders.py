@@ -39,7 +39,9 @@ from schemas.records import Conversion, DeadLetter
 from udfs.journey_book import bucket_of
 from udfs.order_ledger import OrderLedger
 
-OrderRows = tuple[int, int, list[tuple]]  # (order bucket, 0, rows in Conversion's order)
+# (order bucket, 0, rows: Conversion's fields, then the record's partition and offset)
+OrderRows = tuple[int, int, list[tuple]]
+FIELDS = len(Conversion._fields)
 
 
 class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
@@ -115,11 +117,12 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
         for row, first in zip(rows, keep, strict=True):
             if first:
                 continue
-            withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(row)
+            order, (partition, offset) = row[:FIELDS], row[FIELDS:]
+            withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(order)
             yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
                 "duplicate_order", f"order {row[2]} was seen before (within "
                 f"{self.horizon_ms / 86_400_000:g} days of event time): credited once",
-                orjson.dumps(Conversion(*row)._asdict())), self.source)
+                orjson.dumps(Conversion(*order)._asdict())), self.source, partition, offset)
         if added:
             put_all(self.seen, added, self.process_mode)
         for bucket, copies in sorted(withdrawn.items()):

@@ -97,3 +97,5 @@ def test_one_order_id_from_users_in_every_bucket_is_credited_once(kafka, flink, 
     assert [(c["order_id"], c["user_id"]) for c in conversions] == [("shared-order", chosen[0])]
     dead = messages(kafka, config.topics.dead_letter)
     assert sorted(d["reason"] for d in dead) == ["duplicate_order"] * (buckets - 1)
+    # each names the record its copy came in
+    assert all(d["partition"] in range(4) and d["offset"] >= 0 for d in dead), dead
