@@ -44,7 +44,11 @@ TABLE_VIEWS = {
     "control_decisions": "control", "control_actions": "control",
     "control_verifications": "control", "compute_by_workload": "compute",
     "compute_unit_cost": "compute", "compute_per_conversion": "compute",
-    "compute_unshared": "compute"}
+    "compute_pool_busy": "compute", "compute_unshared": "compute"}
+
+
+WORKERS = 4  # threads running the app (each with one warehouse connection)
+PAGE_WAIT_S = 1.0  # a page request waits this long for a page worker, then gets 503
 
 
 class DashboardApp:
@@ -53,11 +57,16 @@ class DashboardApp:
     DDL, which a page view should not repeat. A connection that failed is dropped, so the
     next request reconnects (e.g. after a database restart)."""
 
-    def __init__(self, warehouse_url: str, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(self, warehouse_url: str, allowed_hosts: Iterable[str] = (),
+                 page_slots: int = WORKERS - 1) -> None:
         self.warehouse_url = warehouse_url
         self.source = redacted_url(warehouse_url)  # the only form of the URL ever shown
         self._local = threading.local()
         self.allowed_hosts = {h.lower() for h in (*LOOPBACK_NAMES, *allowed_hosts)}
+        # pages and CSVs (warehouse queries of any size) run on at most this many workers
+        # at once; a request that finds them taken for PAGE_WAIT_S gets 503, so /healthz
+        # and the cheap answers wait at most that long, whatever the load
+        self._pages = threading.BoundedSemaphore(page_slots)
 
     def _warehouse(self) -> Warehouse:
         warehouse: Warehouse | None = getattr(self._local, "warehouse", None)
@@ -95,11 +104,18 @@ class DashboardApp:
         except WarehouseError as error:  # its message already hides the password
             return _respond(start_response, "503 Service Unavailable", "text/plain",
                             f"{error}\n".encode())
+        if path != "/healthz" and not self._pages.acquire(timeout=PAGE_WAIT_S):
+            return _respond(start_response, "503 Service Unavailable", "text/plain",
+                            b"busy: every page worker is taken; try again shortly\n",
+                            [("Retry-After", "2")])
         try:
             return self._route(start_response, warehouse, environ, path, view, table)
         except (sqlite3.Error, psycopg.Error):
             self._drop_warehouse()
             raise
+        finally:
+            if path != "/healthz":
+                self._pages.release()
 
     def _route(self, start_response: StartResponse, warehouse: Warehouse,
                environ: dict[str, Any], path: str, view: str, table: str) -> Iterable[bytes]:
@@ -183,8 +199,6 @@ def _respond(start_response: StartResponse, status: str, content_type: str, body
                             ("Cache-Control", "no-store"), *SECURITY_HEADERS, *(headers or [])])
     return [body]
 
-
-WORKERS = 4  # threads running the app (each with one warehouse connection)
 
 
 class DashboardServer:

@@ -393,3 +393,27 @@ def test_a_broken_connection_is_replaced(url: str, warehouse: Warehouse) -> None
     with pytest.raises(sqlite3.ProgrammingError):
         call(app, "/roi")
     assert call(app, "/roi")[0].startswith("200")
+
+
+def test_pages_are_shed_when_their_workers_are_taken_and_healthz_still_answers(
+        url: str) -> None:
+    """Heavy requests (pages, CSVs) run on at most `page_slots` workers at once; one more
+    waits PAGE_WAIT_S, then gets 503 with Retry-After: /healthz is not stuck behind them."""
+    app = DashboardApp(url, page_slots=2)
+    app._pages.acquire()
+    app._pages.acquire()  # two pages in progress
+    status, headers, _ = call(app, "/roi")
+    assert status.startswith("503") and headers["Retry-After"] == "2"
+    assert call(app, "/csv/roi_by_channel.csv")[0].startswith("503")
+    assert call(app, "/healthz")[0].startswith("200")
+    app._pages.release()
+    assert call(app, "/roi")[0].startswith("200")
+    assert call(app, "/roi")[0].startswith("200")  # each page gives its slot back
+
+
+def test_every_table_of_every_page_has_its_csv(url: str, warehouse: Warehouse) -> None:
+    from pipelines.dashboard.app import TABLE_VIEWS, VIEWS
+
+    for view in VIEWS:
+        for table in build_view(warehouse, view, Filters()).tables:
+            assert TABLE_VIEWS.get(table.name) == view, table.name
