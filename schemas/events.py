@@ -172,18 +172,23 @@ def pack(events: EventColumns) -> bytes:
 
 
 def unpack(data: bytes) -> EventColumns:
-    return unpack_parts(pickle.loads(data))
+    n_touches, n_orders, touches, orders = pickle.loads(data)
+    return EventColumns(TouchColumns(*_unpacked(TouchColumns, touches, n_touches)),
+                        OrderColumns(*_unpacked(OrderColumns, orders, n_orders)))
+
+
+def _unpacked(kind: type, columns: list, rows: int) -> list[np.ndarray]:
+    names = kind._fields  # type: ignore[attr-defined]
+    return [_unpack_column(packed, _DTYPES.get(name, object), rows)
+            for name, packed in zip(names, columns, strict=True)]
 
 
 def order_rows_of_parts(parts: tuple) -> list[tuple]:
-    """The orders of a batch in `pack`'s form before pickling, as tuples in Conversion's
-    field order, without unpacking its touches."""
+    """The orders of a batch in `pack`'s form before pickling (the decoder's scanner makes
+    that form), as tuples in Conversion's field order, without unpacking its touches."""
     _, n_orders, _, orders = parts
-    if not n_orders:
-        return []
-    columns = [_unpack_column(packed, _DTYPES.get(name, object), n_orders).tolist()
-               for name, packed in zip(OrderColumns._fields, orders, strict=True)]
-    return list(zip(*columns, strict=True))
+    return order_rows(OrderColumns(*_unpacked(OrderColumns, orders, n_orders))) \
+        if n_orders else []
 
 
 def order_rows(orders: OrderColumns) -> list[tuple]:
@@ -205,13 +210,3 @@ def without_orders(events: EventColumns, copies: Counter[tuple]) -> EventColumns
     if keep.all():
         return None
     return EventColumns(events.touches, take(events.orders, keep))
-
-
-def unpack_parts(parts: tuple) -> EventColumns:
-    """A batch from `pack`'s form before pickling (the decoder's scanner makes that form)."""
-    n_touches, n_orders, touches, orders = parts
-    return EventColumns(
-        TouchColumns(*(_unpack_column(packed, _DTYPES.get(name, object), n_touches)
-                       for name, packed in zip(TouchColumns._fields, touches, strict=True))),
-        OrderColumns(*(_unpack_column(packed, _DTYPES.get(name, object), n_orders)
-                       for name, packed in zip(OrderColumns._fields, orders, strict=True))))

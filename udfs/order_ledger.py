@@ -5,14 +5,12 @@ second time.
 Engine-free: the streaming job keeps one ledger per bucket of order ids (whatever the user:
 copies of one order from different users meet there) and mirrors what it adds and forgets
 into keyed state (pipelines/flink/dedup_orders.py). Which copy is kept does not depend on
-arrival: the copies the watermark has passed are admitted earliest first (`admit_earliest`).
+arrival: the copies the watermark has passed are admitted earliest first (`OrderLedger.admit`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import numpy as np
 
 DAY_MS = 86_400_000
 # expiry walks every remembered order: at most once per this much event time
@@ -27,26 +25,12 @@ class OrderLedger:
         self.seen: dict[str, int] = dict(seen)  # order id -> event time of its first copy
         self.expired_to = -(2**62)
 
-    def admit(self, order_ids: np.ndarray, ts_ms: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
-        """Which of these orders (in arrival order) are first copies, and the ids newly
-        remembered (id -> time). A second copy inside the same batch is a duplicate too."""
-        keep = np.ones(len(order_ids), bool)
-        added: dict[str, int] = {}
-        seen = self.seen
-        for at, (order_id, ts) in enumerate(zip(order_ids.tolist(), ts_ms.tolist(),
-                                                strict=True)):
-            if order_id in seen:
-                keep[at] = False
-            else:
-                seen[order_id] = added[order_id] = ts
-        return keep, added
-
-    def admit_earliest(self, copies: list[tuple[str, int, str, str]]
-                       ) -> tuple[list[bool], dict[str, int]]:
-        """As `admit`, for copies (order id, event time, user, span) taken by (event time,
-        user, span) rather than as they came: of copies due together the earliest is kept,
-        whatever the order in which partitions delivered them. Whether each is a first
-        copy (in the given order), and the ids newly remembered."""
+    def admit(self, copies: list[tuple[str, int, str, str]]) -> tuple[list[bool],
+                                                                       dict[str, int]]:
+        """Which of these copies (order id, event time, user, span) are first copies, and
+        the ids newly remembered (id -> time). They are taken by (event time, user, span),
+        not as they came: of copies due together the earliest is kept, whatever the order
+        in which partitions delivered them; a copy of an id seen before is a duplicate."""
         order = sorted(range(len(copies)), key=lambda at: copies[at][1:])
         keep = [False] * len(copies)
         added: dict[str, int] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 
@@ -23,34 +24,32 @@ def job_config(args: argparse.Namespace) -> StreamingJobConfig:
     return config
 
 
+def _number(text: str, convert: type, expected: str) -> Any:
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1 (argparse names the option)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _number(text, int, "a whole number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return int(value)
 
 
 def busy_fraction(text: str) -> float:
     """An argparse type: a share of time, 0 to 0.8 (a batch run keeps ±0.2 around it)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _number(text, float, "a number")
     if not 0 <= value <= 0.8:
         raise argparse.ArgumentTypeError(f"must be from 0 to 0.8, got {value}")
-    return value
+    return float(value)
 
 
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 (any free one) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    value = _number(text, int, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {value}")
-    return value
+    return int(value)

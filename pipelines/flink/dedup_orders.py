@@ -4,7 +4,7 @@ Every order goes to its journey (in its user bucket's batch) and, as a row, here
 the bucket of its order id, so copies of one order from users in different buckets meet.
 The rows wait for the watermark (their journeys wait for it too); when it passes them,
 the copies due together are admitted earliest first (udfs.order_ledger.OrderLedger.
-admit_earliest: event time, then user and span), so which copy counts does not depend on
+admit: event time, then user and span), so which copy counts does not depend on
 the partitions' timing. Every other copy is a dead letter with reason duplicate_order and
 is withdrawn from its journey: a WITHDRAWN record to its user bucket, which reaches the
 journeys before the watermark that would step the copy does (it is emitted before this
@@ -111,7 +111,7 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
 
     def _decide(self, key: int, rows: list[tuple]) -> Iterator[Any]:
         """Admit the first copies (earliest first), dead-letter and withdraw the others."""
-        keep, added = self._ledger(key).admit_earliest(
+        keep, added = self._ledger(key).admit(
             [(row[2], row[1], row[0], row[6]) for row in rows])  # id, time, user, span
         withdrawn: dict[int, list[tuple]] = {}
         for row, first in zip(rows, keep, strict=True):

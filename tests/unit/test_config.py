@@ -132,6 +132,11 @@ def test_the_future_limit_is_a_setting_with_a_tight_default(tmp_path):
     (["generate", "--users", "-5"], "--users: must be at least 1, got -5"),
     (["generate", "--days", "0"], "--days: must be at least 1, got 0"),
     (["dashboard", "--port", "99999"], "--port: a port is 0 to 65535, got 99999"),
+    (["dashboard", "--port", "http"], "--port: expected a port number, got 'http'"),
+    (["generate", "--users", "many"], "--users: expected a whole number, got 'many'"),
+    (["generate", "--gpu-busy", "0.9"], "--gpu-busy: must be from 0 to 0.8, got 0.9"),
+    (["generate", "--gpu-busy", "half"], "--gpu-busy: expected a number, got 'half'"),
+    (["cluster", "up", "--task-managers", "0"], "--task-managers: must be at least 1, got 0"),
 ])
 def test_counts_and_ports_are_checked_before_anything_runs(argv, named, capsys):
     from jobs.cli import main
