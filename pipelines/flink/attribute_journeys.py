@@ -94,6 +94,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         # duplicate copies to withdraw that had not arrived yet (Counter of order rows)
         self.unmatched = runtime_context.get_state(
             ValueStateDescriptor("orders-to-withdraw", Types.PICKLED_BYTE_ARRAY()))
+        self.unmatched_by_bucket: dict[int, Counter[tuple]] = {}
 
     def _book(self, bucket: int) -> JourneyBook:
         book = self.books.get(bucket)
@@ -156,15 +157,15 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         bucket, newest_ts, payload = value
         book = self._book(bucket)
         if newest_ts == WITHDRAWN:
-            self._withdraw(book, Counter(pickle.loads(payload)))
+            self._withdraw(bucket, book, Counter(pickle.loads(payload)))
             return
         events, as_came = unpack(payload), True
-        unmatched = self._unmatched()
+        unmatched = self._unmatched(bucket)
         if unmatched:  # a copy turned down before it came here
             kept = without_orders(events, unmatched)
             if kept is not None:
                 events, as_came = kept, False
-                self.unmatched.update(pickle.dumps(+unmatched, PICKLE_PROTOCOL))
+                self._keep_unmatched(bucket, +unmatched)
         watermark = ctx.timer_service().current_watermark()
         late, changes = book.add(events, watermark)
         if size(late):
@@ -176,11 +177,21 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self._store(changes)
         self._schedule(bucket, book, ctx)
 
-    def _unmatched(self) -> Counter[tuple]:
-        stored = self.unmatched.value()
-        return pickle.loads(stored) if stored is not None else Counter()
+    def _unmatched(self, bucket: int) -> Counter[tuple]:
+        """The bucket's withdrawals still waiting for their copy: kept in memory, read
+        from state once per bucket since (re)start (not once per batch)."""
+        unmatched = self.unmatched_by_bucket.get(bucket)
+        if unmatched is None:
+            stored = self.unmatched.value()
+            unmatched = pickle.loads(stored) if stored is not None else Counter()
+            self.unmatched_by_bucket[bucket] = unmatched
+        return unmatched
 
-    def _withdraw(self, book: JourneyBook, copies: Counter[tuple]) -> None:
+    def _keep_unmatched(self, bucket: int, unmatched: Counter[tuple]) -> None:
+        self.unmatched_by_bucket[bucket] = unmatched
+        self.unmatched.update(pickle.dumps(unmatched, PICKLE_PROTOCOL))
+
+    def _withdraw(self, bucket: int, book: JourneyBook, copies: Counter[tuple]) -> None:
         """Duplicates the order check turned down: out of the waiting batches, in memory
         and stored (a stored batch may hold more than the waiting part: the part already
         stepped, replayed after a restore); copies not here yet wait for their batch."""
@@ -192,7 +203,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             elif whole is not None:
                 self.batches.remove(batch_id)
         if +copies:
-            self.unmatched.update(pickle.dumps(self._unmatched() + copies, PICKLE_PROTOCOL))
+            self._keep_unmatched(bucket, self._unmatched(bucket) + copies)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         bucket = ctx.get_current_key()
@@ -200,11 +211,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         advanced = book.advance(watermark)
         self._store(advanced.changes)
-        unmatched = self._unmatched()
+        unmatched = self._unmatched(bucket)
         if unmatched:  # a copy at or before the watermark would come late: not waited for
-            self.unmatched.update(pickle.dumps(Counter(
-                {row: n for row, n in unmatched.items() if row[1] > watermark}),
-                PICKLE_PROTOCOL))
+            self._keep_unmatched(bucket, Counter(
+                {row: n for row, n in unmatched.items() if row[1] > watermark}))
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
         converted = advanced.closed.converted

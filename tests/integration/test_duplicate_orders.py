@@ -12,6 +12,7 @@ from pipelines.kafka.io import producer
 from pipelines.sources.generator import Plan
 from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
+from tests.roi_inputs import cpu_hog
 from tests.spans import encoded
 from udfs.journey_book import bucket_of
 
@@ -67,8 +68,9 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
 def test_one_order_id_from_users_in_every_bucket_is_credited_once(kafka, flink, job_config,
                                                                   topic):
     """The same order id sent by a user in every user bucket (8 buckets), unkeyed over 4
-    partitions at parallelism 2: one conversion row and one order's credits, the earliest
-    copy's, in the topic and the warehouse alike; every other copy a dead letter."""
+    partitions at parallelism 2, with a CPU hog beside the job: one conversion row and one
+    order's credits, the earliest copy's, on the credits and conversions topics; every
+    other copy a dead letter naming its partition and offset."""
     buckets = 8
     users: dict[int, str] = {}
     for n in range(200):
@@ -89,7 +91,8 @@ def test_one_order_id_from_users_in_every_bucket_is_credited_once(kafka, flink, 
     config = job_config.replace("topics", spans=spans).replace(
         "flink", parallelism=2, user_buckets=buckets)
     config = config.replace("attribution", models=("last_click",))
-    run_job(config, kafka, env=flink.environment(config))
+    with cpu_hog():  # a busy-loop process per core beside the job: the rule is event time's
+        run_job(config, kafka, env=flink.environment(config))
     rows = credit_rows(kafka, config.topics.credits)
     assert [(r["order_id"], r["user_id"], r["revenue"]) for r in rows] == [
         ("shared-order", chosen[0], 80.0)]
