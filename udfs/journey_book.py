@@ -80,9 +80,12 @@ class JourneyBook(UserColumns):
     events not yet stepped."""
 
     def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY,
-                 log_ratio: float = 1.0) -> None:
+                 log_ratio: float = 1.0, keeps_log: bool = True) -> None:
         super().__init__()
         self.config = config
+        # False: nothing of this book is stored (another holds the log, see
+        # udfs/journey_corrections.py), so a compaction only tidies memory
+        self.keeps_log = keeps_log
         self.compact_every = compact_every
         self.log_ratio = log_ratio  # compact once the log holds this many events per row
         self.batches: dict[int, EventColumns] = {}  # waiting events, by batch id
@@ -104,7 +107,8 @@ class JourneyBook(UserColumns):
     @classmethod
     def restore(cls, config: JourneyConfig, progress: Progress | None,
                 snapshot: Snapshot | None, batches: list[tuple[int, EventColumns]],
-                compact_every: int = COMPACT_EVERY, log_ratio: float = 1.0) -> JourneyBook:
+                compact_every: int = COMPACT_EVERY, log_ratio: float = 1.0,
+                keeps_log: bool = True) -> JourneyBook:
         """The book whose state was stored: the snapshot, the stored batches and the
         progress; the advances since the snapshot are replayed (their journeys were
         emitted before the state was stored, so they are not returned again).
@@ -112,7 +116,7 @@ class JourneyBook(UserColumns):
         The watermark is kept because the engine's own starts again from nothing after a
         restart: an event replayed from before it can no longer be stepped in order and
         is late, as it was before the restart."""
-        book = cls(config, compact_every, log_ratio)
+        book = cls(config, compact_every, log_ratio, keeps_log)
         if snapshot is not None:
             book.load(snapshot)
             book.wake = book._wake_of(np.arange(len(book.names)))
@@ -172,6 +176,13 @@ class JourneyBook(UserColumns):
                 self._finished_batches.add(batch_id)  # removed at the next compaction
         return taken
 
+    def adopt(self, users: list[str], other: JourneyBook) -> None:
+        """These users' state as `other` has it (stepped afresh to this book's watermark,
+        udfs/journey_corrections.py); their waiting events here stay as they are."""
+        rows = self.replace_users(users, other)
+        self.wake[rows] = self._wake_of(rows)
+        self._next_wake = int(self.wake.min()) if len(self.wake) else NEVER
+
     def next_due(self) -> int | None:
         """The earliest event time at which `advance` has something to do."""
         due = min(self._batch_due[0][0] if self._batch_due else NEVER, self._next_wake)
@@ -205,6 +216,12 @@ class JourneyBook(UserColumns):
 
     def _compact(self, watermark: int, changes: Changes) -> None:
         self.compact_rows()
+        if not self.keeps_log:
+            self._finished_batches.clear()
+            self._cut_batches.clear()
+            self._logged = sum(size(events) for events in self.batches.values())
+            self.progress = Progress(watermark)
+            return
         changes.snapshot = self.snapshot()
         changes.removed_batches.extend(self._finished_batches)
         for batch_id in self._cut_batches - self._finished_batches:

@@ -144,12 +144,21 @@ class UserColumns:
         self.channels = Codes()
         self.campaigns = Codes()
 
-    def snapshot(self) -> Snapshot:
-        rows = np.fromiter((row for row in self.users.values()), np.int64, len(self.users))
+    def snapshot(self, users: list[str] | None = None) -> Snapshot:
+        """The whole book, or only these of its users (those it holds), renumbered in
+        their rows' order."""
+        if users is None:
+            rows = np.fromiter((row for row in self.users.values()), np.int64, len(self.users))
+        else:
+            held = sorted((self.users[user], user) for user in users if user in self.users)
+            users = [user for _, user in held]
+            rows = np.fromiter((row for row, _ in held), np.int64, len(held))
         counts = self.touch_count[rows]
         flat, _ = ranges_to_rows(self.touch_start[rows], self.touch_start[rows] + counts)
         pool = self.pool
-        return Snapshot(list(self.users), rows, self.last_order[rows].copy(), counts.copy(),
+        return Snapshot(list(self.users) if users is None else users,
+                        rows if users is None else np.arange(len(rows), dtype=np.int64),
+                        self.last_order[rows].copy(), counts.copy(),
                         pool.ts[flat], pool.channel[flat], pool.campaign[flat],
                         pool.trace[flat], list(self.channels.names),
                         list(self.campaigns.names))
@@ -212,6 +221,37 @@ class UserColumns:
         out = np.empty(len(rows), object)
         out[:] = [names[row] for row in rows.tolist()]
         return out
+
+    def replace_users(self, users: list[str], other: UserColumns) -> np.ndarray:
+        """Take these users' state from `other` (a book that stepped them afresh): their
+        rows here are freed, and those `other` holds get new rows with its last order and
+        open touches (codes translated by name). Returns the new rows (the caller wakes
+        them by its own rules)."""
+        old = np.fromiter((self.users[user] for user in users if user in self.users),
+                          np.int64)
+        self.touch_count[old] = 0
+        self.last_order[old] = NONE
+        self.wake[old] = NEVER
+        self.free(old)
+        kept = [user for user in users if user in other.users]
+        if not kept:
+            return np.zeros(0, np.int64)
+        theirs = np.fromiter((other.users[user] for user in kept), np.int64, len(kept))
+        names = np.empty(len(kept), object)
+        names[:] = kept
+        rows = self.rows_of(names)
+        self.last_order[rows] = other.last_order[theirs]
+        counts = other.touch_count[theirs]
+        flat, offsets = ranges_to_rows(other.touch_start[theirs],
+                                       other.touch_start[theirs] + counts)
+        pool = other.pool
+        channel = self.channels.of(np.asarray(other.channels.names, object)[pool.channel[flat]])
+        campaign = self.campaigns.of(
+            np.asarray(other.campaigns.names, object)[pool.campaign[flat]])
+        start = self.pool.append(pool.ts[flat], channel, campaign, pool.trace[flat])
+        self.touch_start[rows] = start + offsets[:-1]
+        self.touch_count[rows] = counts
+        return rows
 
     def free(self, rows: np.ndarray) -> None:
         """Forget the users of `rows` (their rows stay, free, until `compact_rows`)."""

@@ -1,0 +1,168 @@
+"""Events behind the watermark but within the correction horizon correct what was reported:
+after any arrival order, batching and restart, the journeys reported with every correction
+applied are the batch reference's over the same events."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.events import events_of, records_of
+from tests.unit.test_journey_book import CAPPED, CFG, Store, closed_of, key, order, touch
+from udfs.journey_book import JourneyBook
+from udfs.journey_corrections import CorrectingBook
+from udfs.journeys import DAY_MS, closed_journeys_of
+
+
+class CorrectingStore(Store):
+    """The engine's state: `settled`'s changes and the live watermark beside them."""
+
+    live_watermark: int | None = None
+
+    def restore_book(self, horizon_ms: int, config) -> CorrectingBook:
+        return CorrectingBook.restore(
+            config, horizon_ms, self.live_watermark, self.progress,
+            pickle.loads(self.snapshot) if self.snapshot else None,
+            [(k, pickle.loads(v)) for k, v in self.batches.items()])
+
+
+def reported(book_events, batch_size, slack, horizon_ms, restart_at=None, config=CFG):
+    """Feed the events in arrival order, advancing to `slack` behind the newest seen; apply
+    each correction to the reported multiset. Returns (reported journeys, late events)."""
+    store = CorrectingStore()
+    book = CorrectingBook(config, horizon_ms)
+    shown: Counter = Counter()
+    late = []
+    newest = -(2**62)
+
+    def apply(correction) -> None:
+        for journey in closed_of_pair(correction.retracted):
+            shown[key(journey)] -= 1
+            assert shown[key(journey)] >= 0, "a correction retracted what was not reported"
+        for journey in closed_of_pair(correction.added):
+            shown[key(journey)] += 1
+
+    for index, start in enumerate(range(0, len(book_events), batch_size)):
+        batch = book_events[start:start + batch_size]
+        newest = max([newest, *(e.ts_ms for e in batch)])
+        added = book.add(events_of(batch), -(2**63))
+        late += records_of(added.late)
+        store.apply(added.changes)
+        apply(added.correction)
+        due = book.next_due()
+        if due is not None and due <= newest - slack:
+            advanced = book.advance(newest - slack)
+            for journey in closed_of(advanced):
+                shown[key(journey)] += 1
+            store.apply(advanced.changes)
+            store.live_watermark = book.watermark
+        if restart_at == index:
+            book = store.restore_book(horizon_ms, config)
+    for journey in closed_of(book.advance(2**62)):
+        shown[key(journey)] += 1
+    return +shown, late
+
+
+def closed_of_pair(closed):
+    return [*closed.converted_objects(), *closed.lapsed_objects()]
+
+
+def expected_of(events, config) -> Counter:
+    out: Counter = Counter()
+    for user in {e.user_id for e in events}:
+        out.update(map(key, closed_journeys_of([e for e in events if e.user_id == user],
+                                               config)))
+    return out
+
+
+@st.composite
+def shuffled(draw):
+    """Users' events in an arrival order far from time order (up to 20 days early or
+    late), as unkeyed partitions read at different speeds would give."""
+    rng = random.Random(draw(st.integers(0, 10**6)))
+    events = []
+    for u in range(draw(st.integers(1, 10))):
+        at = rng.randrange(0, 100 * DAY_MS)
+        for i in range(rng.randint(1, 8)):
+            at += rng.choice([0, 1, DAY_MS, 10 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1,
+                              31 * DAY_MS, 120 * DAY_MS])
+            if rng.random() < 0.3:
+                events.append(order(f"u{u}", at, f"o{u}-{i}"))
+            else:
+                events.append(touch(f"u{u}", at, rng.choice("abc")))
+    events.sort(key=lambda e: e.ts_ms + rng.randrange(0, 20 * DAY_MS))
+    return [e._replace(span_id=str(i)) for i, e in enumerate(events)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(events=shuffled(), batch_size=st.integers(1, 6),
+       restart=st.one_of(st.none(), st.integers(0, 8)),
+       config=st.sampled_from([CFG, CAPPED]))
+def test_corrections_give_the_batch_result_whatever_the_arrival_order(events, batch_size,
+                                                                       restart, config):
+    # the watermark one hour behind the newest event: most disorder lands behind it
+    shown, late = reported(events, batch_size, 3_600_000, 40 * DAY_MS, restart, config)
+    assert late == []
+    assert shown == expected_of(events, config)
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=shuffled(), batch_size=st.integers(1, 6))
+def test_only_events_beyond_the_horizon_are_late_and_the_rest_count(events, batch_size):
+    shown, late = reported(events, batch_size, 3_600_000, 5 * DAY_MS)
+    late_ids = {e.span_id for e in late}
+    assert shown == expected_of([e for e in events if e.span_id not in late_ids], CFG)
+
+
+def test_a_late_touch_recredits_the_conversion_it_belongs_to():
+    book = CorrectingBook(CFG, 10 * DAY_MS)
+    book.add(events_of([touch("u", 1_000, "search"), order("u", 5_000, "o1")]), 0)
+    first = book.advance(6_000).closed.converted_objects()
+    assert [[t.channel for t in j.touches] for j in first] == [["search"]]
+    added = book.add(events_of([touch("u", 3_000, "email")]), 6_000)
+    assert records_of(added.late) == []
+    assert [[t.channel for t in j.touches]
+            for j in added.correction.retracted.converted_objects()] == [["search"]]
+    assert [[t.channel for t in j.touches]
+            for j in added.correction.added.converted_objects()] == [["search", "email"]]
+
+
+def test_a_late_order_splits_the_journey_and_changes_the_next_orders_stage():
+    book = CorrectingBook(CFG, 10 * DAY_MS)
+    book.add(events_of([touch("u", 1_000, "a"), touch("u", 4_000, "b"),
+                        order("u", 5_000, "o2")]), 0)
+    [first] = book.advance(6_000).closed.converted_objects()
+    assert first.stage == "new"
+    correction = book.add(events_of([order("u", 2_000, "o1")]), 6_000).correction
+    added = {j.conversion.order_id: j for j in correction.added.converted_objects()}
+    assert [t.channel for t in added["o1"].touches] == ["a"]
+    assert [t.channel for t in added["o2"].touches] == ["b"]
+    assert added["o2"].stage == "repeat" and added["o1"].stage == "new"
+    assert [j.conversion.order_id for j in correction.retracted.converted_objects()] == ["o2"]
+
+
+def test_an_event_at_or_behind_the_horizon_is_late():
+    book = CorrectingBook(CFG, DAY_MS)
+    book.add(events_of([touch("u", 10 * DAY_MS)]), 0)
+    book.advance(10 * DAY_MS)
+    added = book.add(events_of([touch("u", 9 * DAY_MS), touch("u", 9 * DAY_MS + 1)]), 0)
+    assert [e.ts_ms for e in records_of(added.late)] == [9 * DAY_MS]
+
+
+def test_without_a_horizon_it_is_the_plain_book():
+    book = CorrectingBook(CFG, 0)
+    assert book.live is book.settled and isinstance(book.live, JourneyBook)
+    book.add(events_of([touch("u", 10)]), 0)
+    book.advance(20)
+    assert [e.ts_ms for e in records_of(book.add(events_of([touch("u", 15)]), 20).late)] \
+        == [15]
+
+
+def test_a_negative_horizon_is_refused():
+    with pytest.raises(ValueError, match="horizon"):
+        CorrectingBook(CFG, -1)
