@@ -40,7 +40,8 @@ from pipelines.kafka.io import producer
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.settings.sections import Secret
 from pipelines.sources.ad_spend import SpendRecord
-from pipelines.sources.generator import GPU_MODELS, Plan, valid_events
+from pipelines.sources.expected import valid_events
+from pipelines.sources.generator import GPU_MODELS, Plan
 from pipelines.store.warehouse import Warehouse
 from schemas.gpu import GpuSample
 from schemas.records import Conversion, Touchpoint

@@ -5,18 +5,21 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pipelines.settings.job_config import AttributionConfig
-from pipelines.sources.generator import Plan, valid_events
+from pipelines.sources.expected import valid_events
+from pipelines.sources.generator import Plan
 from schemas.records import Conversion, Credit, Touchpoint
 from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
 from udfs.data_driven import DATA_DRIVEN_MODELS, credit_by_period
 from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
 
 
-def reference_closed_journeys(plan: Plan) -> list[ClosedJourney]:
-    """Every journey (converting or not) of the plan's valid events (not broken, not late),
-    closed as a stream run to its end closes them."""
+def reference_closed_journeys(plan: Plan,
+                              correction_ms: int | None = None) -> list[ClosedJourney]:
+    """Every journey (converting or not) of the plan's valid events (not broken, not late;
+    with a correction horizon, the held-back events it corrects with too), closed as a
+    stream run to its end closes them."""
     by_user: dict[str, list[Touchpoint | Conversion]] = defaultdict(list)
-    for e in valid_events(plan):
+    for e in valid_events(plan, correction_ms):
         ms = e.ts_ns // 10**6
         by_user[e.user_id].append(
             Touchpoint(e.user_id, ms, e.channel, e.campaign, "", "") if e.kind == "touchpoint"
@@ -25,13 +28,15 @@ def reference_closed_journeys(plan: Plan) -> list[ClosedJourney]:
             for journey in closed_journeys_of(events, JourneyConfig())]
 
 
-def reference_journeys(plan: Plan) -> list[ConvertedJourney]:
-    return [j for j in reference_closed_journeys(plan) if isinstance(j, ConvertedJourney)]
+def reference_journeys(plan: Plan, correction_ms: int | None = None) -> list[ConvertedJourney]:
+    return [j for j in reference_closed_journeys(plan, correction_ms)
+            if isinstance(j, ConvertedJourney)]
 
 
 def reference_credits(plan: Plan, models: tuple[str, ...] = AttributionConfig.models,
-                      refit_every_s: float = AttributionConfig.refit_every_s) -> list[Credit]:
-    closed = reference_closed_journeys(plan)
+                      refit_every_s: float = AttributionConfig.refit_every_s,
+                      correction_ms: int | None = None) -> list[Credit]:
+    closed = reference_closed_journeys(plan, correction_ms)
     per_conversion = tuple(m for m in models if m in PER_CONVERSION_MODELS)
     data_driven = tuple(m for m in models if m in DATA_DRIVEN_MODELS)
     credits = [c for j in closed if isinstance(j, ConvertedJourney)

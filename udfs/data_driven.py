@@ -25,7 +25,9 @@ import numpy as np
 from schemas.records import Credit
 from udfs import models as batch_models
 from udfs.attribution import CreditRow, as_credits, credit_rows
-from udfs.journey_columns import ClosedJourneys, ConvertedJourneys, paths_of
+from udfs.journey_book import NOTHING_CLOSED
+from udfs.journey_columns import ClosedJourneys, ConvertedJourneys, concat_converted, paths_of
+from udfs.journey_corrections import converted_keys, unmatched
 from udfs.journey_table import JourneyTable, from_coded_paths
 from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
 
@@ -91,8 +93,12 @@ class PathCounts:
 
     counts: dict[Path, list[float]] = field(default_factory=dict)
     changed: set[Path] = field(default_factory=set, init=False, repr=False, compare=False)
+    # paths whose counts went back to nothing (a correction retracted them) and were
+    # dropped, for a caller that deletes what it stored of them
+    dropped: set[Path] = field(default_factory=set, init=False, repr=False, compare=False)
     _index: _PathIndex = field(default_factory=_PathIndex, init=False, repr=False,
                                compare=False)
+    _retracted: bool = field(default=False, init=False, repr=False, compare=False)
 
     def add(self, journey: ClosedJourney) -> None:
         converted = isinstance(journey, ConvertedJourney)
@@ -105,12 +111,36 @@ class PathCounts:
         cell[1] += non_conversions
         self.changed.add(path)
 
+    def retract(self, converted: ConvertedJourneys, unconverted: Mapping[Path, float]) -> None:
+        """Take a period's journeys out again (a correction restates the period)."""
+        for path in paths_of(converted.touches):
+            self.add_path(path, conversions=-1.0)
+        for path, count in unconverted.items():
+            self.add_path(path, non_conversions=-count)
+        self._retracted = True
+
+    def _drop_empty(self) -> None:
+        """Forget the paths no journey holds any more: a fit sees only paths counted, as a
+        batch over the same journeys does (their rows are indexed afresh)."""
+        self._retracted = False
+        empty = [path for path, (c, n) in self.counts.items() if c == 0.0 and n == 0.0]
+        if not empty:
+            return
+        for path in empty:
+            del self.counts[path]
+        self.dropped.update(empty)
+        self.changed.difference_update(empty)
+        self.changed.update(self.counts)  # rows renumbered: every stored row changes
+        self._index = _PathIndex()
+
     def rows(self) -> dict[Path, int]:
         """Each path's row: its place in first-seen order."""
         return self._index.update(self.counts)
 
     def fit(self, models: Sequence[str],
             params: batch_models.ModelParams | None = None) -> FittedModels:
+        if self._retracted:
+            self._drop_empty()
         table = self._index.table(self.counts)
         weights = {model: batch_models.touch_weights(table, model, params) for model in models}
         return FittedModels(self._index.rows, table.offsets, weights)
@@ -200,6 +230,7 @@ def credit_by_period(journeys: Iterable[ClosedJourney], models: Sequence[str],
     return out
 
 
+NO_CONVERSIONS = NOTHING_CLOSED.converted
 Period = tuple[int, ConvertedJourneys, dict[Path, float]]
 """Closed journeys of one refit period, as the fit needs them: (period end, the converted
 journeys, the non-converting ones as counts per path)."""
@@ -219,3 +250,20 @@ def closed_by_period(closed: ClosedJourneys, period_ms: int) -> list[Period]:
         mine = converted_end == end
         out.append((end, converted if mine.all() else converted.select(mine), unconverted))
     return out
+
+
+def merged_period(parts: Sequence[tuple[ConvertedJourneys, Mapping[Path, float], int]]
+                  ) -> tuple[ConvertedJourneys, dict[Path, float]]:
+    """One refit period's closed journeys from parts that add (sign 1) or retract (-1)
+    journeys: the converted ones left, and the counts per path of the others."""
+    added = [converted for converted, _, sign in parts if sign > 0 and len(converted)]
+    converted = concat_converted(added) if added else NO_CONVERSIONS
+    retracted = [converted for converted, _, sign in parts if sign < 0 and len(converted)]
+    if retracted:
+        converted = converted.select(unmatched(converted_keys(converted),
+                                               converted_keys(concat_converted(retracted))))
+    unconverted: dict[Path, float] = {}
+    for _, paths, sign in parts:
+        for path, count in paths.items():
+            unconverted[path] = unconverted.get(path, 0.0) + sign * count
+    return converted, {path: count for path, count in unconverted.items() if count}

@@ -234,7 +234,7 @@ def _touch_keys(touches: JourneyTouches) -> list[tuple]:
     return [tuple(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def _converted_keys(c: ConvertedJourneys) -> list[Hashable]:
+def converted_keys(c: ConvertedJourneys) -> list[Hashable]:
     return list(zip(c.order_id.tolist(), c.user_id.tolist(), c.ts_ms.tolist(),
                     c.revenue.tolist(), c.currency.tolist(), c.trace_id.tolist(),
                     c.stage.tolist(), _touch_keys(c.touches), strict=True))
@@ -245,7 +245,7 @@ def _lapsed_keys(lapsed: LapsedJourneys) -> list[Hashable]:
                     _touch_keys(lapsed.touches), strict=True))
 
 
-def _unmatched(keys: list[Hashable], others: list[Hashable]) -> np.ndarray:
+def unmatched(keys: list[Hashable], others: list[Hashable]) -> np.ndarray:
     """Which of `keys` have no equal in `others` (each match used once)."""
     left = Counter(others)
     mask = np.zeros(len(keys), bool)
@@ -265,10 +265,10 @@ def _select_lapsed(lapsed: LapsedJourneys, mask: np.ndarray) -> LapsedJourneys:
 def correction_between(old: ClosedJourneys, new: ClosedJourneys) -> Correction:
     """The journeys of `old` that `new` lacks (retracted) and those of `new` that `old`
     lacks (added), each compared whole."""
-    old_c, new_c = _converted_keys(old.converted), _converted_keys(new.converted)
+    old_c, new_c = converted_keys(old.converted), converted_keys(new.converted)
     old_l, new_l = _lapsed_keys(old.lapsed), _lapsed_keys(new.lapsed)
     return Correction(
-        ClosedJourneys(old.converted.select(_unmatched(old_c, new_c)),
-                       _select_lapsed(old.lapsed, _unmatched(old_l, new_l))),
-        ClosedJourneys(new.converted.select(_unmatched(new_c, old_c)),
-                       _select_lapsed(new.lapsed, _unmatched(new_l, old_l))))
+        ClosedJourneys(old.converted.select(unmatched(old_c, new_c)),
+                       _select_lapsed(old.lapsed, unmatched(old_l, new_l))),
+        ClosedJourneys(new.converted.select(unmatched(new_c, old_c)),
+                       _select_lapsed(new.lapsed, unmatched(new_l, old_l))))

@@ -4,12 +4,18 @@
 schemas.records.Credit), in that order; each row is keyed by (model, order_id, touch_index).
 A message carries rows that one step of the job produced: the per-conversion models of the
 orders one watermark closed, or one refit period's data-driven credits (at most
-table_messages.MAX_ROWS rows a message).
+table_messages.MAX_ROWS rows a message, unless one conversion has more).
+
+A conversion's rows under one model travel together, in one message, and are its whole
+credit under that model: a later message with rows of the same (model, order_id) replaces
+them all (late events corrected the journey, or a refit restated the period). A reader
+keeps, per (model, order_id), the rows of the last message that had any; touches with no
+credit have no row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pipelines.codec import table_messages
@@ -23,12 +29,47 @@ def encode(credits: Sequence[Sequence[Any]]) -> str:
 
 
 def encode_chunks(credits: Sequence[Sequence[Any]]) -> Iterator[str]:
-    return table_messages.encode_chunks(FIELDS, credits)
+    for chunk in _whole_conversions(credits):
+        yield table_messages.encode(FIELDS, chunk)
 
 
 def encode_chunks_bytes(credits: Sequence[Sequence[Any]]) -> Iterator[bytes]:
-    return table_messages.encode_chunks_bytes(FIELDS, credits)
+    for chunk in _whole_conversions(credits):
+        yield table_messages.encode_bytes(FIELDS, chunk)
+
+
+def _whole_conversions(credits: Sequence[Sequence[Any]],
+                       max_rows: int = table_messages.MAX_ROWS
+                       ) -> Iterator[Sequence[Sequence[Any]]]:
+    """Chunks of at most `max_rows` rows that never split a (model, order_id)'s run of rows
+    (one longer than that is a chunk of its own)."""
+    start = 0
+    while start < len(credits):
+        end = min(start + max_rows, len(credits))
+        if end < len(credits):
+            cut = end  # back to where the run that `end` falls in began
+            while cut > start and credits[cut][:2] == credits[cut - 1][:2]:
+                cut -= 1
+            if cut > start:
+                end = cut
+            else:  # one run longer than max_rows: all of it
+                while end < len(credits) and credits[end][:2] == credits[end - 1][:2]:
+                    end += 1
+        yield credits[start:end]
+        start = end
 
 
 def decode(value: bytes | str) -> list[dict[str, Any]]:
     return table_messages.decode(value)
+
+
+def latest(messages: Iterable[bytes | str]) -> list[dict[str, Any]]:
+    """The credit rows that hold after these messages (in the order one key's messages
+    were written): per (model, order_id), the rows of the last message that had any."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for message in messages:
+        fresh: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in decode(message):
+            fresh.setdefault((row["model"], row["order_id"]), []).append(row)
+        groups.update(fresh)
+    return [row for rows in groups.values() for row in rows]

@@ -60,3 +60,15 @@ def decode(value: bytes | str) -> list[dict[str, Any]]:
         fields = data["fields"]
         return [dict(zip(fields, row, strict=True)) for row in data["rows"]]
     return data if isinstance(data, list) else [data]
+
+
+def keyed(key: tuple[object, ...], value: bytes) -> bytes:
+    """A message for a keyed raw sink (pipelines/flink/kafka.py build_sink): its Kafka key
+    (a JSON array), a line break, the message (JSON: no line break in it)."""
+    return orjson.dumps(key) + b"\n" + value
+
+
+def unkeyed(record: bytes) -> bytes:
+    """The message of a `keyed` record (what the sink writes as the value)."""
+    at = record.find(b"\n")
+    return record if at < 0 else record[at + 1:]

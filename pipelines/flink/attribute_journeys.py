@@ -16,6 +16,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.legacy_state import LegacyBookState
 from pipelines.flink.operator_support import (
+    ADMITTED,
     CLOSED_JOURNEYS,
     CONVERSIONS,
     LATE_EVENTS,
@@ -27,11 +28,21 @@ from pipelines.flink.operator_support import (
     put_all,
 )
 from schemas import rows
-from schemas.events import pack, records_of, size, unpack, without_orders
+from schemas.events import (
+    EMPTY,
+    EventColumns,
+    order_columns,
+    pack,
+    records_of,
+    size,
+    unpack,
+    without_orders,
+)
 from udfs.attribution import per_conversion_credit_rows
 from udfs.data_driven import closed_by_period
 from udfs.journey_book import Changes, JourneyBook, Progress
 from udfs.journey_columns import ClosedJourneys, ConvertedJourneys
+from udfs.journey_corrections import CorrectingBook, Correction
 from udfs.journeys import JourneyConfig
 from udfs.models import ModelParams
 
@@ -58,21 +69,27 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     Every event comes from the decoder; the duplicate check (pipelines/flink/
     dedup_orders.py) withdraws the order copies that do not count (a WITHDRAWN batch)
-    before the watermark that would step them comes. Events older than the watermark on
-    arrival go to the late side output; the others wait
-    in the book. One timer per bucket, at the earliest time the book has something to do
-    (a waiting event, a journey that could close unconverted, an order history running
-    out), brings the whole bucket up to the watermark in one call. State per bucket: the
-    book at its last compaction (one value: udfs.journey_book.Snapshot, pickled), the
-    batches since (map, by batch id) and the book's progress (its watermarks since); the
-    in-memory book is rebuilt from them after a restart (udfs/journey_book.py). State
-    an earlier version stored (a map of users' journey states) is read once and moved.
+    before the watermark that would step them comes, and brings the orders that were
+    behind the watermark once it admits them (an ADMITTED batch). Events newer than the
+    book's watermark wait in it; those behind it but within the correction horizon
+    correct what they change at once (the conversions and credits of the changed
+    journeys are reported again, the fit gets the journeys retracted and added:
+    udfs/journey_corrections.py); older ones go to the late side output. One timer per
+    bucket, at the earliest time the book has something to do (a waiting event, a
+    journey that could close unconverted, an order history running out), brings the
+    whole bucket up to the watermark in one call. State per bucket: the settled book (at
+    the horizon behind the watermark) at its last compaction (one value:
+    udfs.journey_book.Snapshot, pickled), the batches since (map, by batch id) and its
+    progress (its watermarks since, and the live watermark); the in-memory books are
+    rebuilt from them after a restart. State an earlier version stored (a map of users'
+    journey states) is read once and moved.
     """
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
                  buckets: int | None = None) -> None:
         self.journey = journey
+        self.horizon_ms = journey.correction_ms
         self.buckets = buckets  # kept with the state: a restore under another count fails
         self.process_mode = process_mode
         self.models = models
@@ -89,14 +106,14 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.progress = runtime_context.get_state(
             ValueStateDescriptor("book-progress", Types.PICKLED_BYTE_ARRAY()))
         self.legacy = LegacyBookState(runtime_context)  # as earlier versions stored the book
-        self.books: dict[int, JourneyBook] = {}
+        self.books: dict[int, CorrectingBook] = {}
         self.timers: dict[int, int] = {}  # bucket -> the timer last registered
         # duplicate copies to withdraw that had not arrived yet (Counter of order rows)
         self.unmatched = runtime_context.get_state(
             ValueStateDescriptor("orders-to-withdraw", Types.PICKLED_BYTE_ARRAY()))
         self.unmatched_by_bucket: dict[int, Counter[tuple]] = {}
 
-    def _book(self, bucket: int) -> JourneyBook:
+    def _book(self, bucket: int) -> CorrectingBook:
         book = self.books.get(bucket)
         if book is None:  # first sight of this bucket since (re)start: from its state
             stored = self.progress.value()
@@ -111,23 +128,31 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                 book = self._moved_from_legacy_state()
             else:
                 snapshot = self.snapshot.value()
-                book = JourneyBook.restore(
-                    self.journey, Progress(stored[0], tuple(stored[1])) if stored else None,
+                # the live watermark, stored since corrections (before: the book's own)
+                live = stored[3] if stored is not None and len(stored) > 3 else None
+                book = CorrectingBook.restore(
+                    self.journey, self.horizon_ms, live,
+                    Progress(stored[0], tuple(stored[1])) if stored else None,
                     pickle.loads(snapshot) if snapshot is not None else None,
                     [(key, unpack(events)) for key, events in self.batches.items()])
             self.books[bucket] = book
         return book
 
-    def _moved_from_legacy_state(self) -> JourneyBook:
-        book = self.legacy.book(self.journey)
-        changes = book.compact()
-        changes.batches = dict(book.batches)  # every waiting batch, in the new form
+    def _moved_from_legacy_state(self) -> CorrectingBook:
+        old = self.legacy.book(self.journey)
+        changes = old.compact()
+        changes.batches = dict(old.batches)  # every waiting batch, in the new form
         changes.removed_batches = []
-        self._store(changes)
+        book = CorrectingBook(self.journey, self.horizon_ms, settled=old,
+                              live=None if self.horizon_ms else old)
+        if self.horizon_ms:  # the old book's state, as of its watermark, in both
+            book.live = JourneyBook.restore(self.journey, changes.progress, changes.snapshot,
+                                            list(changes.batches.items()), keeps_log=False)
+        self._store(changes, book)
         self.legacy.clear()
         return book
 
-    def _store(self, changes: Changes) -> None:
+    def _store(self, changes: Changes, book: CorrectingBook, advanced: bool = False) -> None:
         if changes.snapshot is not None:
             self.snapshot.update(pickle.dumps(changes.snapshot, PICKLE_PROTOCOL))
         if changes.batches:
@@ -135,14 +160,16 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                                          for key, events in changes.batches.items()})
         for batch_id in changes.removed_batches:
             self.batches.remove(batch_id)
-        if changes.progress is not None:
-            self.progress.update((changes.progress.compacted, changes.progress.advances,
-                                  self.buckets))
+        # with a horizon the live watermark moves without the settled book: kept beside it
+        if changes.progress is not None or (advanced and book.live is not book.settled):
+            progress = book.settled.progress
+            self.progress.update((progress.compacted, progress.advances, self.buckets,
+                                  book.watermark))
 
     def _put_all(self, state: Any, values: dict[Any, Any]) -> None:
         put_all(state, values, self.process_mode)
 
-    def _schedule(self, bucket: int, book: JourneyBook, ctx: Any) -> None:
+    def _schedule(self, bucket: int, book: CorrectingBook, ctx: Any) -> None:
         # A timer is registered only when it is earlier than the bucket's pending one: a
         # later one would fire in the same watermark step as it, for nothing (the first
         # call brings the book up to the watermark); the pending one, when it fires,
@@ -159,7 +186,12 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if newest_ts == WITHDRAWN:
             self._withdraw(bucket, book, Counter(pickle.loads(payload)))
             return
-        events, as_came = unpack(payload), True
+        if newest_ts == ADMITTED:  # orders the duplicate check held, then admitted
+            events: EventColumns = EventColumns(EMPTY.touches,
+                                                order_columns(pickle.loads(payload)))
+            as_came = False
+        else:
+            events, as_came = unpack(payload), True
         unmatched = self._unmatched(bucket)
         if unmatched:  # a copy turned down before it came here
             kept = without_orders(events, unmatched)
@@ -167,15 +199,45 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                 events, as_came = kept, False
                 self._keep_unmatched(bucket, +unmatched)
         watermark = ctx.timer_service().current_watermark()
-        late, changes = book.add(events, watermark)
-        if size(late):
-            for event in records_of(late):
+        added = book.add(events, watermark)
+        changes = added.changes
+        if size(added.late):
+            for event in records_of(added.late):
                 yield LATE_EVENTS, event_json(event, max(watermark, book.watermark))
-        elif as_came:  # the batch is stored as it came (no need to encode it again)
+        elif as_came and size(events) and len(changes.batches) == 1 and size(
+                next(iter(changes.batches.values()))) == size(events):
+            # the batch is stored as it came (no need to encode it again)
             self._put_all(self.batches, {key: payload for key in changes.batches})
             changes.batches.clear()
-        self._store(changes)
+        self._store(changes, book)
+        if added.correction:
+            yield from self._corrected(bucket, added.correction)
         self._schedule(bucket, book, ctx)
+
+    def _corrected(self, bucket: int, correction: Correction) -> Iterator[Any]:
+        """What late events changed: the changed conversions and their per-conversion
+        credits again (each replaces its earlier version: same order, same model), and the
+        closed journeys retracted and added to the fit."""
+        yield from self._reported(bucket, correction.added.converted)
+        if self.refit_period_ms:
+            period = self.refit_period_ms
+            yield CLOSED_JOURNEYS, pickle.dumps(
+                (closed_by_period(_for_fit(correction.retracted), period),
+                 closed_by_period(_for_fit(correction.added), period)), PICKLE_PROTOCOL)
+
+    def _reported(self, bucket: int, converted: ConvertedJourneys) -> Iterator[Any]:
+        """Conversions and per-conversion credits, keyed by the bucket: every version of
+        an order's rows goes to one partition, in order (a reader keeps the last)."""
+        if not len(converted):
+            return
+        key = (bucket,)
+        for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS,
+                                                          conversion_rows(converted)):
+            yield CONVERSIONS, table_messages.keyed(key, message)
+        if self.models:
+            for message in credit_messages.encode_chunks_bytes(
+                    per_conversion_credit_rows(converted, self.models, self.params)):
+                yield table_messages.keyed(key, message)
 
     def _unmatched(self, bucket: int) -> Counter[tuple]:
         """The bucket's withdrawals still waiting for their copy: kept in memory, read
@@ -191,7 +253,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.unmatched_by_bucket[bucket] = unmatched
         self.unmatched.update(pickle.dumps(unmatched, PICKLE_PROTOCOL))
 
-    def _withdraw(self, bucket: int, book: JourneyBook, copies: Counter[tuple]) -> None:
+    def _withdraw(self, bucket: int, book: CorrectingBook, copies: Counter[tuple]) -> None:
         """Duplicates the order check turned down: out of the waiting batches, in memory
         and stored (a stored batch may hold more than the waiting part: the part already
         stepped, replayed after a restore); copies not here yet wait for their batch."""
@@ -210,25 +272,22 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         book = self._book(bucket)
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         advanced = book.advance(watermark)
-        self._store(advanced.changes)
+        self._store(advanced.changes, book, advanced=True)
         unmatched = self._unmatched(bucket)
         if unmatched:  # a copy at or before the watermark would come late: not waited for
             self._keep_unmatched(bucket, Counter(
                 {row: n for row, n in unmatched.items() if row[1] > watermark}))
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
-        converted = advanced.closed.converted
-        if len(converted):
-            for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS,
-                                                              conversion_rows(converted)):
-                yield CONVERSIONS, message
-            if self.models:
-                yield from credit_messages.encode_chunks_bytes(
-                    per_conversion_credit_rows(converted, self.models, self.params))
+        yield from self._reported(bucket, advanced.closed.converted)
         if self.refit_period_ms and len(advanced.closed):
-            # a fit needs no trace ids; pickled here and read once by the fit (the key
-            # selector between passes bytes on)
-            closed = ClosedJourneys(converted.without_traces(), advanced.closed.lapsed)
-            yield CLOSED_JOURNEYS, pickle.dumps(closed_by_period(closed, self.refit_period_ms),
-                                                PICKLE_PROTOCOL)
+            # pickled here and read once by the fit (the key selector between passes
+            # bytes on)
+            yield CLOSED_JOURNEYS, pickle.dumps(closed_by_period(
+                _for_fit(advanced.closed), self.refit_period_ms), PICKLE_PROTOCOL)
         self._schedule(bucket, book, ctx)
+
+
+def _for_fit(closed: ClosedJourneys) -> ClosedJourneys:
+    """What a fit needs of closed journeys: no trace ids."""
+    return ClosedJourneys(closed.converted.without_traces(), closed.lapsed)

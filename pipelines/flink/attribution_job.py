@@ -72,11 +72,12 @@ class JobOutputs(NamedTuple):
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
+    settings = config.computation
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
                                      config.flink.user_buckets,
-                                     config.event_time.max_future_s)) \
+                                     config.event_time.max_future_s,
+                                     settings.journey.correction_ms)) \
         .name("decode-otlp").uid("decode-otlp")
-    settings = config.computation
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
     process_mode = config.flink.python_execution_mode == "process"
@@ -99,7 +100,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     if data_driven:
         fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(FitDataDrivenModels(data_driven, params, process_mode),
+                  .process(FitDataDrivenModels(data_driven, params, process_mode,
+                                               settings.journey.correction_ms),
                            output_type=RESULT_TYPE)
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)
@@ -126,13 +128,16 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
 
 def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> None:
     topics = config.topics
-    outputs.credits.sink_to(build_sink(config, bootstrap, topics.credits, raw=True)) \
+    # keyed (by user bucket, or the fit): a correction follows what it corrects in order
+    outputs.credits.sink_to(build_sink(config, bootstrap, topics.credits, raw=True,
+                                       keyed=True)) \
         .name("credits-sink").uid("credits-sink")
     outputs.dead_letters.sink_to(build_sink(config, bootstrap, topics.dead_letter)) \
         .name("dead-letter-sink").uid("dead-letter-sink")
     outputs.late.sink_to(build_sink(config, bootstrap, topics.late)) \
         .name("late-events-sink").uid("late-events-sink")
-    outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions, raw=True)) \
+    outputs.conversions.sink_to(build_sink(config, bootstrap, topics.conversions, raw=True,
+                                           keyed=True)) \
         .name("conversions-sink").uid("conversions-sink")
     outputs.accounting.sink_to(build_sink(config, bootstrap, topics.accounting)) \
         .name("accounting-sink").uid("accounting-sink")

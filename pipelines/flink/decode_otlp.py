@@ -56,21 +56,26 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
 
     An event is late when it is not newer than its partition's newest event time before it
     (the source's header says), or an earlier event of its own message, minus the allowed
-    out-of-orderness: the bound the source's watermark for that partition follows, decided
-    per record, so the same partition's records are classified the same way whatever the
-    partition count, parallelism or interleaving; and an event that passes it is never
-    behind the job's watermark (the minimum over partitions) when it reaches its journey.
+    out-of-orderness and the correction horizon (`journey.correction_days`): decided per
+    record, so the same partition's records are classified the same way whatever the
+    partition count, parallelism or interleaving. An event that passes it but is behind
+    the job's watermark when it reaches its journey (its partition was read late, or sat
+    idle while others moved on) corrects what it changes (udfs/journey_corrections.py).
+    An order already behind this operator's watermark goes to its journey only through
+    the duplicate check (held, then admitted or turned down): a correction cannot wait
+    for the watermark that brings a later copy's withdrawal.
 
     Nothing stops this operator: a null record, unreadable bytes, any error while decoding
     one record become dead letters (with the record's partition and offset), counted.
     """
 
     def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
-                 buckets: int, max_future_s: float = MAX_FUTURE_S) -> None:
+                 buckets: int, max_future_s: float = MAX_FUTURE_S,
+                 correction_ms: int = 0) -> None:
         self.encoding = encoding
         self.max_future_s = max_future_s  # a span further ahead of the clock: dead letter
         self.source = source
-        self.slack_ms = max_out_of_orderness_ms
+        self.slack_ms = max_out_of_orderness_ms + correction_ms
         self.buckets = buckets
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -89,7 +94,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 "error): no spans", b""), record)
             return
         try:
-            yield from self._decode(record)
+            yield from self._decode(record, ctx.timer_service().current_watermark())
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
             log.exception("decoding record %s:%s failed", record.partition, record.offset)
             yield from self._dead(DeadLetter(
@@ -101,7 +106,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                                              None if record is None else record.offset)
         yield ACCOUNTING, counted(messages=1, records_in=1, dead_lettered=1)
 
-    def _decode(self, record: Framed) -> Iterator[Any]:
+    def _decode(self, record: Framed, watermark: int) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
         value, newest_before = record.value, record.partition_newest_ms
@@ -109,9 +114,10 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         decoded = decode_message(value, self.buckets, self.encoding, self.max_future_s)
         out: list[Any] = []
         if isinstance(decoded, PackedMessage):
-            if self._none_late(decoded.ts_ms, newest_before):
-                # the common case, every span plain and none late: the scanner's buckets
-                # as they are
+            if self._none_late(decoded.ts_ms, newest_before) and (
+                    not len(decoded.ts_ms) or int(decoded.ts_ms.min()) > watermark):
+                # the common case, every span plain, none late or behind the watermark:
+                # the scanner's buckets as they are
                 orders: list[tuple] = []
                 for bucket, (batch_newest, events) in decoded.buckets.items():
                     out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
@@ -138,12 +144,15 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             late_count = int(late_touches.sum() + late_orders.sum())
             if late_count:
                 out.extend(self._late_json(decoded, late_touches, late_orders, bounds))
-                batches = by_bucket(decoded, ~late_touches, ~late_orders)
+            held = ~late_orders & (orders.ts_ms <= watermark)
+            if late_count or held.any():
+                batches = by_bucket(decoded, ~late_touches, ~late_orders & ~held)
             else:
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
                 out.append((bucket, newest(events), pack(events)))
-            out.extend(self._orders(order_rows(take(orders, ~late_orders)), record))
+            out.extend(self._orders(order_rows(take(orders, ~late_orders & ~held)), record))
+            out.extend(self._orders(order_rows(take(orders, held)), record, held=True))
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
         out.append((ACCOUNTING, counted(
@@ -154,12 +163,13 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         # of it behind but its dead letter
         yield from out
 
-    def _orders(self, orders: list[tuple], record: Framed) -> Iterator[Any]:
+    def _orders(self, orders: list[tuple], record: Framed, held: bool = False) -> Iterator[Any]:
         """Orders to the duplicate check, by the bucket of their order id, each with the
-        partition and offset of its record (a duplicate's dead letter names them)."""
+        partition and offset of its record (a duplicate's dead letter names them);
+        `held`: orders their journeys get only once the check admits them."""
         place = (record.partition, record.offset)
         for key, part in by_order_bucket(orders, self.buckets).items():
-            yield ORDERS, (key, 0, [row + place for row in part])
+            yield ORDERS, (key, int(held), [row + place for row in part])
 
     @staticmethod
     def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:

@@ -13,7 +13,10 @@ operator passes that watermark on). The ids are remembered for the duplicate hor
 
 Only rejected copies travel on, so the common case costs one small record per message and
 order bucket. An order already behind the watermark when it comes (its partition was idle)
-is decided at once.
+is decided at once. An order the decoder held (it was behind the decoder's watermark: it
+will correct its journey, udfs/journey_corrections.py) reaches its journey only from here,
+once admitted (an ADMITTED record to its user bucket); a held copy turned down is only
+dead-lettered (its journey never had it).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor
 
 from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.flink.operator_support import (
+    ADMITTED,
     DUPLICATE_ORDERS,
     PICKLE_PROTOCOL,
     WITHDRAWN,
@@ -39,9 +43,11 @@ from schemas.records import Conversion, DeadLetter
 from udfs.journey_book import bucket_of
 from udfs.order_ledger import OrderLedger
 
-# (order bucket, 0, rows: Conversion's fields, then the record's partition and offset)
+# (order bucket, held: 1 or 0, rows: Conversion's fields, then the record's partition and
+# offset)
 OrderRows = tuple[int, int, list[tuple]]
 FIELDS = len(Conversion._fields)
+HELD = FIELDS + 2  # a waiting row's place for its held flag (absent in rows stored before)
 
 
 class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
@@ -76,7 +82,9 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
 
     def process_element(self, value: OrderRows,
                         ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        key, _, rows = value
+        key, held, rows = value
+        if held:
+            rows = [(*row, True) for row in rows]
         timers = ctx.timer_service()
         watermark = timers.current_watermark()
         behind = [row for row in rows if row[1] <= watermark]
@@ -114,11 +122,16 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
         keep, added = self._ledger(key).admit(
             [(row[2], row[1], row[0], row[6]) for row in rows])  # id, time, user, span
         withdrawn: dict[int, list[tuple]] = {}
+        admitted: dict[int, list[tuple]] = {}
         for row, first in zip(rows, keep, strict=True):
+            order, (partition, offset) = row[:FIELDS], row[FIELDS:HELD]
+            held = len(row) > HELD and row[HELD]
             if first:
+                if held:
+                    admitted.setdefault(bucket_of(row[0], self.buckets), []).append(order)
                 continue
-            order, (partition, offset) = row[:FIELDS], row[FIELDS:]
-            withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(order)
+            if not held:
+                withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(order)
             yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
                 "duplicate_order", f"order {row[2]} was seen before (within "
                 f"{self.horizon_ms / 86_400_000:g} days of event time): credited once",
@@ -127,3 +140,5 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
             put_all(self.seen, added, self.process_mode)
         for bucket, copies in sorted(withdrawn.items()):
             yield bucket, WITHDRAWN, pickle.dumps(copies, PICKLE_PROTOCOL)
+        for bucket, orders in sorted(admitted.items()):
+            yield bucket, ADMITTED, pickle.dumps(orders, PICKLE_PROTOCOL)

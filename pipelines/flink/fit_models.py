@@ -9,14 +9,20 @@ from collections.abc import Iterator
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
-from pyflink.datastream.state import MapStateDescriptor
+from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
-from pipelines.codec import credit_messages
+from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.legacy_state import LegacyFitState, pending_period
 from pipelines.flink.operator_support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
-from udfs.data_driven import PathCounts, Period, conversion_credit_rows
-from udfs.journey_columns import ConvertedJourneys, concat_converted
+from udfs.data_driven import PathCounts, Period, conversion_credit_rows, merged_period
+from udfs.journey_columns import ConvertedJourneys
+from udfs.journey_corrections import SETTLE_STEP_MS
 from udfs.models import ModelParams
+
+# the key of the fit's credit messages: every version of a period's credits in one
+# partition, in order
+FIT_KEY = ("data-driven",)
+FINAL = 2**63 - 1  # the watermark at the end of the input (a drain, a bounded run)
 
 
 class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
@@ -25,13 +31,19 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
 
     Journeys arrive grouped by refit period (udfs.data_driven.Period: the conversions, and
     only counts per path of the journeys that did not convert) and wait in state until
-    the watermark passes the period's end."""
+    the watermark passes the period's end. A correction (late events changed closed
+    journeys: udfs/journey_corrections.py) retracts journeys and adds others; where it
+    concerns a period already settled, that period and every later one are settled again
+    from the counts before it (each fit counts every journey closed up to its period's
+    end), and their conversions credited again. Settled periods are kept for
+    `horizon_ms` (the correction horizon) for that."""
 
     def __init__(self, models: tuple[str, ...], params: ModelParams,
-                 process_mode: bool = False) -> None:
+                 process_mode: bool = False, horizon_ms: int = 0) -> None:
         self.models = models
         self.params = params
         self.process_mode = process_mode
+        self.horizon_ms = horizon_ms
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
@@ -45,6 +57,13 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         # (reading one list of everything pending at every timer grew with the backlog).
         self.pending = runtime_context.get_map_state(
             MapStateDescriptor("pending-periods", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
+        # settled periods that a correction may restate: period end -> pickled
+        # (converted journeys, counts per path of the others)
+        self.settled = runtime_context.get_map_state(
+            MapStateDescriptor("settled-periods", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
+        self.settled_periods: dict[int, tuple[ConvertedJourneys, dict]] | None = None
+        self.last_settled = runtime_context.get_state(
+            ValueStateDescriptor("last-settled-period", Types.LONG()))
         self.legacy = LegacyFitState(runtime_context)  # as earlier versions stored them
         self.waiting: dict[int, list[str]] | None = None  # period end -> its entries' keys
         self.arrivals = 0
@@ -66,6 +85,9 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         return self.path_counts
 
     def _store_counts(self, counts: PathCounts) -> None:
+        for path in counts.dropped:
+            self.cells.remove(orjson.dumps(path).decode())
+        counts.dropped.clear()
         if counts.changed:
             rows, cells = counts.rows(), counts.counts
             put_all(self.cells, {orjson.dumps(path).decode(): (rows[path], path, *cells[path])
@@ -88,40 +110,74 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 self._add(legacy)
         return self.waiting
 
-    def _add(self, periods: list[Period]) -> None:
+    def _add(self, periods: list[Period], sign: int = 1) -> None:
         waiting, entries = self._waiting(), {}
         for period in periods:
             key = f"{period[0]}:{self.arrivals}"
             self.arrivals += 1
-            entries[key] = pickle.dumps(period, PICKLE_PROTOCOL)
+            entries[key] = pickle.dumps(period if sign > 0 else (*period, sign),
+                                        PICKLE_PROTOCOL)
             waiting.setdefault(period[0], []).append(key)
         put_all(self.pending, entries, self.process_mode)
 
+    def _last_settled(self) -> int:
+        last = self.last_settled.value()
+        return -(2**63) if last is None else int(last)
+
+    def _settled(self) -> dict[int, tuple[ConvertedJourneys, dict]]:
+        if self.settled_periods is None:
+            self.settled_periods = {end: pickle.loads(value)
+                                    for end, value in self.settled.items()}
+        return self.settled_periods
+
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
-        periods: list[Period] = pickle.loads(payload)
-        self._add(periods)
+        periods: list[Period] | tuple[list[Period], list[Period]] = pickle.loads(payload)
+        if isinstance(periods, tuple):  # a correction: (retracted, added)
+            retracted, added = periods
+            self._add(retracted, -1)
+            self._add(added)
+            periods = [*retracted, *added]
+        else:
+            self._add(periods)
+        last = self._last_settled()
         for end in {period[0] for period in periods}:
-            ctx.timer_service().register_event_time_timer(end)
+            # a settled period is settled again with the next period that closes (all
+            # corrections since in one pass), or at the end of the input
+            ctx.timer_service().register_event_time_timer(end if end > last else FINAL)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[bytes]:
         # Every period the watermark has passed is settled now, in period order (a replay
-        # moves the watermark over many periods at once).
+        # moves the watermark over many periods at once); a correction of a settled period
+        # settles it and the later ones again, from the counts before it.
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         waiting = self._waiting()
+        last = self._last_settled()
         due = sorted(end for end in waiting if end <= watermark)
-        if not due:
-            return
+        if not due or (due[-1] <= last and watermark < FINAL):
+            return  # only corrections of settled periods: they wait for the next period
+        self.last_settled.update(max(last, due[-1]))
         counts = self._counts()
-        for end in due:
-            converted: list[ConvertedJourneys] = []
-            unconverted: dict[tuple[str, ...], float] = {}
-            for key in waiting.pop(end):
-                _, journeys, paths = pending_period(self.pending.get(key))
+        settled = self._settled() if self.horizon_ms else {}
+        again = sorted(end for end in settled if end >= due[0])
+        for end in reversed(again):
+            counts.retract(*settled[end])
+        for end in sorted({*again, *due}):
+            parts = [(*settled[end], 1)] if end in settled else []
+            for key in waiting.pop(end, []):
+                _, journeys, paths, *sign = pending_period(self.pending.get(key))
                 self.pending.remove(key)
-                converted.append(journeys)
-                for path, count in paths.items():
-                    unconverted[path] = unconverted.get(path, 0.0) + count
-            yield from credit_messages.encode_chunks_bytes(conversion_credit_rows(
-                counts, concat_converted(converted), unconverted, self.models,
-                self.params))
+                parts.append((journeys, paths, sign[0] if sign else 1))
+            converted, unconverted = merged_period(parts)
+            for message in credit_messages.encode_chunks_bytes(conversion_credit_rows(
+                    counts, converted, unconverted, self.models, self.params)):
+                yield table_messages.keyed(FIT_KEY, message)
+            if self.horizon_ms:
+                settled[end] = (converted, unconverted)
+                self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
+        # a correction reaches back at most the horizon (and the step the settled journeys
+        # trail by): older periods are final
+        final = watermark - self.horizon_ms - 2 * SETTLE_STEP_MS
+        for end in [end for end in settled if end < final]:
+            del settled[end]
+            self.settled.remove(end)
         self._store_counts(counts)

@@ -98,14 +98,17 @@ def build_sink(config: StreamingJobConfig, bootstrap: str, topic: str,
                job: str = "attribution", raw: bool = False, keyed: bool = False) -> KafkaSink:
     """Exactly-once: records become visible to read_committed readers at checkpoints.
     `raw`: the records are byte arrays (UTF-8 already), written as they are. `keyed`: the
-    records are strings `key + "\n" + value` (`keyed_line`), written with that key, so
-    every version of one row goes to one partition, in order."""
+    records are `key + "\n" + value` (`keyed_line`; raw: table_messages.keyed), written with
+    that key, so every version of what one key stands for goes to one partition, in
+    order."""
     builder = KafkaRecordSerializationSchema.builder().set_topic(topic)
     if keyed:
         jvm = _job_classes().io.seedance.flink
+        key, value = (jvm.KeyedBytesKey(), jvm.KeyedBytesValue()) if raw \
+            else (jvm.KeyedLineKey(), jvm.KeyedLineValue())
         builder = (builder
-                   .set_key_serialization_schema(SerializationSchema(jvm.KeyedLineKey()))
-                   .set_value_serialization_schema(SerializationSchema(jvm.KeyedLineValue())))
+                   .set_key_serialization_schema(SerializationSchema(key))
+                   .set_value_serialization_schema(SerializationSchema(value)))
     else:
         builder = builder.set_value_serialization_schema(ByteArraySchema() if raw
                                                          else SimpleStringSchema())

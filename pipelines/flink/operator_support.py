@@ -22,6 +22,9 @@ ORDERS = OutputTag("orders", Types.PICKLED_BYTE_ARRAY())
 # a Batch whose "newest event time" is this carries order copies (rows in Conversion's
 # field order, pickled) to withdraw from the bucket's journeys: duplicates
 WITHDRAWN = -(2**63)
+# ... and this: orders the duplicate check admitted after holding them (they were behind
+# the watermark when decoded, so they reach their journeys only once admitted)
+ADMITTED = -(2**63) + 1
 # credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
 # table_messages.encode_bytes)
 RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())

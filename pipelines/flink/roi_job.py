@@ -96,12 +96,17 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
                    (spend.platform, spend.account, spend.campaign, spend.amount))
             return
         if self.kind == "credit":
+            # a conversion's rows under one model, together: they replace what it had
+            # (pipelines/codec/credit_messages.py)
+            groups: dict[tuple[str, str], tuple[int, list[tuple[Any, ...]]]] = {}
             for row in credit_messages.decode(value):
                 ts = int(row["conversion_ts_ms"])
-                yield ("credit", day_of(ts), ts,
-                       (row["model"], row["order_id"], int(row["touch_index"]),
-                        row["channel"], row["campaign"], row.get("stage", "unknown"),
-                        float(row["credit"]), float(row["revenue"])))
+                group = groups.setdefault((row["model"], row["order_id"]), (ts, []))
+                group[1].append((row["model"], row["order_id"], int(row["touch_index"]),
+                                 row["channel"], row["campaign"], row.get("stage", "unknown"),
+                                 float(row["credit"]), float(row["revenue"])))
+            for (model, order), (ts, credits) in groups.items():
+                yield "credit", day_of(ts), ts, (model, order, credits)
             return
         if self.kind == "conversion":  # a table of orders (pipelines/codec/table_messages.py)
             for row in table_messages.decode(value):
@@ -164,6 +169,10 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         pickled = Types.PICKLED_BYTE_ARRAY()
+        # per (model, order): its credit rows, replaced whole by a later version
+        self.credit_groups = runtime_context.get_map_state(
+            MapStateDescriptor("credit-groups", Types.STRING(), pickled))
+        # as versions before corrections kept them: every row, appended (read, not added to)
         self.credits = runtime_context.get_list_state(ListStateDescriptor("credits", pickled))
         self.compute = runtime_context.get_list_state(ListStateDescriptor("compute", pickled))
         self.unlinked = runtime_context.get_state(ValueStateDescriptor("unlinked", pickled))
@@ -178,7 +187,8 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             yield DEAD_LETTERS, retired_letter(self.source, kind, day, payload)
             return
         if kind == "credit":
-            self.credits.add(payload)
+            model, order, credits = payload
+            self.credit_groups.put(f"{model}\t{order}", credits)
         elif kind == "compute":
             self.compute.add(payload)
         elif kind in ("unlinked", "idle_gpu"):  # by key: '' outside journeys, or the GPU
@@ -197,14 +207,19 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         if self.retention_ms is not None and timestamp >= day_end_ms(day) + self.retention_ms:
             if ending(ctx.timer_service()):
                 return
-            for state in (self.credits, self.compute, self.unlinked, self.spend, self.reported):
+            for state in (self.credits, self.credit_groups, self.compute, self.unlinked,
+                          self.spend, self.reported):
                 state.clear()
             self.retired.update(True)
             return
         yield from self._report(day)
 
     def _report(self, day: str) -> Iterator[str]:
-        credits = pd.DataFrame(list(self.credits.get() or []), columns=CREDIT_COLUMNS)
+        credits = pd.DataFrame(
+            [*(row for row in self.credits.get() or []  # older rows, unless replaced
+               if not self.credit_groups.contains(f"{row[0]}\t{row[1]}")),
+             *(row for rows in self.credit_groups.values() for row in rows)],
+            columns=CREDIT_COLUMNS)
         spend = pd.DataFrame([(*key.split("\t"), amount) for key, amount in self.spend.items()],
                              columns=SPEND_COLUMNS)
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)

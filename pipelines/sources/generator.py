@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -78,6 +78,7 @@ class Plan:
 
     @property
     def late_count(self) -> int:
+        """The events held back to the end (behind the watermark when they come)."""
         return sum(1 for e in self.events if e.emit_rank > 1e30)
 
 
@@ -357,17 +358,6 @@ def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
                           ).end(end_time=start + 9_000_000)
     root.end(end_time=start + 80_000_000)
     return 2
-
-
-def valid_events(plan: Plan) -> Iterable[PlannedEvent]:
-    """Events the pipeline should use: not broken at the source and not emitted late."""
-    return (e for e in plan.events
-            if e.kind in ("touchpoint", "conversion") and e.emit_rank < LATE_RANK)
-
-
-def valid_exposures(plan: Plan) -> Iterable[PlannedEvent]:
-    """The plan's experiment exposures (none is late or broken)."""
-    return (e for e in plan.events if e.kind == "exposure")
 
 
 def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:

@@ -91,8 +91,15 @@ class TopicLoading:
                         row[4])
 
     def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
-        self.store(rows.ATTRIBUTION_CREDITS,
-                   [row for message in messages for row in credit_rows(message)])
+        """A conversion's rows under a model replace all it had (pipelines/codec/
+        credit_messages.py): of a batch, the last message's rows per (model, order_id)."""
+        groups: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
+        for message in messages:
+            fresh: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
+            for row in credit_rows(message):
+                fresh.setdefault(row[:2], []).append(row)
+            groups.update(fresh)
+        self.replace_groups(rows.ATTRIBUTION_CREDITS, 2, groups)
 
     def upsert_gpu_costs(self: Warehouse, messages: list[bytes]) -> None:
         """gpu_costs messages: kind call and idle rows (the rest, e.g. unobserved, skipped)."""

@@ -27,7 +27,8 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.flink.roi_job import run_roi_job
 from pipelines.kafka.io import ensure_topics, producer
 from pipelines.settings.job_config import StreamingJobConfig, load_config
-from pipelines.sources.generator import Plan, plan_events, valid_events
+from pipelines.sources.expected import valid_events
+from pipelines.sources.generator import Plan, plan_events
 from pipelines.store.warehouse import Warehouse
 from schemas.records import Conversion, Touchpoint
 from schemas.rows import GPU_CALL_COST

@@ -18,13 +18,12 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.flink.experiments_job import run_experiments_job
 from pipelines.flink.roi_job import run_roi_job
 from pipelines.kafka.io import producer, read_all
+from pipelines.sources.expected import valid_events, valid_exposures
 from pipelines.sources.generator import (
     ExperimentPlan,
     PlannedEvent,
     plan_events,
     plan_spend,
-    valid_events,
-    valid_exposures,
 )
 from pipelines.store.warehouse import Warehouse
 from tests.integration.test_flink_job import messages, publish

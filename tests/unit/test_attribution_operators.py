@@ -12,12 +12,13 @@ import copy
 import json
 import math
 import pickle
+import random
 from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
-from pipelines.codec import credit_messages
+from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
 from pipelines.flink.attribute_journeys import AttributeJourneys
@@ -36,11 +37,12 @@ from pipelines.flink.operator_support import (
     ORDERS,
     WITHDRAWN,
 )
+from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from schemas.events import records_of
 from schemas.records import Touchpoint
-from tests.flink_fakes import Harness, KeyState, Named, StateStore, Timers
+from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
 from udfs.attribution import PER_CONVERSION_MODELS
 from udfs.data_driven import DATA_DRIVEN_MODELS
@@ -63,11 +65,15 @@ class Job:
     newest event time before it, and the watermark that time minus the allowed lateness;
     neither is kept in a checkpoint (the source reader keeps them in memory)."""
 
-    def __init__(self, state: dict[str, Any] | None = None) -> None:
-        self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS)
-        self.attribute = AttributeJourneys(JourneyConfig(), PER_CONVERSION, ModelParams(),
+    def __init__(self, state: dict[str, Any] | None = None,
+                 journey: JourneyConfig | None = None) -> None:
+        journey = journey or JourneyConfig()
+        self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS,
+                                 correction_ms=journey.correction_ms)
+        self.attribute = AttributeJourneys(journey, PER_CONVERSION, ModelParams(),
                                            REFIT_MS, process_mode=False, buckets=BUCKETS)
-        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams())
+        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(),
+                                       horizon_ms=journey.correction_ms)
         self.dedup = DedupOrders(BUCKETS, JourneyConfig().duplicate_order_ms,
                                  process_mode=False, source="spans")
         state = copy.deepcopy(state) if state else {}
@@ -78,12 +84,13 @@ class Job:
         # both operators' watermark is the job's (the timers' watermark)
         self.timers: Timers = state.get("timers", Timers())
         self.fit_timers: Timers = state.get("fit_timers", Timers())
-        self.partition_newest = NO_TIME
+        self.partition_newest = NO_TIME  # of the partition fed last
+        self.newest_of: dict[int, int] = {}  # each partition's newest event time
         self.offset = 0
         self.attributing = Harness(self.attribute, self.store, self.timers)
         self.deduping = Harness(self.dedup, self.dedup_store, self.dedup_timers)
         self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
-        self.credits: list[dict[str, Any]] = []
+        self.credit_messages: list[bytes] = []  # as the credits topic gets them
         self.conversions = 0
         self.late = 0
         self.dead = 0
@@ -96,12 +103,16 @@ class Job:
                               "dedup_store": self.dedup_store,
                               "dedup_timers": self.dedup_timers})
 
-    def feed(self, message: bytes | None) -> None:
+    def feed(self, message: bytes | None, partition: int = 0) -> None:
+        """One message of `partition`; the watermark follows the newest of all partitions
+        (as when the others are idle: the adversary's watermark)."""
         event_time = newest_start_ms(message, 2**62)
-        framed = frame(message, 0, self.offset, 0, event_time, self.partition_newest)
+        before = self.newest_of.get(partition, NO_TIME)
+        framed = frame(message, partition, self.offset, 0, event_time, before)
         self.offset += 1
-        self.partition_newest = max(self.partition_newest, event_time)
-        for out in self.decode.process_element(framed, None):  # type: ignore[arg-type]
+        self.newest_of[partition] = max(before, event_time)
+        self.partition_newest = max(self.newest_of.values())
+        for out in self.decode.process_element(framed, FakeContext(self.timers)):
             if out[0] is DEAD_LETTERS:
                 self.dead += 1
             elif out[0] is LATE_EVENTS:
@@ -160,11 +171,16 @@ class Job:
                     self.counts = [a + b for a, b in zip(self.counts, ONE_DUPLICATE_ORDER,
                                                          strict=True)]
                 continue
-            self.credits += credit_messages.decode(out)
+            self.credit_messages.append(table_messages.unkeyed(out))
 
-    def _collect_fit(self, outputs: Iterable[str]) -> None:
+    def _collect_fit(self, outputs: Iterable[bytes]) -> None:
         for out in outputs:
-            self.credits += credit_messages.decode(out)
+            self.credit_messages.append(table_messages.unkeyed(out))
+
+    @property
+    def credits(self) -> list[dict[str, Any]]:
+        """The credit rows that hold: each conversion's latest under each model."""
+        return credit_messages.latest(self.credit_messages)
 
 
 @pytest.fixture(scope="module")
@@ -194,19 +210,24 @@ def keyed(credits: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
 def test_the_operators_give_the_batch_reference_credits(stream):
     plan, messages = stream
     job = finish(run(Job(), messages))
+    horizon = JourneyConfig().correction_ms
     expected = keyed([c._asdict() for c in reference_credits(
-        plan, PER_CONVERSION + DATA_DRIVEN, REFIT_MS / 1000)])
+        plan, PER_CONVERSION + DATA_DRIVEN, REFIT_MS / 1000, correction_ms=horizon)])
     got = keyed(job.credits)
     assert len(got) == len(job.credits)  # nothing credited twice
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
-    assert job.conversions > 0 and job.late == plan.late_count
+    # of the touches held back to the end, those within the horizon corrected; the rest late
+    late_ones = late_beyond(plan, horizon, SLACK_MS)
+    assert 0 < late_ones < plan.late_count
+    assert job.conversions > 0 and job.late == late_ones
     messages_, records_in, used, other, dead, late, gpu_calls, tracing, _ = job.counts
-    assert (messages_, dead, late) == (len(messages), job.dead, plan.late_count)
+    assert (messages_, dead, late) == (len(messages), job.dead, late_ones)
     assert records_in == used + other + dead
     assert other == gpu_calls + tracing and gpu_calls > 0 and tracing > 0
     assert {c["stage"] for c in job.credits} >= {"new", "repeat"}
-    assert len({c["order_id"] for c in job.credits}) == len(reference_journeys(plan))
+    assert len({c["order_id"] for c in job.credits}) == len(reference_journeys(
+        plan, correction_ms=horizon))
 
 
 @pytest.mark.parametrize("cut", [0.2, 0.5, 0.85])
@@ -218,22 +239,27 @@ def test_a_restore_from_a_checkpoint_gives_the_credits_of_an_uninterrupted_run(s
     # what was emitted after the checkpoint is lost with the failed run (a transactional
     # sink never commits it): the restored run emits it again
     rest = finish(run(Job(first.checkpoint()), messages[at:]))
-    assert keyed(first.credits + rest.credits) == keyed(whole)
-    assert len(first.credits) + len(rest.credits) == len(whole)
+    both = first.credit_messages + rest.credit_messages
+    assert keyed(credit_messages.latest(both)) == keyed(whole)
+    assert len(both) == len(finish(run(Job(), messages)).credit_messages)
 
 
 def test_journey_state_an_earlier_version_stored_is_read_and_moved(stream):
     """A checkpoint whose journey state is in the earlier form (one entry per user, events
-    as tuples) restores to the same credits, and leaves only the new form behind."""
+    as tuples) restores to the same credits, and leaves only the new form behind. (That
+    form kept no events behind its watermark: what comes behind it after the upgrade is
+    late, so both runs here are without a correction horizon.)"""
     _, messages = stream
-    whole = finish(run(Job(), messages)).credits
+    journey = JourneyConfig(correction_days=0)
+    whole = finish(run(Job(journey=journey), messages)).credits
     at = len(messages) // 2
-    first = run(Job(), messages[:at])
+    first = run(Job(journey=journey), messages[:at])
     state = first.checkpoint()
     for bucket, backend in state["store"].by_key.items():
-        legacy_form(backend, first.attribute.books[bucket])
-    rest = finish(run(Job(state), messages[at:]))
-    assert keyed(first.credits + rest.credits) == keyed(whole)
+        legacy_form(backend, first.attribute.books[bucket].live)
+    rest = finish(run(Job(state, journey), messages[at:]))
+    assert keyed(credit_messages.latest(first.credit_messages + rest.credit_messages)) \
+        == keyed(whole)
     for backend in rest.store.by_key.values():
         assert backend.get_state(Named("progress")).value() is None
         assert backend.get_map_state(Named("users")).stored == {}
@@ -313,7 +339,9 @@ def test_an_order_sent_again_is_credited_once():
     expected = keyed([c._asdict() for c in reference_credits(plan, PER_CONVERSION, REFIT_MS
                                                              / 1000)
                       if c.model in PER_CONVERSION])
-    got = keyed([c for c in first.credits + restored.credits if c["model"] in PER_CONVERSION])
+    got = keyed([c for c in credit_messages.latest(first.credit_messages
+                                                    + restored.credit_messages)
+                 if c["model"] in PER_CONVERSION])
     assert got == expected
     duplicates = first.duplicates + restored.duplicates
     assert len(duplicates) == copies
@@ -378,7 +406,7 @@ def test_a_withdrawal_that_comes_before_its_order_still_takes_it_out():
     probe = Job()
     rows = [row for message in messages
             for out in probe.decode.process_element(frame(message, 0, 0, 0, newest_start_ms(
-                message, 2**62), NO_TIME), None)  # type: ignore[arg-type]
+                message, 2**62), NO_TIME), FakeContext(Timers()))
             if out[0] is ORDERS for row in out[1][2]]
     (copy_row,) = [row[:7] for row in rows if row[0] == "late"]  # without its place
     job = Job()
@@ -390,3 +418,87 @@ def test_a_withdrawal_that_comes_before_its_order_still_takes_it_out():
     finish(run(job, messages))
     credited = {(c["order_id"], c["user_id"]) for c in job.credits}
     assert credited == {("o-1", "early")}
+
+
+def _interleaved(messages: list[bytes], partitions: int, seed: int | None
+                 ) -> list[tuple[int, bytes]]:
+    """The messages spread over partitions without keys (round robin: a user's events in
+    several), read one partition after another (seed None: a catch-up where each
+    partition's reader finishes before the next starts) or at random speeds."""
+    queues = [[(p, m) for m in messages[p::partitions]] for p in range(partitions)]
+    if seed is None:
+        return [item for queue in queues for item in queue]
+    rng = random.Random(seed)
+    out: list[tuple[int, bytes]] = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        taken = rng.randint(1, 40)
+        out.extend(queue[:taken])
+        del queue[:taken]
+    return out
+
+
+@pytest.mark.parametrize(("partitions", "seed", "restart"),
+                         [(4, None, False), (8, 3, True), (4, 11, True)])
+def test_partitions_read_at_any_pace_give_the_batch_credits(stream, partitions, seed,
+                                                            restart):
+    """Unkeyed partitions read at different paces while the watermark follows the fastest
+    (the others count as idle): most events reach their journeys behind the watermark
+    and correct what they change. Once the input ends, the credits that hold (each
+    conversion's latest under each model) are the batch reference's over every event,
+    row for row, the data-driven models included; nothing is late; after a restore
+    from a checkpoint mid-way too."""
+    plan, messages = stream
+    journey = JourneyConfig(correction_days=60)  # more than the plan's 45 days
+    order = _interleaved(messages, partitions, seed)
+    job = Job(journey=journey)
+    cut = len(order) // 2 if restart else len(order)
+    for partition, message in order[:cut]:
+        job.feed(message, partition)
+    emitted = list(job.credit_messages)
+    if restart:
+        newest = dict(job.newest_of)  # the source reads its partitions' newest again
+        job = Job(job.checkpoint(), journey)
+        job.newest_of = newest
+        for partition, message in order[cut:]:
+            job.feed(message, partition)
+    finish(job)
+    got = keyed(credit_messages.latest(emitted + job.credit_messages if restart
+                                       else job.credit_messages))
+    expected = keyed([c._asdict() for c in reference_credits(
+        plan, PER_CONVERSION + DATA_DRIVEN, REFIT_MS / 1000,
+        correction_ms=journey.correction_ms)])
+    assert got.keys() == expected.keys()
+    assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    assert job.late == 0
+
+
+def test_an_order_behind_the_watermark_is_credited_once_admitted_and_a_late_copy_is_not():
+    """Orders that reach the decoder behind the watermark go to their journeys only
+    through the duplicate check: a new one is admitted and corrects its journey
+    (credited); a copy of an order credited before, from another user, is a dead letter
+    and changes nothing."""
+    t0 = 1_790_000_000 * 10**9
+    minute = 60 * 10**9
+    on_time = [PlannedEvent("touchpoint", "ann", t0, "email", "weekly"),
+               PlannedEvent("conversion", "ann", t0 + minute, order_id="o-1", revenue=20.0),
+               PlannedEvent("touchpoint", "bob", t0 + 2 * minute, "display", "retarget"),
+               PlannedEvent("touchpoint", "cy", t0 + 3 * minute, "search", "brand"),
+               PlannedEvent("touchpoint", "dee", t0 + 60 * minute, "search", "brand")]
+    behind = [PlannedEvent("conversion", "bob", t0 + 4 * minute, order_id="o-1",
+                           revenue=20.0),  # a copy of ann's order
+              PlannedEvent("conversion", "cy", t0 + 5 * minute, order_id="o-2",
+                           revenue=7.0)]
+    job = Job()
+    for message in _messages(on_time):
+        job.feed(message)
+    assert job.timers.watermark > (t0 + 5 * minute) // 10**6  # both come behind it
+    for message in _messages(behind):
+        job.feed(message)
+    finish(job)
+    credited = {(c["order_id"], c["user_id"], c["channel"]) for c in job.credits
+                if c["model"] == "last_click"}
+    assert credited == {("o-1", "ann", "email"), ("o-2", "cy", "search")}
+    assert [json.loads(base64.b64decode(d["payload_base64"]))["user_id"]
+            for d in job.duplicates] == ["bob"]
+    assert job.late == 0

@@ -22,7 +22,8 @@ from pipelines.backfill.frames import (
 from pipelines.backfill.local import compute_events, compute_from_archive, read_archive_events
 from pipelines.backfill.roi import link_costs, roi_rows
 from pipelines.settings.job_config import load_config
-from pipelines.sources.generator import Plan, plan_events, valid_events
+from pipelines.sources.expected import valid_events
+from pipelines.sources.generator import Plan, plan_events
 from schemas.records import Conversion, Touchpoint
 from tests.reference import reference_credits
 

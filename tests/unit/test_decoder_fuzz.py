@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pipelines.codec.frame import frame
 from pipelines.flink.decode_otlp import DecodeOtlp
 from pipelines.flink.operator_support import ACCOUNTING, DEAD_LETTERS
+from tests.flink_fakes import FakeContext, Timers
 from tests.unit.test_otlp_events import both, plain, random_payloads
 
 FUZZ = settings(max_examples=300, deadline=None,
@@ -90,7 +91,7 @@ def test_json_with_extreme_numbers_nesting_and_types(payload):
 def test_the_decoding_operator_never_raises_and_counts_every_record(payload):
     operator = DecodeOtlp("auto", "spans", 300_000, 4)
     for value in (frame(payload, 2, 9, 0), frame(None, 2, 10, 0), payload[:20]):
-        outputs = list(operator.process_element(value, None))
+        outputs = list(operator.process_element(value, FakeContext(Timers())))
         (counts,) = [out[1] for out in outputs if out[0] is ACCOUNTING]
         messages, records_in, used, other, dead, late, gpu, tracing, duplicates = counts
         assert messages == 1 and records_in == used + other + dead and duplicates == 0

@@ -3,6 +3,7 @@ from collections import Counter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from pipelines.codec.otlp import decode_spans
+from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import (
     BATCH_GPUS,
     BATCH_WORKLOAD,
@@ -10,7 +11,6 @@ from pipelines.sources.generator import (
     emit,
     gpu_samples,
     plan_events,
-    valid_events,
 )
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from schemas.gpu import load_catalog
