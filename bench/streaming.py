@@ -16,7 +16,12 @@ the same topic:
             each partition count at each parallelism, side by side, each against the first
             shape as its baseline; --cluster runs them on a standalone Flink cluster
             (`seedance cluster`: a JobManager and TaskManagers from PyFlink's scripts, the
-            job submitted with `flink run`) as well as on the in-process MiniCluster
+            job submitted with `flink run`) as well as on the in-process MiniCluster;
+            every shape on a topic published unkeyed (the producer spreads the messages,
+            differently each time) and keyed by the message's place (--publish); each
+            run's committed credits (each conversion's latest) reduced to a digest, which
+            must be the same for every run, beside the conversions late events corrected
+            and the largest checkpoint (the job's state)
   latency   (--latency-s N) the job running unbounded while telemetry stamped with the
             current time is published at --rate spans/s for N seconds: p50/p99 of the
             time from an order's event time to its first credits being readable with
@@ -33,18 +38,14 @@ the same topic:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import os
 import shutil
-import signal
 import statistics
 import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,16 +57,21 @@ try:
 except ImportError:  # pragma: no cover - a set-up message, not a code path
     sys.exit("bench/streaming.py needs confluent-kafka for its plain consumer (the "
              "ceiling): .venv/bin/pip install -e '.[bench]'")
-from kafka import KafkaConsumer  # noqa: E402
 
-from pipelines.codec import credit_messages  # noqa: E402
+from bench.live_latency import live_latency  # noqa: E402
+from bench.run_results import (  # noqa: E402
+    CheckpointWatcher,
+    committed_values,
+    corrected_conversions,
+    credit_digest,
+)
 from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
 from pipelines.codec.otlp import decode_spans  # noqa: E402
 from pipelines.flink.attribution_job import run_job  # noqa: E402
 from pipelines.flink.standalone import StandaloneFlink  # noqa: E402
 from pipelines.kafka.io import ensure_topics, read_all  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
-from pipelines.sources.generator import LATE_RANK, SpanEmitter, emit, plan_events  # noqa: E402
+from pipelines.sources.generator import emit, plan_events  # noqa: E402
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 
@@ -96,13 +102,15 @@ def cached_messages(users: int, seed: int) -> list[bytes]:
     return values
 
 
-def publish(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def publish(bootstrap: str, topic: str, values: list[bytes], keyed: bool = False) -> None:
+    """Unkeyed (the producer's sticky partitioner spreads the messages differently each
+    time) or keyed by the message's place (the same spread every time)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "message.max.bytes": 2_000_000})
-    for value in values:
+    for at, value in enumerate(values):
         while True:
             try:
-                producer.produce(topic, value)
+                producer.produce(topic, value, key=str(at).encode() if keyed else None)
                 break
             except BufferError:  # local queue full: let it drain
                 producer.poll(0.1)
@@ -188,11 +196,16 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
     """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
     with --cluster), interleaved; spans/s on the data against the first shape."""
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
+    modes = args.publish.split(",")
     for partitions in sorted({p for p, _ in shapes}):
-        ensure_topics(info.bootstrap, [f"bench_spans_{partitions}", f"bench_empty_{partitions}"],
-                      partitions=partitions)
-        publish(info.bootstrap, f"bench_spans_{partitions}", values)
-    ceiling_s, _, _, spans = decode_only(info.bootstrap, f"bench_spans_{shapes[0][0]}",
+        ensure_topics(info.bootstrap, [f"bench_empty_{partitions}"], partitions=partitions)
+        for mode in modes:
+            ensure_topics(info.bootstrap, [f"bench_spans_{partitions}_{mode}"],
+                          partitions=partitions)
+            publish(info.bootstrap, f"bench_spans_{partitions}_{mode}", values,
+                    keyed=mode == "keyed")
+    ceiling_s, _, _, spans = decode_only(info.bootstrap,
+                                         f"bench_spans_{shapes[0][0]}_{modes[0]}",
                                          base.flink.user_buckets)
     engines: list[tuple[str, StandaloneFlink | None]] = [("MiniCluster", None)]
     cluster = None
@@ -204,8 +217,8 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
     try:
         for round_ in range(args.rounds):
             for engine, where in engines:
-                for partitions, parallelism in shapes:
-                    run = f"r{round_}_{engine}_{partitions}x{parallelism}".lower()
+                for (partitions, parallelism), mode in itertools.product(shapes, modes):
+                    run = f"r{round_}_{engine}_{partitions}x{parallelism}_{mode}".lower()
                     config = base.replace("flink", parallelism=parallelism,
                                           user_buckets=max(base.flink.user_buckets,
                                                            parallelism))
@@ -220,127 +233,46 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
 
                     empty_s = job_seconds(shaped(f"bench_empty_{partitions}", run + "_e"),
                                           info.bootstrap, run + "_e", where)
-                    full_s = job_seconds(shaped(f"bench_spans_{partitions}", run),
-                                         info.bootstrap, run, where)
+                    with CheckpointWatcher(Path(base.flink.checkpoint_dir) / run) as state:
+                        full_s = job_seconds(shaped(f"bench_spans_{partitions}_{mode}", run),
+                                             info.bootstrap, run, where)
                     report = final_accounting(info.bootstrap, f"{run}_accounting")
                     data_s = max(full_s - empty_s, 1e-9)
-                    rows.append((engine, partitions, parallelism, full_s, empty_s,
-                                 spans / data_s, report.get("late"), report.get("processed")))
+                    credit_rows, digest = credit_digest(
+                        committed_values(info.bootstrap, f"{run}_credits"))
+                    corrected = corrected_conversions(
+                        committed_values(info.bootstrap, f"{run}_conversions"))
+                    rows.append((engine, partitions, parallelism, mode, spans / data_s,
+                                 report.get("late"), report.get("processed"), corrected,
+                                 credit_rows, digest, state.largest))
                     print(f"  {engine:12} {partitions} partitions x parallelism "
-                          f"{parallelism}: {spans / data_s:,.0f} spans/s on the data "
-                          f"(late {report.get('late')}, processed {report.get('processed')})",
-                          flush=True)
+                          f"{parallelism}, {mode}: {spans / data_s:,.0f} spans/s on the data "
+                          f"(late {report.get('late')}, processed {report.get('processed')}, "
+                          f"corrected {corrected}, credits {credit_rows:,} rows {digest}, "
+                          f"state {state.largest / 1e6:.0f} MB)", flush=True)
     finally:
         if cluster is not None:
             cluster.down()
     print(f"{spans:,} spans in {len(values):,} messages; models: "
           f"{', '.join(base.attribution.models)}; {args.rounds} round(s), interleaved")
     print(f"ceiling (plain consumer + decode_message): {spans / ceiling_s:,.0f} spans/s")
-    print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'spans/s':>10}{'vs first':>9}"
-          f"{'late':>7}{'processed':>11}")
+    print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'publish':>9}{'spans/s':>10}"
+          f"{'vs first':>9}{'late':>7}{'processed':>11}{'corrected':>10}{'state MB':>9}"
+          f"  credits")
+    digests = {r[9] for r in rows}
     for engine, _ in engines:
         mine = [r for r in rows if r[0] == engine]
-        for partitions, parallelism in shapes:
-            rates = [r[5] for r in mine if (r[1], r[2]) == (partitions, parallelism)]
-            base_rates = [r[5] for r in mine if (r[1], r[2]) == shapes[0]]
-            last = [r for r in mine if (r[1], r[2]) == (partitions, parallelism)][-1]
-            rate = statistics.median(rates)
-            print(f"{engine:12}{partitions:>11}{parallelism:>9}{rate:>10,.0f}"
-                  f"{rate / statistics.median(base_rates):>9.2f}{last[6]!s:>7}{last[7]!s:>11}")
-
-
-class CreditWatcher(threading.Thread):
-    """Reads the credits topic (read_committed) and notes when each order first shows up."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic = bootstrap, topic
-        self.first_seen: dict[str, tuple[float, int]] = {}  # order -> (wall s, event ms)
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        consumer = KafkaConsumer(self.topic, bootstrap_servers=self.bootstrap,
-                                 isolation_level="read_committed", auto_offset_reset="earliest",
-                                 enable_auto_commit=False, group_id=None)
-        while not self.stop.is_set():
-            for records in consumer.poll(timeout_ms=100).values():
-                now = time.time()
-                for record in records:
-                    for row in credit_messages.decode(record.value):
-                        self.first_seen.setdefault(row["order_id"],
-                                                   (now, row["conversion_ts_ms"]))
-        consumer.close()
-
-
-def live_latency(bootstrap: str, home: Path, seconds: float, rate: float, lateness_s: float,
-                 checkpoint_s: float) -> None:
-    """Publish live telemetry at `rate` spans/s into an unbounded job; print p50/p99."""
-    topics = {name: f"live_{name}" for name in ("spans", "credits", "dead_letter", "late",
-                                                "conversions", "accounting")}
-    ensure_topics(bootstrap, list(topics.values()))
-    config = home / "live.yaml"
-    config.write_text(
-        "topics:\n" + "".join(f"  {k}: {v}\n" for k, v in topics.items())
-        + f"input:\n  group_id: live-bench\n  starting_offsets: earliest\n"
-        f"event_time:\n  max_out_of_orderness_s: {lateness_s}\n  idleness_s: 1\n"
-        f"flink:\n  checkpoint_interval_s: {checkpoint_s}\n  checkpoint_dir: {home}/live-chk\n"
-        f"  resume: false\n  accounting_every_s: 1\n")
-    log = (home / "live-job.log").open("w")
-    job = subprocess.Popen([sys.executable, "-m", "jobs.cli", "run", "--config", str(config),
-                            "--bootstrap", bootstrap], stdout=log, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, start_new_session=True,
-                           env={**os.environ, "SEEDANCE_HOME": str(home)})
-    watcher = CreditWatcher(bootstrap, topics["credits"])
-    watcher.start()
-    try:
-        emitter = SpanEmitter(KafkaSpanExporter(bootstrap, topics["spans"]), seed=3)
-        # the plan gives realistic journeys; their times are replaced by the wall clock
-        plan = [e for e in plan_events(max(1000, int(rate * seconds / 5)), seed=3).events
-                if e.emit_rank < LATE_RANK]
-        plan.sort(key=lambda e: e.ts_ns)
-        warm = emitter.event(replace(plan[0], ts_ns=time.time_ns()))
-        emitter.flush()
-        deadline = time.monotonic() + 180
-        while not any(json.loads(v).get("records_in", 0) >= warm
-                      for _, v in read_all(bootstrap, topics["accounting"])):
-            if time.monotonic() > deadline or job.poll() is not None:
-                raise RuntimeError(f"the job did not start; see {log.name}")
-            time.sleep(1)
-        print(f"job running; publishing at {rate:,.0f} spans/s for {seconds:.0f} s ...",
-              flush=True)
-        tick, position, sent, started = 0.1, 1, 0, time.monotonic()
-        while time.monotonic() - started < seconds and position < len(plan):
-            # about 1.7 spans per event: an order brings a child span, some touches a GPU call
-            take = max(1, int(rate * tick / 1.7))
-            now = time.time_ns()
-            for i, event in enumerate(plan[position:position + take]):
-                sent += emitter.event(replace(event, ts_ns=now + i))
-            emitter.flush()
-            position += take
-            behind = started + (sent / rate) - time.monotonic()
-            if behind > 0:
-                time.sleep(behind)
-        offered = sent / (time.monotonic() - started)
-        emitter.close()
-        time.sleep(lateness_s + 3 * checkpoint_s + 5)  # the last orders' credits
-    finally:
-        watcher.stop.set()
-        watcher.join(10)
-        os.killpg(job.pid, signal.SIGTERM)
-        try:
-            job.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(job.pid, signal.SIGKILL)
-    lags = sorted(seen - event_ms / 1000 for seen, event_ms in watcher.first_seen.values())
-    if len(lags) < 2:
-        print(f"no credits seen; see {log.name}")
-        return
-    p50 = statistics.median(lags)
-    p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]
-    print(f"live: {sent:,} spans at {offered:,.0f} spans/s offered; {len(lags):,} orders "
-          f"credited; event time -> credits readable (read_committed): p50 {p50:.2f} s, "
-          f"p99 {p99:.2f} s (allowed out-of-orderness {lateness_s:g} s, checkpoints every "
-          f"{checkpoint_s:g} s)")
+        base_rates = [r[4] for r in mine if (r[1], r[2], r[3]) == (*shapes[0], modes[0])]
+        for (partitions, parallelism), mode in itertools.product(shapes, modes):
+            runs = [r for r in mine if r[1:4] == (partitions, parallelism, mode)]
+            rate, last = statistics.median(r[4] for r in runs), runs[-1]
+            same = "same" if len({r[9] for r in runs}) == 1 and len(digests) == 1 \
+                else "DIFFER"
+            print(f"{engine:12}{partitions:>11}{parallelism:>9}{mode:>9}{rate:>10,.0f}"
+                  f"{rate / statistics.median(base_rates):>9.2f}{last[5]!s:>7}{last[6]!s:>11}"
+                  f"{last[7]:>10}{last[10] / 1e6:>9.0f}  {last[8]:,} rows {last[9]} {same}")
+    print("credits identical in every run: " + ("yes" if len(digests) == 1 else
+                                                 f"NO ({len(digests)} different results)"))
 
 
 def main() -> None:
@@ -365,6 +297,9 @@ def main() -> None:
                              "(the first is the baseline)")
     parser.add_argument("--cluster", action="store_true",
                         help="with --shapes: also on a standalone Flink cluster")
+    parser.add_argument("--publish", default="unkeyed,keyed",
+                        help="with --shapes: how the messages are published, unkeyed "
+                             "(spread by the producer) and/or keyed (by their place)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --shapes: rounds of every shape, interleaved (medians)")
     parser.add_argument("--latency-s", type=float, default=0.0,

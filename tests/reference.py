@@ -12,9 +12,16 @@ from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
 from udfs.data_driven import DATA_DRIVEN_MODELS, credit_by_period
 from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
 
+# the correction horizon the integration tests' job configs set (tests/integration/
+# conftest.py): longer than any test plan (45 days), so every held-back event corrects,
+# whatever the partitioning (a horizon's edge is judged per partition). None: every
+# held-back event late, as without corrections
+TEST_HORIZON_DAYS = 60
+TEST_HORIZON_MS = int(TEST_HORIZON_DAYS * 86_400_000)
 
-def reference_closed_journeys(plan: Plan,
-                              correction_ms: int | None = None) -> list[ClosedJourney]:
+
+def reference_closed_journeys(plan: Plan, correction_ms: int | None = TEST_HORIZON_MS
+                              ) -> list[ClosedJourney]:
     """Every journey (converting or not) of the plan's valid events (not broken, not late;
     with a correction horizon, the held-back events it corrects with too), closed as a
     stream run to its end closes them."""
@@ -28,14 +35,15 @@ def reference_closed_journeys(plan: Plan,
             for journey in closed_journeys_of(events, JourneyConfig())]
 
 
-def reference_journeys(plan: Plan, correction_ms: int | None = None) -> list[ConvertedJourney]:
+def reference_journeys(plan: Plan, correction_ms: int | None = TEST_HORIZON_MS
+                       ) -> list[ConvertedJourney]:
     return [j for j in reference_closed_journeys(plan, correction_ms)
             if isinstance(j, ConvertedJourney)]
 
 
 def reference_credits(plan: Plan, models: tuple[str, ...] = AttributionConfig.models,
                       refit_every_s: float = AttributionConfig.refit_every_s,
-                      correction_ms: int | None = None) -> list[Credit]:
+                      correction_ms: int | None = TEST_HORIZON_MS) -> list[Credit]:
     closed = reference_closed_journeys(plan, correction_ms)
     per_conversion = tuple(m for m in models if m in PER_CONVERSION_MODELS)
     data_driven = tuple(m for m in models if m in DATA_DRIVEN_MODELS)

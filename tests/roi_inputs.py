@@ -125,15 +125,18 @@ class Inputs:
 
 
 def final_rows(kafka: str, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-    """The roi topic read as a changelog: the last row per key (a zero unallocated row
-    withdraws its key)."""
+    """The roi topic read as a changelog: the last row per key (a zero unallocated row,
+    or a row marked withdrawn, withdraws its key)."""
     layouts = {"roi": rows.ROI_DAILY, "unallocated": rows.ROI_UNALLOCATED,
                "order_cost": rows.ORDER_COST}
     current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for message in messages(kafka, topic):
         layout = layouts[message["kind"]]
         values = tuple(message[name] for name in layout.names)
-        current[(message["kind"], *values[:len(layout.key)])] = values
+        key = (message["kind"], *values[:len(layout.key)])
+        current[key] = values
+        if message.get("withdrawn"):
+            del current[key]
     return {k: v for k, v in current.items()
             if not (k[0] == "unallocated" and v[rows.ROI_UNALLOCATED.names.index("amount")]
                     == 0)}
@@ -172,24 +175,53 @@ def cpu_hog() -> Iterator[None]:
 
 
 def input_values(config: StreamingJobConfig, inputs: Inputs, rng: random.Random | None,
-                 costs_first: bool) -> list[tuple[str, list[bytes]]]:
-    """(topic, messages) of the credits, conversions and GPU costs, in the order to publish
-    them: shuffled within a topic with `rng` (a later day's credits before an earlier
-    day's), costs first with `costs_first` (every cost waits for its claim)."""
-    credit_values = [credit_messages.encode(chunk).encode() for chunk in
-                     (inputs.credits[i:i + 7] for i in range(0, len(inputs.credits), 7))]
-    conversion_values = [table_messages.encode_bytes(rows.CONVERSION.names, [c])
+                 costs_first: bool) -> list[tuple[str, list[tuple[bytes | None, bytes]]]]:
+    """(topic, [(key, message)]) of the credits, conversions and GPU costs, in the order to
+    publish them: shuffled within a topic with `rng` (a later day's credits before an
+    earlier day's), costs first with `costs_first` (every cost waits for its claim).
+    Every fifth credit message is preceded by a stale version of the same conversions (as
+    before late events corrected them: all the credit on a channel of their own); both
+    carry the key of their first order, so they share a partition, in order, as the
+    attribution job's versions do."""
+    # two conversions' rows a message: a conversion's rows under a model travel together
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for credit in inputs.credits:
+        groups.setdefault(credit[:2], []).append(credit)
+    runs = list(groups.values())
+    chunks = [[row for run in runs[i:i + 2] for row in run] for i in range(0, len(runs), 2)]
+    credit_values = [(chunk[0][1].encode(), credit_messages.encode(chunk).encode())
+                     for chunk in chunks]
+    conversion_values = [(None, table_messages.encode_bytes(rows.CONVERSION.names, [c]))
                          for c in inputs.conversions]
-    cost_values = [json.dumps(c).encode() for c in inputs.costs]
+    cost_values = [(None, json.dumps(c).encode()) for c in inputs.costs]
     if rng:
         for values in (credit_values, conversion_values, cost_values):
             rng.shuffle(values)
-    topics = [(config.topics.credits, credit_values),
+    with_stale = []
+    for at, (key, value) in enumerate(credit_values):
+        if at % 5 == 0:
+            with_stale.append((key, credit_messages.encode(_stale(
+                credit_messages.decode(value))).encode()))
+        with_stale.append((key, value))
+    topics = [(config.topics.credits, with_stale),
               (config.topics.conversions, conversion_values),
               (config.gpu.costs_topic, cost_values)]
     if costs_first:
         topics.reverse()
     return topics
+
+
+def _stale(credits: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """An earlier version of these conversions' credits: one row each, all the credit and
+    revenue on a channel of its own."""
+    firsts: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in credits:
+        firsts.setdefault((row["model"], row["order_id"]), row)
+    revenue = {key: sum(r["revenue"] for r in credits if (r["model"], r["order_id"]) == key)
+               for key in firsts}
+    return [tuple({**row, "touch_index": 0, "channel": "stale", "campaign": "stale",
+                   "credit": 1.0, "revenue": revenue[key]}[name] for name in rows.CREDIT.names)
+            for key, row in firsts.items()]
 
 
 def spend_values(inputs: Inputs) -> list[bytes]:

@@ -94,6 +94,9 @@ class ControlState:
         except KeyError as error:
             raise ValueError(f"a roi_daily row without {error}") from None
         _check_roi_row(values)
+        if row.get("withdrawn"):  # the key has no row any more (a corrected conversion)
+            self.roi.pop(values[:_KEYS], None)
+            return
         self.roi[values[:_KEYS]] = values
 
     def add_metrics(self, payload: bytes) -> None:

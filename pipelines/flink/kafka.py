@@ -75,16 +75,14 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
 
 def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
     """Watermarks made per Kafka partition inside the source, from each framed record's event
-    time (io.seedance.flink.FramedEventTime): a subtask's watermark is the minimum over its
-    partitions, and a partition silent for `event_time.idleness_s` stops holding it back."""
-    jvm = _job_classes()
-    millis = jvm.java.time.Duration.ofMillis
-    j_strategy = (jvm.org.apache.flink.api.common.eventtime.WatermarkStrategy
-                  .forBoundedOutOfOrderness(
-                      millis(int(config.event_time.max_out_of_orderness_s * 1000)))
-                  .withTimestampAssigner(jvm.io.seedance.flink.FramedEventTime())
-                  .withIdleness(millis(int(config.event_time.idleness_s * 1000))))
-    return WatermarkStrategy(j_strategy)
+    time (io.seedance.flink.LagAwareWatermarks): a subtask's watermark is the minimum over
+    its partitions; a partition silent for `event_time.idleness_s` stops holding it back,
+    unless its last record was read behind the head of its log (then after
+    `event_time.backlog_idleness_s`: its reader may be busy elsewhere)."""
+    event_time = config.event_time
+    return WatermarkStrategy(_job_classes().io.seedance.flink.LagAwareWatermarks(
+        int(event_time.max_out_of_orderness_s * 1000), int(event_time.idleness_s * 1000),
+        int(event_time.backlog_idleness_s * 1000)))
 
 
 def _job_classes():  # noqa: ANN202 (py4j's JVM view)

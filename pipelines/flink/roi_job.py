@@ -179,6 +179,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         self.spend = runtime_context.get_map_state(
             MapStateDescriptor("spend", Types.STRING(), pickled))
         self.reported = runtime_context.get_state(ValueStateDescriptor("reported", pickled))
+        # the (model, dimension, key) of the day's last roi rows
+        self.reported_roi = runtime_context.get_state(
+            ValueStateDescriptor("reported-roi", pickled))
         self.retired = runtime_context.get_state(ValueStateDescriptor("retired", pickled))
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
@@ -208,7 +211,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             if ending(ctx.timer_service()):
                 return
             for state in (self.credits, self.credit_groups, self.compute, self.unlinked,
-                          self.spend, self.reported):
+                          self.spend, self.reported, self.reported_roi):
                 state.clear()
             self.retired.update(True)
             return
@@ -225,11 +228,23 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)
         result = day_roi(credits, spend, compute, self.models, self.weights,
                          _by_key(self.unlinked.value()), self.min_cost, self.gross_margin)
+        roi_keys = []
         for row in result.roi.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
             for ratio in ("roi", "roas", "margin_roi"):  # NaN: under the cost floor
                 values[ratio] = None if math.isnan(values[ratio]) else values[ratio]
+            roi_keys.append((values["model"], values["dimension"], values["key"]))
             yield _keyed_row("roi", rows.ROI_DAILY, values)
+        # a channel, campaign or stage reported before but without credit now (a corrected
+        # conversion moved it): withdrawn, so the changelog's latest row is not stale
+        stored = self.reported_roi.value() or []
+        for model, dimension, key in sorted(set(map(tuple, stored)) - set(roi_keys)):
+            yield _keyed_row("roi", rows.ROI_DAILY, {
+                **dict.fromkeys(rows.ROI_DAILY.names, None), "model": model, "day": day,
+                "dimension": dimension, "key": key, "conversions": 0.0, "revenue": 0.0,
+                "ad_spend": 0.0, "compute_cost": 0.0, "currency": self.currency},
+                withdrawn=True)
+        self.reported_roi.update(sorted(set(roi_keys)))
         left = [(row.model, row.kind, row.key, float(row.amount))
                 for row in result.unallocated.itertuples(index=False)]
         # the topic is read as "latest row per key": a key reported before but gone now
@@ -252,12 +267,15 @@ def _by_key(unlinked: Any) -> dict[str, float]:
     return {"": float(unlinked)} if unlinked else {}
 
 
-def _keyed_row(kind: str, row: Row, values: dict[str, Any]) -> str:
+def _keyed_row(kind: str, row: Row, values: dict[str, Any], withdrawn: bool = False) -> str:
     """One result row for the keyed roi sink: its key (kind and the row's key columns) and
-    its JSON, so every version of one row goes to one partition, in order."""
+    its JSON, so every version of one row goes to one partition, in order. `withdrawn`: the
+    key has no row any more (a reader deletes it)."""
+    body = {"kind": kind, **{name: values[name] for name in row.names}}
+    if withdrawn:
+        body["withdrawn"] = True
     return keyed_line((kind, *(values[name] for name in row.key)),
-                      json.dumps({"kind": kind, **{name: values[name] for name in row.names}},
-                                 separators=(",", ":")))
+                      json.dumps(body, separators=(",", ":")))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,

@@ -64,6 +64,9 @@ class InputConfig:
 class EventTimeConfig:
     max_out_of_orderness_s: float = 300.0
     idleness_s: float = 10.0
+    # a partition last read behind the head of its log (a backlog) is idle only after this
+    # long without records: its reader may be busy with another partition's fetch
+    backlog_idleness_s: float = 300.0
     watermark_interval_s: float = 1.0
     # a span starting further ahead of the clock is a dead letter (a skewed clock): it
     # would move its partition's event time and make the partition's next spans late

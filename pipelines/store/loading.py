@@ -119,15 +119,21 @@ class TopicLoading:
             row = json.loads(message)
             if row["kind"] == "roi":
                 # (ratios absent from rows written before they existed)
-                roi.append(tuple(row[c] if c not in _RATIOS else row.get(c)
-                                 for c in rows.ROI_DAILY.names))
+                roi.append((*(row[c] if c not in _RATIOS else row.get(c)
+                              for c in rows.ROI_DAILY.names), bool(row.get("withdrawn"))))
             elif row["kind"] == "unallocated":
                 unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
             elif row["kind"] == "order_cost":
                 orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
         self.store(rows.ORDER_COST, last_per_key(orders, len(rows.ORDER_COST.key)))
-        # a day reported again within one batch: the later row wins, as in the topic
-        self.store(rows.ROI_DAILY, last_per_key(roi, len(rows.ROI_DAILY.key)))
+        # a day reported again within one batch: the later row wins, as in the topic; a
+        # withdrawn key (no credit left there after a correction) is deleted
+        keys = len(rows.ROI_DAILY.key)
+        latest_roi = last_per_key(roi, keys)
+        self.store(rows.ROI_DAILY, [row[:-1] for row in latest_roi if not row[-1]])
+        self.executemany(f"DELETE FROM {rows.ROI_DAILY.table} WHERE "
+                         + " AND ".join(f"{k} = ?" for k in rows.ROI_DAILY.key),
+                         [row[:keys] for row in latest_roi if row[-1]])
         keys = len(rows.ROI_UNALLOCATED.key)
         amount = rows.ROI_UNALLOCATED.names.index("amount")
         latest = last_per_key(unallocated, keys)

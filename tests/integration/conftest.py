@@ -18,6 +18,7 @@ from pipelines.kafka.io import ensure_topics
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.stack.postgres import LocalPostgres
+from tests.reference import TEST_HORIZON_DAYS
 
 _topic_ids = itertools.count()
 _database_ids = itertools.count()
@@ -106,5 +107,6 @@ def job_config(topic: Callable[[str], str], tmp_path: Path) -> StreamingJobConfi
     config = config.replace("gpu", costs_topic=topic("gpu-costs"))
     config = config.replace("input", bounded=True, starting_offsets="earliest",
                             group_id=f"test-{next(_topic_ids)}")
+    config = config.replace("journey", correction_days=TEST_HORIZON_DAYS)
     return config.replace("flink", checkpoint_interval_s=1.0,
                           checkpoint_dir=str(tmp_path / "checkpoints"))

@@ -20,9 +20,10 @@ from pipelines.codec.otlp import decode_spans
 from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import read_all
 from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
-from tests.reference import reference_credits
+from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import encoded
 
 COLLECTOR = PROJECT_ROOT / ".cache" / "otelcol" / "dist" / "otelcol-seedance"
@@ -112,7 +113,7 @@ def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic,
     got = {credit_key(r): r["revenue"] for r in rows}
     assert len(rows) == len(got) and got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
-    assert len(messages(kafka, job.topics.late)) == plan.late_count
+    assert len(messages(kafka, job.topics.late)) == late_beyond(plan, TEST_HORIZON_MS)
     (report,) = [r for r in messages(kafka, job.topics.accounting) if r["final"]]
     assert report["records_in"] == report["processed"] + report["dead_lettered"] \
         + report["late"] + report["other"]

@@ -10,10 +10,11 @@ import pytest
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import count_messages, producer, read_all
+from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.store.warehouse import Warehouse
-from tests.reference import reference_credits, reference_journeys
+from tests.reference import TEST_HORIZON_MS, reference_credits, reference_journeys
 
 T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
 S = 10**9
@@ -42,8 +43,20 @@ def messages(kafka, topic):
     return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
 
 
+def conversion_rows(kafka, topic):
+    """The conversion rows that hold: of each order, its latest (a correction restates
+    it; every version of one order is in one partition, in order)."""
+    return list({row["order_id"]: row for row in messages(kafka, topic)}.values())
+
+
 def credit_rows(kafka, topic):
-    """Every credit row of the credits topic (a message holds one order's rows)."""
+    """The credit rows that hold on the credits topic: of each conversion under each
+    model, the rows of its latest message (pipelines/codec/credit_messages.py)."""
+    return credit_messages.latest(value for _, value in read_all(kafka, topic))
+
+
+def every_credit_row(kafka, topic):
+    """Every credit row of the credits topic, each version of a corrected one too."""
     return [row for _, value in read_all(kafka, topic) for row in credit_messages.decode(value)]
 
 
@@ -68,8 +81,11 @@ HAND_COMPUTED = Plan(events=[
     touch("e", T0 + 35 * D, "email"), order("e", T0 + 35 * D + H, "oE2", 40.0),
     # f: broken at the source (negative revenue)
     order("f", T0 + 35 * D + 2 * H, "oF", -5.0, kind="invalid_conversion"),
-    # d again, a day behind the watermark when it arrives: late, must not change oD
+    # d again, a day behind when it arrives: within the correction horizon, it counts
+    # (waiting or, were the watermark past oD, re-crediting it)
     touch("d", T0 + 33 * D - H, "affiliate"),
+    # a again, 35 days behind the watermark: beyond the horizon, late, must not change oA
+    touch("a", T0 + 30 * 60 * S, "affiliate"),
 ], malformed=[b"this is not OTLP"])
 
 EXPECTED = {
@@ -81,9 +97,10 @@ EXPECTED = {
     ("linear", "oB", 0, "email"): (1.0, 50.0),
     ("last_click", "oC", 0, "(unattributed)"): (1.0, 20.0),
     ("linear", "oC", 0, "(unattributed)"): (1.0, 20.0),
-    ("last_click", "oD", 1, "paid_social"): (1.0, 10.0),
-    ("linear", "oD", 0, "paid_social"): (0.5, 5.0),
-    ("linear", "oD", 1, "paid_social"): (0.5, 5.0),
+    ("last_click", "oD", 2, "paid_social"): (1.0, 10.0),
+    ("linear", "oD", 0, "affiliate"): (1 / 3, 10 / 3),
+    ("linear", "oD", 1, "paid_social"): (1 / 3, 10 / 3),
+    ("linear", "oD", 2, "paid_social"): (1 / 3, 10 / 3),
     ("last_click", "oE1", 0, "display"): (1.0, 30.0),
     ("linear", "oE1", 0, "display"): (1.0, 30.0),
     ("last_click", "oE2", 0, "email"): (1.0, 40.0),
@@ -93,6 +110,7 @@ EXPECTED = {
 
 def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_path):
     job_config = job_config.replace("attribution", models=("last_click", "linear"))
+    job_config = job_config.replace("journey", correction_days=None)  # the shipped default
     publish(kafka, job_config.topics.spans, HAND_COMPUTED)
     run_job(job_config, kafka, env=flink.environment(job_config))
 
@@ -115,7 +133,7 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
     assert "order.revenue is negative" in invalid["detail"]
 
     (late,) = messages(kafka, job_config.topics.late)
-    assert (late["user_id"], late["channel"]) == ("d", "affiliate")
+    assert (late["user_id"], late["channel"]) == ("a", "affiliate")
 
     # accounting: every record in is processed, dead-lettered, late or not for this job
     (report,) = [r for r in messages(kafka, job_config.topics.accounting) if r["final"]]
@@ -175,4 +193,4 @@ def test_generated_population_matches_the_batch_reference(kafka, flink, job_conf
     assert {"new", "repeat"} <= set(expected_stage.values())
     invalid = sum(e.kind == "invalid_conversion" for e in plan.events)
     assert len(messages(kafka, job_config.topics.dead_letter)) == len(plan.malformed) + invalid
-    assert len(messages(kafka, job_config.topics.late)) == plan.late_count
+    assert len(messages(kafka, job_config.topics.late)) == late_beyond(plan, TEST_HORIZON_MS)

@@ -27,13 +27,18 @@ from tests.roi_inputs import (
 )
 
 
-def publish(kafka: str, topic: str, values: list[bytes], partitions: int,
+def publish(kafka: str, topic: str, values: list[tuple[bytes | None, bytes]], partitions: int,
             rng: random.Random | None) -> None:
-    """In order to partition 0, or spread at random over the partitions (unkeyed, as a
-    producer without keys does)."""
+    """In order to partition 0, or spread over the partitions: by key where there is one,
+    at random where there is none (as a producer without keys does)."""
     out = producer(kafka)
-    for value in values:
-        out.send(topic, value, partition=rng.randrange(partitions) if rng else 0)
+    for key, value in values:
+        if rng is None:
+            out.send(topic, value, partition=0)
+        elif key is not None:
+            out.send(topic, value, key=key)
+        else:
+            out.send(topic, value, partition=rng.randrange(partitions))
     out.flush()
     out.close()
 
@@ -56,7 +61,7 @@ def run_shape(kafka, flink, job_config, topic, inputs: Inputs, partitions: int,
     config = config.replace("flink", parallelism=parallelism)
     for name, values in input_values(config, inputs, rng, costs_first):
         publish(kafka, name, values, partitions, rng)
-    publish(kafka, config.topics.ad_spend, spend_values(inputs), 1, None)
+    publish(kafka, config.topics.ad_spend, [(None, v) for v in spend_values(inputs)], 1, None)
     run_roi_job(config, kafka, env=flink.environment(config, "seedance-roi"))
     return final_rows(kafka, config.topics.roi), config
 

@@ -29,8 +29,9 @@ def credit(model, order, index, channel, share, revenue, stage, day=0):
 
 CREDITS = [
     credit("last_click", "o1", 1, "search", 1.0, 60.0, "new"),
-    credit("linear", "o1", 0, "email", 0.25, 15.0, "new"),
-    credit("linear", "o1", 1, "search", 0.75, 45.0, "new"),
+    # a conversion's rows under one model travel in one message (a JSON table or list)
+    b"[" + credit("linear", "o1", 0, "email", 0.25, 15.0, "new") + b","
+    + credit("linear", "o1", 1, "search", 0.75, 45.0, "new") + b"]",
     credit("last_click", "o2", 0, "social", 1.0, 25.0, "repeat", day=1),
     credit("linear", "o2", 0, "social", 1.0, 25.0, "repeat", day=1),
     credit("last_click", "o3", 0, "(unattributed)", 1.0, 15.5, "unknown", day=2),
@@ -98,6 +99,7 @@ def test_loading_the_same_messages_twice_gives_the_same_rows(warehouse_url):
         warehouse.upsert_credits(CREDITS)
         warehouse.upsert_credits(CREDITS)
         assert warehouse.query(SELECT_CREDITS) == CREDIT_ROWS
+
         # a restated message replaces its row instead of adding one
         warehouse.upsert_credits([credit("linear", "o2", 0, "social", 1.0, 27.5, "repeat", 1)])
         assert warehouse.query(
@@ -114,6 +116,18 @@ def test_loading_the_same_messages_twice_gives_the_same_rows(warehouse_url):
         again.apply_ddl(DDL)
         assert again.query("SELECT COUNT(*) FROM attribution_credits") == [(7,)]
 
+
+def test_a_corrected_conversion_replaces_all_its_rows_under_that_model(warehouse_url):
+    """A late touch re-credits o1; a later message has all of o1's linear rows, fewer than
+    before: the rows it lacks go, other models' and orders' rows stay."""
+    with Warehouse(warehouse_url) as warehouse:
+        warehouse.upsert_credits(CREDITS)
+        warehouse.upsert_credits([credit("linear", "o1", 0, "search", 1.0, 60.0, "repeat")])
+        rows = warehouse.query(SELECT_CREDITS)
+    assert [row for row in rows if row[:2] == ("linear", "o1")] == [
+        ("linear", "o1", 0, "2026-09-01", "search", 1.0, 60.0, "repeat")]
+    assert [row for row in rows if row[:2] != ("linear", "o1")] == [
+        row for row in CREDIT_ROWS if row[:2] != ("linear", "o1")]
 
 def test_summaries(warehouse_url):
     with Warehouse(warehouse_url) as warehouse:
@@ -164,10 +178,10 @@ def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
         assert warehouse.load_credits(kafka, name) == 0
     send(kafka, name, CREDITS[4:])
     with Warehouse(warehouse_url) as restarted:
-        assert restarted.load_credits(kafka, name) == 3
+        assert restarted.load_credits(kafka, name) == 2
         assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
         offsets = "SELECT consumer, topic, partition, next_offset FROM kafka_offsets"
-        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 7)]
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 6)]
 
         # a batch whose write fails leaves neither its rows nor its offsets behind
         restated = [credit("last_click", "o1", 1, "search", 1.0, 70.0, "new"),
@@ -180,17 +194,17 @@ def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
 
         with pytest.raises(RuntimeError, match="the disk is full"):
             restarted.load_from_kafka(kafka, name, write_then_fail)
-        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 7)]
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 6)]
         assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
 
         # the next load picks up exactly those two messages
         assert restarted.load_credits(kafka, name) == 2
-        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 9)]
+        assert restarted.query(offsets) == [("warehouse-loader", name, 0, 8)]
         assert restarted.query("SELECT COUNT(*), SUM(revenue) FROM attribution_credits "
                                "WHERE model = ?", ("last_click",)) == [(4, 119.5)]
         # another consumer name keeps its own offsets and starts from the beginning
         assert restarted.load_from_kafka(kafka, name, restarted.upsert_credits,
-                                         consumer="second-loader") == 9
+                                         consumer="second-loader") == 8
 
 
 def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
@@ -206,7 +220,7 @@ def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
     bad = [json.dumps(nul).encode(), json.dumps(missing).encode(), b"{not json"]
     send(kafka, name, CREDITS[:3] + bad + CREDITS[3:])
     with Warehouse(warehouse_url) as warehouse:
-        assert warehouse.load_credits(kafka, name) == 10
+        assert warehouse.load_credits(kafka, name) == 9
         assert warehouse.query(SELECT_CREDITS) == (
             CREDIT_ROWS if warehouse.dialect == "postgresql" else
             # SQLite stores a NUL: only the two others are refused there
@@ -222,7 +236,7 @@ def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
         if warehouse.dialect == "postgresql":
             assert "NUL" in reasons[0]
         assert base64.b64decode(rejects[-1][4]) == b"{not json"
-        assert warehouse.query("SELECT next_offset FROM kafka_offsets") == [(10,)]
+        assert warehouse.query("SELECT next_offset FROM kafka_offsets") == [(9,)]
         assert warehouse.load_credits(kafka, name) == 0
 
 
@@ -292,8 +306,9 @@ def test_a_loader_that_may_not_create_tables_uses_the_existing_ones(postgres):
             Warehouse(as_loader)
         Warehouse(restricted).close()  # the owner creates them
         with psycopg.connect(restricted, autocommit=True) as owner:
-            owner.execute("GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public "
-                          "TO loader")
+            # DELETE too: a corrected conversion's credit rows replace all it had
+            owner.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
+                          "public TO loader")
         with Warehouse(as_loader) as loader:
             loader.upsert_credits(CREDITS)
             assert loader.query(SELECT_CREDITS) == CREDIT_ROWS

@@ -25,16 +25,17 @@ from pipelines.settings.job_config import load_config
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan, plan_events
 from schemas.records import Conversion, Touchpoint
-from tests.reference import reference_credits
+from tests.reference import TEST_HORIZON_MS, reference_credits
 
 NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),
                          "cost": pd.Series(dtype=float)})
 
 
 def archive_plan(plan: Plan, root: Path) -> None:
-    """The plan's valid events as the archiver would store them."""
+    """The plan's events a stream counts (those held back to the end too: the tests'
+    horizon covers them) as the archiver would store them."""
     records: list[Touchpoint | Conversion] = []
-    for e in valid_events(plan):
+    for e in valid_events(plan, TEST_HORIZON_MS):
         ms = e.ts_ns // 10**6
         records.append(Touchpoint(e.user_id, ms, e.channel, e.campaign, f"t-{e.user_id}-{ms}", "")
                        if e.kind == "touchpoint" else

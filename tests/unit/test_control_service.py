@@ -343,3 +343,15 @@ def test_an_action_claimed_but_never_answered_is_not_sent_again_until_retried(wa
     assert loop.executor.requests == []
     action = loop.service.retry(decision, NOW + 4000)
     assert action["status"] == "succeeded" and len(loop.executor.requests) == 1
+
+
+def test_a_withdrawn_roi_row_takes_its_key_out_of_the_loops_view():
+    """The ROI job withdraws a key a corrected conversion left without credit: the loop
+    forgets it instead of acting on its last, stale figures."""
+    state = ControlState(parse_control_config({}))
+    state.add_roi(roi_message(LAST_DAY, "spring_sale", 0.6))
+    withdrawn = {**json.loads(roi_message(LAST_DAY, "spring_sale", 0.6)), "conversions": 0.0,
+                 "revenue": 0.0, "ad_spend": 0.0, "compute_cost": 0.0, "roi": None,
+                 "roas": None, "margin_roi": None, "withdrawn": True}
+    state.add_roi(json.dumps(withdrawn).encode())
+    assert state.roi == {}

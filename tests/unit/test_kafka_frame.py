@@ -98,3 +98,23 @@ def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(m
         max_ms = FAR if seed % 3 else T0 + 150_000
         assert event_time.newestMs(message, signal, 946_684_800_000, max_ms) == \
             newest_start_ms(message, max_ms, signal=METRICS), seed
+
+
+def test_a_partition_read_behind_its_head_is_not_taken_for_an_idle_one():
+    """io.seedance.flink.LagAwareWatermarks: silent for `idleness` after a record read at
+    the head of its log (the broker took it a second before): idle. Silent as long after
+    a record read a minute behind the head (a backlog; the reader may be busy with another
+    partition's fetch): not idle until `backlog_idleness`."""
+    from pipelines.flink.kafka import _job_classes
+
+    generator = _job_classes().io.seedance.flink.LagAwareWatermarks(
+        300_000, 10_000, 300_000).createWatermarkGenerator(None)
+    t = 1_790_000_000_000
+    generator.seen(frame(b"x", 0, 0, t - 1_000, t, NO_TIME), t)
+    assert not generator.idleAt(t + 9_999) and generator.idleAt(t + 10_000)
+    generator.seen(frame(b"x", 0, 1, t - 60_000, t, NO_TIME), t)
+    assert not generator.idleAt(t + 10_000) and not generator.idleAt(t + 299_999)
+    assert generator.idleAt(t + 300_000)
+    quiet = _job_classes().io.seedance.flink.LagAwareWatermarks(
+        300_000, 10_000, 300_000).createWatermarkGenerator(None)
+    assert not quiet.idleAt(t) and quiet.idleAt(t + 10_000)  # nothing read: as Flink's
