@@ -254,20 +254,22 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
         if cluster is not None:
             cluster.down()
     print(f"{spans:,} spans in {len(values):,} messages; models: "
-          f"{', '.join(base.attribution.models)}; {args.rounds} round(s), interleaved")
+          f"{', '.join(base.attribution.models)}; correction horizon "
+          f"{base.journey.correction_ms / 86_400_000:g} days; {args.rounds} round(s), "
+          "interleaved")
     print(f"ceiling (plain consumer + decode_message): {spans / ceiling_s:,.0f} spans/s")
     print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'publish':>9}{'spans/s':>10}"
           f"{'vs first':>9}{'late':>7}{'processed':>11}{'corrected':>10}{'state MB':>9}"
           f"  credits")
     digests = {r[9] for r in rows}
+    first_digest = rows[0][9]
     for engine, _ in engines:
         mine = [r for r in rows if r[0] == engine]
         base_rates = [r[4] for r in mine if (r[1], r[2], r[3]) == (*shapes[0], modes[0])]
         for (partitions, parallelism), mode in itertools.product(shapes, modes):
             runs = [r for r in mine if r[1:4] == (partitions, parallelism, mode)]
             rate, last = statistics.median(r[4] for r in runs), runs[-1]
-            same = "same" if len({r[9] for r in runs}) == 1 and len(digests) == 1 \
-                else "DIFFER"
+            same = "same" if {r[9] for r in runs} == {first_digest} else "DIFFERS"
             print(f"{engine:12}{partitions:>11}{parallelism:>9}{mode:>9}{rate:>10,.0f}"
                   f"{rate / statistics.median(base_rates):>9.2f}{last[5]!s:>7}{last[6]!s:>11}"
                   f"{last[7]:>10}{last[10] / 1e6:>9.0f}  {last[8]:,} rows {last[9]} {same}")
@@ -300,6 +302,9 @@ def main() -> None:
     parser.add_argument("--publish", default="unkeyed,keyed",
                         help="with --shapes: how the messages are published, unkeyed "
                              "(spread by the producer) and/or keyed (by their place)")
+    parser.add_argument("--correction-days", type=float, default=None,
+                        help="journey.correction_days (default: the config's, the lookback; "
+                             "0: no corrections, a cheaper state)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --shapes: rounds of every shape, interleaved (medians)")
     parser.add_argument("--latency-s", type=float, default=0.0,
@@ -332,6 +337,8 @@ def main() -> None:
             base = base.replace("flink", parallelism=args.parallelism)
         if args.refit_s:
             base = base.replace("attribution", refit_every_s=args.refit_s)
+        if args.correction_days is not None:
+            base = base.replace("journey", correction_days=args.correction_days)
         values = cached_messages(args.users, seed=11)
         if args.shapes:
             run_shapes(args, base, info, home, values)

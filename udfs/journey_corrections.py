@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from schemas.events import EMPTY, EventColumns, size, take
+from schemas.events import EMPTY, EventColumns, earliest, size, take
 from udfs.journey_book import NOTHING_CLOSED, Advanced, JourneyBook
 from udfs.journey_columns import (
     ClosedJourneys,
@@ -49,7 +49,12 @@ from udfs.journey_columns import (
 from udfs.journey_state import Changes, Progress, Snapshot
 from udfs.journeys import JourneyConfig
 
-SETTLE_STEP_MS = 3_600_000
+
+def settle_step_ms(horizon_ms: int) -> int:
+    """How far `settled` trails in one step: an eighth of the horizon, at least an hour
+    (each step is a call over the bucket's users: fewer, larger ones cost less)."""
+    return max(3_600_000, horizon_ms // 8)
+
 
 
 @dataclass
@@ -83,13 +88,15 @@ class CorrectingBook:
             raise ValueError(f"the correction horizon must be 0 or more, got {horizon_ms}")
         self.config = config
         self.horizon_ms = horizon_ms
+        self.settle_step_ms = settle_step_ms(horizon_ms)
         self.settled = settled if settled is not None else JourneyBook(config)
         self.live = live if live is not None else (
             self.settled if not horizon_ms else JourneyBook(config, keeps_log=False))
-        self._by_user: dict[str, list[int]] = {}  # user -> batch ids of `settled` with them
+        # user -> batch ids of `settled` with them: built at the first correction (until
+        # then nothing needs it), kept up from there
+        self._by_user: dict[str, list[int]] | None = None
         self._indexed = 0  # entries in _by_user (some of batches stepped since)
-        for batch_id in sorted(self.settled.batches):
-            self._index(batch_id, self.settled.batches[batch_id])
+        self._rebuilt_at = 0  # entries right after the index was last built
 
     @property
     def watermark(self) -> int:
@@ -122,19 +129,31 @@ class CorrectingBook:
         # `live`'s own watermark, not the stream's: an event after it waits there (to be
         # stepped with the next advance), one at or before it was stepped past
         now = self.watermark
+        if size(events) and earliest(events) > now:  # the common case: all of it waits
+            self.live.add(events, now)
+            _, changes = self.settled.add(events, self.settled.watermark)
+            if self._by_user is not None:
+                for batch_id, batch in changes.batches.items():
+                    self._index(batch_id, batch)
+            return Added(EMPTY, changes, NO_CORRECTION)
         self.live.add(_newer(events, now), now)  # waiting there too (same arrays)
         bound = max(now - self.horizon_ms, self.settled.watermark)
         taken = _newer(events, bound)
         late = _newer(events, bound, older=True)
         correcting = _newer(taken, now, older=True)
         users = _users(correcting)
-        before = self._users_book(users, now) if users else None
+        logged = self._logged_events(users, now) if users else None
         _, changes = self.settled.add(taken, self.settled.watermark)
-        for batch_id, batch in changes.batches.items():
-            self._index(batch_id, batch)
-        if before is None:
+        if self._by_user is not None:
+            for batch_id, batch in changes.batches.items():
+                self._index(batch_id, batch)
+        if logged is None:
             return Added(late, changes, NO_CORRECTION)
-        after = self._users_book(users, now)
+        wanted = np.asarray(users, dtype=object)
+        added = [(batch_id, _of_users(batch, wanted, now))
+                 for batch_id, batch in changes.batches.items()]
+        before, after = self._users_book(users, logged), self._users_book(users,
+                                                                          logged + added)
         old, new = before.advance(now).closed, after.advance(now).closed
         self.live.adopt(users, after)
         return Added(late, changes, correction_between(old, new))
@@ -156,8 +175,7 @@ class CorrectingBook:
             return self.live.advance(watermark)
         advanced = self.live.advance(watermark)
         # `settled` follows in steps (each costs a call over its users), not at every move
-        if watermark - self.horizon_ms >= self.settled.watermark + min(self.horizon_ms,
-                                                                        SETTLE_STEP_MS):
+        if watermark - self.horizon_ms >= self.settled.watermark + self.settle_step_ms:
             changes = self.settled.advance(watermark - self.horizon_ms).changes
             if changes.snapshot is not None:
                 self._reindex()
@@ -170,30 +188,42 @@ class CorrectingBook:
     # --- the horizon's log -----------------------------------------------------------
 
     def _index(self, batch_id: int, batch: EventColumns) -> None:
+        index = self._by_user
+        assert index is not None
         for user in _users(batch):
-            self._by_user.setdefault(user, []).append(batch_id)
+            index.setdefault(user, []).append(batch_id)
             self._indexed += 1
 
-    def _reindex(self) -> None:
-        """Forget the batches stepped since (once the index holds twice what waits)."""
-        waiting = sum(len(_users(batch)) for batch in self.settled.batches.values())
-        if self._indexed > 2 * waiting + 1024:
-            self._by_user, self._indexed = {}, 0
-            for batch_id in sorted(self.settled.batches):
-                self._index(batch_id, self.settled.batches[batch_id])
+    def _build_index(self) -> dict[str, list[int]]:
+        self._by_user, self._indexed = {}, 0
+        for batch_id in sorted(self.settled.batches):
+            self._index(batch_id, self.settled.batches[batch_id])
+        self._rebuilt_at = self._indexed
+        return self._by_user
 
-    def _users_book(self, users: list[str], until: int) -> JourneyBook:
-        """These users alone, as `settled` holds them, with their logged events up to
-        `until` waiting: stepping it to `until` gives what `live` reports of them."""
+    def _reindex(self) -> None:
+        """Forget the batches stepped since, once the index has doubled since it was last
+        built (a rebuild reads every waiting batch: amortised, it costs O(1) an entry)."""
+        if self._by_user is not None and self._indexed > 2 * self._rebuilt_at + 65_536:
+            self._build_index()
+
+    def _logged_events(self, users: list[str], until: int) -> list[tuple[int, EventColumns]]:
+        """These users' events in the horizon's log up to `until`, by batch id."""
         batches = self.settled.batches
-        ids = sorted({batch_id for user in users for batch_id in self._by_user.get(user, ())
+        index = self._by_user if self._by_user is not None else self._build_index()
+        ids = sorted({batch_id for user in users for batch_id in index.get(user, ())
                       if batch_id in batches})
         wanted = np.asarray(users, dtype=object)
-        mine = [(batch_id, _of_users(batches[batch_id], wanted, until)) for batch_id in ids]
+        return [(batch_id, _of_users(batches[batch_id], wanted, until)) for batch_id in ids]
+
+    def _users_book(self, users: list[str],
+                    events: list[tuple[int, EventColumns]]) -> JourneyBook:
+        """These users alone, as `settled` holds them, with these of their events waiting:
+        stepping it to the live watermark gives what `live` reports of them."""
         return JourneyBook.restore(self.config, Progress(self.settled.watermark),
                                    self.settled.snapshot(users),
-                                   [(batch_id, events) for batch_id, events in mine
-                                    if size(events)], keeps_log=False)
+                                   [(batch_id, batch) for batch_id, batch in events
+                                    if size(batch)], keeps_log=False)
 
 
 def _users(events: EventColumns) -> list[str]:

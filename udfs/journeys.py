@@ -32,9 +32,9 @@ class JourneyConfig:
     # an order id seen again within this much event time is a duplicate (None: the lookback)
     duplicate_order_days: float | None = None
     # a stream takes an event this far behind its watermark as a correction (it re-credits
-    # what it changes: udfs/journey_corrections.py); only older ones are late (None: the
-    # lookback; 0: every event behind the watermark is late)
-    correction_days: float | None = None
+    # what it changes: udfs/journey_corrections.py); only older ones are late (0: every
+    # event behind the watermark is late). Every event of the horizon is kept in state.
+    correction_days: float = 1.0
 
     def __post_init__(self) -> None:
         # messages name the field: the job config reads its `journey` section into this class
@@ -50,9 +50,8 @@ class JourneyConfig:
         if self.duplicate_order_days is not None and not self.duplicate_order_days > 0:
             raise ValueError("duplicate_order_days must be positive or null, got "
                              f"{self.duplicate_order_days}")
-        if self.correction_days is not None and not self.correction_days >= 0:
-            raise ValueError("correction_days must be 0 or more, or null, got "
-                             f"{self.correction_days}")
+        if not self.correction_days >= 0:
+            raise ValueError(f"correction_days must be 0 or more, got {self.correction_days}")
 
     # read for every event: computed once (a frozen dataclass still lets cached_property
     # fill the instance dict)
@@ -70,8 +69,7 @@ class JourneyConfig:
 
     @property
     def correction_ms(self) -> int:
-        days = self.lookback_days if self.correction_days is None else self.correction_days
-        return int(days * DAY_MS)
+        return int(self.correction_days * DAY_MS)
 
     @cached_property
     def lifecycle(self) -> LifecycleConfig:

@@ -16,7 +16,7 @@ from pipelines.flink.legacy_state import LegacyFitState, pending_period
 from pipelines.flink.operator_support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
 from udfs.data_driven import PathCounts, Period, conversion_credit_rows, merged_period
 from udfs.journey_columns import ConvertedJourneys
-from udfs.journey_corrections import SETTLE_STEP_MS
+from udfs.journey_corrections import settle_step_ms
 from udfs.models import ModelParams
 
 # the key of the fit's credit messages: every version of a period's credits in one
@@ -176,7 +176,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
         # a correction reaches back at most the horizon (and the step the settled journeys
         # trail by): older periods are final
-        final = watermark - self.horizon_ms - 2 * SETTLE_STEP_MS
+        final = watermark - self.horizon_ms - 2 * settle_step_ms(self.horizon_ms)
         for end in [end for end in settled if end < final]:
             del settled[end]
             self.settled.remove(end)

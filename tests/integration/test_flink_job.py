@@ -81,8 +81,8 @@ HAND_COMPUTED = Plan(events=[
     touch("e", T0 + 35 * D, "email"), order("e", T0 + 35 * D + H, "oE2", 40.0),
     # f: broken at the source (negative revenue)
     order("f", T0 + 35 * D + 2 * H, "oF", -5.0, kind="invalid_conversion"),
-    # d again, a day behind when it arrives: within the correction horizon, it counts
-    # (waiting or, were the watermark past oD, re-crediting it)
+    # d again, two days behind when it arrives: within the test's 3-day correction horizon,
+    # it counts (waiting or, were the watermark past oD, re-crediting it)
     touch("d", T0 + 33 * D - H, "affiliate"),
     # a again, 35 days behind the watermark: beyond the horizon, late, must not change oA
     touch("a", T0 + 30 * 60 * S, "affiliate"),
@@ -110,7 +110,9 @@ EXPECTED = {
 
 def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_path):
     job_config = job_config.replace("attribution", models=("last_click", "linear"))
-    job_config = job_config.replace("journey", correction_days=None)  # the shipped default
+    # a 3-day horizon: the touch of d two days behind corrects, the one of a 35 days behind
+    # is late
+    job_config = job_config.replace("journey", correction_days=3.0)
     publish(kafka, job_config.topics.spans, HAND_COMPUTED)
     run_job(job_config, kafka, env=flink.environment(job_config))
 

@@ -16,10 +16,10 @@ from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from tests.integration.test_flink_job import conversion_rows, credit_rows, messages
 from tests.spans import encoded
-from udfs.journeys import JourneyConfig
 
 SHAPES = [(1, 1), (4, 1), (8, 1), (1, 2), (4, 2), (8, 2)]  # (partitions, parallelism)
 REFIT_S = 6 * 3600.0
+HORIZON_DAYS = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,9 @@ def run_shape(kafka, flink, job_config, topic, values, partitions, parallelism):
                                 conversions=topic("conversions"), accounting=topic("acc"))
     config = config.replace("flink", parallelism=parallelism)
     config = config.replace("attribution", refit_every_s=REFIT_S)
-    # the shipped horizon: the plan's held-back events on both sides of it (those older go
+    # a 30-day horizon: the plan's held-back events on both sides of it (those older go
     # to late_events, the rest correct)
-    config = config.replace("journey", correction_days=None)
+    config = config.replace("journey", correction_days=HORIZON_DAYS)
     publish(kafka, spans, values, partitions)
     run_job(config, kafka, env=flink.environment(config))
     credits = sorted((r["model"], r["order_id"], r["touch_index"], r["channel"],
@@ -69,7 +69,7 @@ def test_results_do_not_depend_on_partitions_or_parallelism(kafka, flink, job_co
                for shape in SHAPES}
     credits, conversions, late, dead, report = results[1, 1]
     assert len(credits) > 1000 and len(conversions) > 100
-    late_ones = late_beyond(plan, JourneyConfig().correction_ms)
+    late_ones = late_beyond(plan, int(HORIZON_DAYS * 86_400_000))
     assert len(late) == late_ones > 0
     assert report["late"] == late_ones and report["messages"] == len(values)
     assert report["records_in"] == report["processed"] + report["dead_lettered"] \
