@@ -63,13 +63,25 @@ def decode(value: bytes | str) -> list[dict[str, Any]]:
     return table_messages.decode(value)
 
 
-def latest(messages: Iterable[bytes | str]) -> list[dict[str, Any]]:
-    """The credit rows that hold after these messages (in the order one key's messages
-    were written): per (model, order_id), the rows of the last message that had any."""
+def conversion_groups(message: bytes | str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """A message's rows by (model, order_id): each group is that conversion's whole credit
+    under that model, replacing what it had."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in decode(message):
+        groups.setdefault((row["model"], row["order_id"]), []).append(row)
+    return groups
+
+
+def latest_groups(messages: Iterable[bytes | str]
+                  ) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Per (model, order_id), the rows of the last of these messages that had any (in the
+    order one key's messages were written)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for message in messages:
-        fresh: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for row in decode(message):
-            fresh.setdefault((row["model"], row["order_id"]), []).append(row)
-        groups.update(fresh)
-    return [row for rows in groups.values() for row in rows]
+        groups.update(conversion_groups(message))
+    return groups
+
+
+def latest(messages: Iterable[bytes | str]) -> list[dict[str, Any]]:
+    """The credit rows that hold after these messages (`latest_groups`, flattened)."""
+    return [row for rows in latest_groups(messages).values() for row in rows]

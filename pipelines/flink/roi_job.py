@@ -98,15 +98,12 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
         if self.kind == "credit":
             # a conversion's rows under one model, together: they replace what it had
             # (pipelines/codec/credit_messages.py)
-            groups: dict[tuple[str, str], tuple[int, list[tuple[Any, ...]]]] = {}
-            for row in credit_messages.decode(value):
-                ts = int(row["conversion_ts_ms"])
-                group = groups.setdefault((row["model"], row["order_id"]), (ts, []))
-                group[1].append((row["model"], row["order_id"], int(row["touch_index"]),
-                                 row["channel"], row["campaign"], row.get("stage", "unknown"),
-                                 float(row["credit"]), float(row["revenue"])))
-            for (model, order), (ts, credits) in groups.items():
-                yield "credit", day_of(ts), ts, (model, order, credits)
+            for (model, order), group in credit_messages.conversion_groups(value).items():
+                ts = int(group[0]["conversion_ts_ms"])
+                yield "credit", day_of(ts), ts, (model, order, [
+                    (model, order, int(row["touch_index"]), row["channel"], row["campaign"],
+                     row.get("stage", "unknown"), float(row["credit"]), float(row["revenue"]))
+                    for row in group])
             return
         if self.kind == "conversion":  # a table of orders (pipelines/codec/table_messages.py)
             for row in table_messages.decode(value):
@@ -218,10 +215,11 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         yield from self._report(day)
 
     def _report(self, day: str) -> Iterator[str]:
+        groups = dict(self.credit_groups.items())
         credits = pd.DataFrame(
             [*(row for row in self.credits.get() or []  # older rows, unless replaced
-               if not self.credit_groups.contains(f"{row[0]}\t{row[1]}")),
-             *(row for rows in self.credit_groups.values() for row in rows)],
+               if f"{row[0]}\t{row[1]}" not in groups),
+             *(row for rows in groups.values() for row in rows)],
             columns=CREDIT_COLUMNS)
         spend = pd.DataFrame([(*key.split("\t"), amount) for key, amount in self.spend.items()],
                              columns=SPEND_COLUMNS)

@@ -93,12 +93,8 @@ class TopicLoading:
     def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
         """A conversion's rows under a model replace all it had (pipelines/codec/
         credit_messages.py): of a batch, the last message's rows per (model, order_id)."""
-        groups: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
-        for message in messages:
-            fresh: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
-            for row in credit_rows(message):
-                fresh.setdefault(row[:2], []).append(row)
-            groups.update(fresh)
+        groups = {key: [credit_row(row) for row in group]
+                  for key, group in credit_messages.latest_groups(messages).items()}
         self.replace_groups(rows.ATTRIBUTION_CREDITS, 2, groups)
 
     def upsert_gpu_costs(self: Warehouse, messages: list[bytes]) -> None:

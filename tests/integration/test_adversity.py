@@ -16,7 +16,7 @@ from pipelines.flink.attribution_job import build_pipeline, run_job
 from pipelines.kafka.io import ensure_topics, producer
 from pipelines.sources.generator import plan_events
 from tests.integration.test_broker_restart import drain
-from tests.integration.test_flink_cluster import wait_for_credits
+from tests.integration.test_flink_cluster import wait_for_credits, wait_until_consumed
 from tests.integration.test_flink_job import credit_key, credit_rows, messages
 from tests.reference import reference_credits
 from tests.roi_inputs import cpu_hog
@@ -95,6 +95,6 @@ def test_partitions_silent_past_the_idleness_correct_when_they_resume(
     wait_for_credits(kafka, config.topics.credits)
     time.sleep(5)  # silent for five idleness periods, the watermark past their data
     publish(kafka, config.topics.spans, values, partitions, keyed=False, only={1, 2, 3})
-    time.sleep(8)  # read, and a few checkpoints
+    wait_until_consumed(kafka, config)  # read and checkpointed, however busy the machine
     drain(job, tmp_path / "final")
     assert_reference_credits(kafka, config, plan)

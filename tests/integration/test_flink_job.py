@@ -55,10 +55,6 @@ def credit_rows(kafka, topic):
     return credit_messages.latest(value for _, value in read_all(kafka, topic))
 
 
-def every_credit_row(kafka, topic):
-    """Every credit row of the credits topic, each version of a corrected one too."""
-    return [row for _, value in read_all(kafka, topic) for row in credit_messages.decode(value)]
-
 
 def credit_key(row):
     return (row["model"], row["order_id"], row["touch_index"], row["channel"])
