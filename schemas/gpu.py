@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from schemas.telemetry import MAX_TEXT, unprintable
+
 
 class GpuSample(NamedTuple):
     """One reading of one GPU (or of one pod's share of it) at ts_ms."""
@@ -83,6 +85,14 @@ def sample_problem(sample: GpuSample) -> str | None:
     """Why a sample is impossible (it then goes to the dead-letter topic), or None."""
     if not sample.gpu_uuid:
         return "gpu uuid is missing"
+    # the labels go to every sink as text: the same rule as the span decoders'
+    for name in ("gpu_uuid", "model", "hostname", "pod", "namespace", "pricing_class"):
+        label = getattr(sample, name)
+        if len(label) > MAX_TEXT:
+            return f"{name} is longer than {MAX_TEXT} characters"
+        problem = unprintable(label)
+        if problem is not None:
+            return f"{name} {problem}"
     values = {"util_pct": sample.util_pct, "mem_copy_util_pct": sample.mem_copy_util_pct,
               "fb_used_mib": sample.fb_used_mib, "fb_free_mib": sample.fb_free_mib,
               "power_w": sample.power_w, "energy_mj": sample.energy_mj,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pipelines.sources.text_files import TextFileError, read_csv_rows
+from schemas.telemetry import MAX_TEXT, unprintable
 
 FIELDS = ("platform", "account", "campaign", "day", "amount", "currency")
 MAX_AMOUNT = 1e12  # per campaign and day (as an order's revenue: schemas/telemetry.py)
@@ -62,8 +63,12 @@ def validate(data: dict[str, object]) -> SpendRecord:
         raise SpendError(f"field 'amount' is negative: {amount}")
     if amount > MAX_AMOUNT:  # a unit error or garbage: it would overflow every sum it joins
         raise SpendError(f"field 'amount' is beyond the maximum of {MAX_AMOUNT:g}: {amount:g}")
-    if any("\0" in value for value in text.values()):
-        raise SpendError("a field holds a NUL character")
+    for name, value in text.items():  # what every sink stores as text (schemas.telemetry)
+        if len(value) > MAX_TEXT:
+            raise SpendError(f"field '{name}' is longer than {MAX_TEXT} characters")
+        problem = unprintable(value)
+        if problem is not None:
+            raise SpendError(f"field '{name}' {problem}")
     currency = text["currency"].upper()
     if len(currency) != 3 or not currency.isalpha():
         raise SpendError(f"field 'currency' is not an ISO 4217 code: {text['currency']!r}")

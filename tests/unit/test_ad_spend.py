@@ -71,9 +71,10 @@ HEADER = b"platform,account,campaign,day,amount,currency\n"
     (HEADER + b"meta,act_1,c,2026-10-01,10,USD\nmeta,act_1,c,x,2026-10-02,10,USD\n",
      r"spend.csv:3: 7 fields, the header has 6"),
     (b"", r"spend.csv: empty file, expected a header line with columns platform, account"),
-    # a record over several lines (a quoted newline) is named by its first line
-    (HEADER + b'meta,act_1,"two\nlines",2026-10-01,10,USD\n'
-     b'meta,act_1,c,2026-10-02,ten,USD\n', r"spend.csv:4: field 'amount'"),
+    # a record over several lines (a quoted newline) is named by its first line, and a line
+    # break is no part of a campaign name (the decoders' rule for text)
+    (HEADER + b'meta,act_1,c,2026-10-01,10,USD\nmeta,act_1,"two\nlines",2026-10-01,10,USD\n',
+     r"spend.csv:3: field 'campaign' holds the control character U\+000A at 3"),
     (HEADER + b'meta,act_1,"two\nlines",2026-10-01,lots,USD\n', r"spend.csv:2: field 'amount'"),
 ])
 def test_csv_input_is_read_strictly(tmp_path, body, message):
@@ -92,5 +93,17 @@ def test_a_byte_order_mark_is_allowed(tmp_path):
 def test_amounts_beyond_any_sum_and_nul_characters_are_refused():
     with pytest.raises(SpendError, match=r"field 'amount' is beyond the maximum of 1e\+12"):
         validate({**GOOD, "amount": 1e308})
-    with pytest.raises(SpendError, match="NUL character"):
+    with pytest.raises(SpendError, match="field 'campaign' holds the control character U\\+0000"):
         validate({**GOOD, "campaign": "c\x00"})
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), [
+    ("campaign", "spring\x1bsale", "holds the control character U+001B at 6"),
+    ("account", "ac\u0085t", "holds the control character U+0085 at 2"),
+    ("platform", "x" * 300, "is longer than 256 characters"),
+])
+def test_text_fields_follow_the_decoders_rule(field, value, reason):
+    """What every sink stores as text: the span decoders' rule (schemas.telemetry)."""
+    with pytest.raises(SpendError) as raised:
+        validate({**GOOD, field: value})
+    assert str(raised.value) == f"field '{field}' {reason}"

@@ -102,6 +102,11 @@ def test_costs_roll_up_per_trace_and_workload_and_idle_is_shared_out():
     ({"power_w": 950.0}, "power_w 950.0 is above the 800 W limit"),
     ({"gpu_uuid": ""}, "gpu uuid is missing"),
     ({"pricing_class": "free"}, "pricing_class must be one of"),
+    # labels are stored as text everywhere: the span decoders' rule
+    ({"pod": "ranker-\x00-0"}, "pod holds the control character U+0000 at 7"),
+    ({"hostname": "node\x1b[2J"}, "hostname holds the control character U+001B at 4"),
+    ({"namespace": "n" * 257}, "namespace is longer than 256 characters"),
+    ({"model": "NVIDIA\x9fH100"}, "model holds the control character U+009F at 6"),
 ])
 def test_impossible_readings_are_named(changes, reason):
     assert reason in sample_problem(sample(1, **changes))
