@@ -34,7 +34,8 @@ JOBS = {"attribution": ("seedance-attribution", build_pipeline),
         "experiments": ("seedance-experiments", build_experiments_pipeline)}
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The arguments that follow `--python jobs/flink_entry.py` on a `flink run`."""
     parser = argparse.ArgumentParser(description=__doc__)
     # not `--job`: the `flink` client takes an abbreviation of its own options, so a
     # `--job` after `--python FILE` is read as `--jobmanager` and never reaches this script
@@ -42,6 +43,11 @@ def main() -> None:
                         default="attribution")
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--bootstrap", default="")
+    return parser
+
+
+def main() -> None:
+    parser = build_parser()
     args = parser.parse_args()
     config = load_config(args.config)
     try:
