@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         service, bootstrap, client = _open(args, stack, control, job)
         service.metrics = ControlMetrics()
         try:
-            inputs = KafkaInputs(bootstrap, control, service.state, client)
+            warehouse = service.ledger.warehouse
+            inputs = KafkaInputs(bootstrap, control, service.state, client,
+                                 reject=partial(warehouse.reject, "control"))
         except KafkaError as error:
             raise CliError(f"Kafka at {bootstrap}: {error}") from None
         stack.callback(inputs.close)

@@ -18,13 +18,20 @@ from pipelines.control.state import ControlState
 
 log = logging.getLogger("seedance.control")
 
+# (topic, partition, offset, reason, value) of a record the loop could not use
+Rejecter = Callable[[str, int, int, str, bytes], None]
+
 
 class KafkaInputs:
     def __init__(self, bootstrap: str, config: ControlConfig, state: ControlState,
-                 client: dict[str, Any] | None = None) -> None:
+                 client: dict[str, Any] | None = None,
+                 reject: Rejecter | None = None) -> None:
+        """`reject(topic, partition, offset, reason, value)`: where a record no handler
+        could use is set aside (the warehouse's load_rejects, as the loader does)."""
         inputs = config.inputs
         self.timeout_s = inputs.read_timeout_s
         self.skipped = 0  # records no handler could use (each logged with its place)
+        self.reject = reject
         self.handlers: dict[str, Callable[[bytes], None]] = {
             topic: handler for topic, handler in (
                 (inputs.roi_topic, state.add_roi), (inputs.alerts_topic, state.add_alert),
@@ -79,6 +86,9 @@ class KafkaInputs:
                         self.skipped += 1
                         log.warning("skipped %s[%d]@%d: %s", tp.topic, tp.partition,
                                     record.offset, error)
+                        if self.reject is not None:
+                            self.reject(tp.topic, tp.partition, record.offset,
+                                        f"{type(error).__name__}: {error}", record.value)
                         continue
                     count += 1
         else:

@@ -63,6 +63,14 @@ _RATIOS = ("roas", "margin_roi")
 log = logging.getLogger(__name__)
 
 
+def reject_row(consumer: str, topic: str, partition: int, offset: int, reason: str,
+               payload: bytes | None) -> tuple[object, ...]:
+    """A load_rejects row: a message `consumer` could not use, its place and why."""
+    kept = bytes(payload or b"")[:MAX_REJECTED_PAYLOAD]
+    return (consumer, topic, partition, offset, reason[:1000], base64.b64encode(kept).decode(),
+            datetime.now(UTC).isoformat(timespec="seconds"))
+
+
 class TopicLoading:
     """`Warehouse`'s methods that write the result topics' messages into its tables."""
 
@@ -72,7 +80,6 @@ class TopicLoading:
         """A batch that could not be stored, message by message: each in a savepoint of one
         transaction with the offsets; a message that still fails is set aside in
         load_rejects with its place and the reason, and the loading goes on."""
-        now = datetime.now(UTC).isoformat(timespec="seconds")
         rejected = []
         with self.transaction():
             for record in records:
@@ -80,15 +87,20 @@ class TopicLoading:
                     with self.transaction():
                         apply([record.value])
                 except UNSTORABLE as error:
-                    payload = bytes(record.value or b"")[:MAX_REJECTED_PAYLOAD]
-                    rejected.append((consumer, record.topic, record.partition, record.offset,
-                                     f"{type(error).__name__}: {error}"[:1000],
-                                     base64.b64encode(payload).decode(), now))
+                    rejected.append(reject_row(consumer, record.topic, record.partition,
+                                               record.offset, f"{type(error).__name__}: "
+                                               f"{error}", record.value))
             self.store(rows.LOAD_REJECT, rejected)
             self.store(rows.KAFKA_OFFSET, offsets)
         for row in rejected:
             log.warning("set aside %s[%s]@%s in load_rejects: %s", row[1], row[2], row[3],
                         row[4])
+
+    def reject(self: Warehouse, consumer: str, topic: str, partition: int, offset: int,
+               reason: str, payload: bytes | None) -> None:
+        """Set one message aside in load_rejects (again: the same place is one row)."""
+        self.store(rows.LOAD_REJECT,
+                   [reject_row(consumer, topic, partition, offset, reason, payload)])
 
     def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
         """A conversion's rows under a model replace all it had (pipelines/codec/

@@ -33,8 +33,8 @@ CREATE TABLE IF NOT EXISTS kafka_offsets (
     PRIMARY KEY (consumer, topic, partition)
 );
 
--- Result-topic messages the loader could not store, set aside with their place and the
--- reason (committed with the offsets, like the rows).
+-- Result-topic messages the loader (or the control loop) could not use, set aside with
+-- their place and the reason (the loader commits them with the offsets, like the rows).
 CREATE TABLE IF NOT EXISTS load_rejects (
     consumer       TEXT    NOT NULL,
     topic          TEXT    NOT NULL,

@@ -7,9 +7,12 @@ then recovery data and a later clock verify the budget cut as a success and the 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -120,11 +123,13 @@ def test_control_loop_decides_executes_and_verifies(kafka: str, topic: Callable[
 
 
 def test_bad_roi_rows_are_skipped_with_their_place_and_never_stop_the_loop(
-        kafka: str, topic: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:
+        kafka: str, topic: Callable[..., str], caplog: pytest.LogCaptureFixture,
+        tmp_path: Path) -> None:
     """The loop rebuilds its state from the roi topic's beginning on every start: a bad row
     there (an impossible day, a ROI that is no number, a list for a key, no JSON object)
     must not stop it on every start; each is skipped, logged with topic, partition and
-    offset, and the good rows are used."""
+    offset, set aside in the warehouse's load_rejects as the loader does (once, however
+    often the loop starts), and the good rows are used."""
     roi = topic("roi")
     good = roi_history()[:3]
     row = json.loads(good[0])
@@ -136,18 +141,27 @@ def test_bad_roi_rows_are_skipped_with_their_place_and_never_stop_the_loop(
     publish(kafka, roi, [good[0], *bad, *good[1:]])
     config = parse_control_config({"inputs": {"roi_topic": roi, "alerts_topic": "",
                                               "metrics_topic": ""}})
-    state = ControlState(config)
-    inputs = KafkaInputs(kafka, config, state)
-    try:
-        with caplog.at_level("WARNING", logger="seedance.control"):
-            assert inputs.poll() == 3
-    finally:
-        inputs.close()
+    with Warehouse(f"sqlite:///{tmp_path / 'w.db'}") as warehouse:
+        for _start in range(2):  # a restart reads the topic again
+            state = ControlState(config)
+            inputs = KafkaInputs(kafka, config, state,
+                                 reject=partial(warehouse.reject, "control"))
+            caplog.clear()
+            try:
+                with caplog.at_level("WARNING", logger="seedance.control"):
+                    assert inputs.poll() == 3
+            finally:
+                inputs.close()
+        rejects = warehouse.query("SELECT consumer, topic, partition, message_offset, reason, "
+                                  "payload_base64 FROM load_rejects ORDER BY message_offset")
     assert inputs.skipped == 5
     places = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipped")]
     assert [p.split(":")[0] for p in places] == [f"skipped {roi}[0]@{n}" for n in range(1, 6)]
     assert "day" in places[0] and "roi must be a finite number" in places[1]
     assert len(state.daily()) == 3  # the good rows, usable
+    assert [r[:4] for r in rejects] == [("control", roi, 0, n) for n in range(1, 6)]
+    assert "roi must be a finite number" in rejects[1][4]
+    assert [base64.b64decode(r[5]) for r in rejects] == bad
 
 
 def test_a_sample_published_after_start_is_read_when_every_older_one_is_out_of_the_window(
