@@ -21,11 +21,15 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import psycopg
-from waitress.server import create_server
 
 from pipelines.dashboard import pages
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
 from pipelines.dashboard.queries import VIEWS, build_view, options, resolve_model
+from pipelines.dashboard.server import (
+    CHANNEL_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    create_shedding_server,
+)
 from pipelines.dashboard.tables import View
 from pipelines.store.warehouse import Warehouse, WarehouseError, redacted_url
 
@@ -202,20 +206,27 @@ def _respond(start_response: StartResponse, status: str, content_type: str, body
 
 
 class DashboardServer:
-    """waitress: its event loop holds any number of idle or slow connections (closed after
-    `channel_timeout`) apart from a fixed pool of worker threads that run the app, so no
-    client can hang the pages; each worker keeps its warehouse connection (DashboardApp)."""
+    """waitress (pipelines/dashboard/server.py): its event loop holds idle and slow
+    connections apart from a fixed pool of worker threads that run the app, and sheds them
+    (a request must arrive whole within `request_timeout_s`, an idle connection is closed
+    after `channel_timeout_s`, at the connection limit the longest waiting make room), so
+    no client can hang the pages; each worker keeps its warehouse connection
+    (DashboardApp)."""
 
     def __init__(self, app: DashboardApp, host: str, port: int, threads: int = WORKERS,
-                 channel_timeout_s: int = 30, connection_limit: int = 500) -> None:
-        self._server = create_server(
-            app, host=host, port=port, threads=threads, channel_timeout=channel_timeout_s,
-            connection_limit=connection_limit, ident="seedance-dashboard",
-            expose_tracebacks=False)
+                 channel_timeout_s: int = CHANNEL_TIMEOUT_S,
+                 connection_limit: int | None = None,
+                 request_timeout_s: int = REQUEST_TIMEOUT_S) -> None:
+        self._server = create_shedding_server(app, host, port, threads, connection_limit,
+                                              channel_timeout_s, request_timeout_s)
 
     @property
     def server_port(self) -> int:
-        return int(self._server.effective_port)  # type: ignore[union-attr]
+        return int(self._server.effective_port)
+
+    @property
+    def connection_limit(self) -> int:
+        return int(self._server.adj.connection_limit)
 
     def serve_forever(self) -> None:
         self._server.run()
@@ -229,8 +240,15 @@ class DashboardServer:
 
 
 def make_dashboard_server(warehouse_url: str, host: str = "127.0.0.1", port: int = 8050,
-                          allowed_hosts: Iterable[str] = ()) -> DashboardServer:
+                          allowed_hosts: Iterable[str] = (), *,
+                          connection_limit: int | None = None,
+                          channel_timeout_s: int = CHANNEL_TIMEOUT_S,
+                          request_timeout_s: int = REQUEST_TIMEOUT_S) -> DashboardServer:
     """A started-but-not-serving server (port 0 picks a free port: see server_port). Host
-    headers allowed: loopback names, the bound address, and `allowed_hosts`."""
+    headers allowed: loopback names, the bound address, and `allowed_hosts`. No
+    connection_limit: as many as the open-files limit allows (server.py)."""
     bound = () if host in ("0.0.0.0", "::", "") else (host,)
-    return DashboardServer(DashboardApp(warehouse_url, (*bound, *allowed_hosts)), host, port)
+    return DashboardServer(DashboardApp(warehouse_url, (*bound, *allowed_hosts)), host, port,
+                           connection_limit=connection_limit,
+                           channel_timeout_s=channel_timeout_s,
+                           request_timeout_s=request_timeout_s)

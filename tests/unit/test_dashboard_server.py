@@ -1,13 +1,18 @@
 """The dashboard's server against hostile clients on loopback: idle connections cannot hang
-it, a burst of requests gets answers, every response carries the security headers, a
+it, nor 600 slow ones (a request trickling for ever is cut, at the connection limit the
+longest waiting are shed), a burst of requests gets answers, every response carries the security headers, a
 foreign Host is refused, and exported cells cannot run as spreadsheet formulas."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import resource
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -141,3 +146,140 @@ def test_experiments_and_control_pages_over_the_server(loop, server):  # noqa: F
     _, _, body = get(server, "/csv/control_decisions.csv")
     cells = [cell for row in csv.reader(io.StringIO(body.decode())) for cell in row]
     assert "'=HYPERLINK(\"http://x\")" in cells and "=HYPERLINK(\"http://x\")" not in cells
+
+
+def _connect(port: int, count: int) -> list[socket.socket]:
+    conns = []
+    for _ in range(count):
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.setblocking(False)
+        conns.append(conn)
+    return conns
+
+
+def _trickle(conns: list[socket.socket], stop: threading.Event) -> None:
+    """A partial request line, then a byte every half second: never idle, never whole."""
+    for conn in conns:
+        with contextlib.suppress(OSError):
+            conn.send(b"GET /roi HTTP/1.1\r\nX-Slow: ")
+    while not stop.wait(0.5):
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.send(b"a")
+
+
+def _closed_by_server(conn: socket.socket) -> bool:
+    try:
+        return conn.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
+
+
+def _health_within(address: str, seconds: float) -> float:
+    started = time.monotonic()
+    request = urllib.request.Request(address + "/healthz")
+    with urllib.request.urlopen(request, timeout=seconds) as response:
+        assert (response.status, response.read()) == (200, b"ok\n")
+    return time.monotonic() - started
+
+
+# slow clients in a process of their own, as they would be: the server's process holds
+# only its side of each connection. Half trickle a request that never ends, half are silent.
+SLOW_CLIENTS = """
+import resource, socket, sys, time
+port, count = int(sys.argv[1]), int(sys.argv[2])
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (count + 64, hard))
+conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(count)]
+for conn in conns[::2]:
+    conn.sendall(b"GET /roi HTTP/1.1\\r\\nX-Slow: ")
+print("open", flush=True)
+while True:
+    time.sleep(0.5)
+    for conn in conns[::2]:
+        try:
+            conn.send(b"a")
+        except OSError:
+            pass
+"""
+
+
+@contextlib.contextmanager
+def slow_clients(port: int, count: int) -> Iterator[None]:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < count + 64:
+        pytest.skip(f"open-files hard limit {hard} is under {count + 64}")
+    clients = subprocess.Popen([sys.executable, "-c", SLOW_CLIENTS, str(port), str(count)],
+                               stdout=subprocess.PIPE)
+    try:
+        assert clients.stdout is not None and clients.stdout.readline() == b"open\n"
+        yield
+    finally:
+        clients.kill()
+        clients.wait()
+
+
+def test_six_hundred_slow_connections_do_not_block_the_health_check(server):
+    """More connections than waitress's old limit (500), half of them trickling a request
+    that never ends, half silent: /healthz still answers at once (510 slow connections
+    took the dashboard down when its limit was 500)."""
+    with slow_clients(int(server.rsplit(":", 1)[1]), 600):
+        assert _health_within(server, 5) < 3
+
+
+def _serve(warehouse_url: str, **limits: int) -> Iterator[str]:
+    served = app_module.make_dashboard_server(warehouse_url, "127.0.0.1", 0, **limits)
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{served.server_port}"
+    finally:
+        served.shutdown()
+        served.server_close()
+
+
+@pytest.fixture
+def quick_timeouts(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+    """Idle connections closed after 1 s, requests whole within 1 s."""
+    yield from _serve(url, channel_timeout_s=1, request_timeout_s=1)
+
+
+@pytest.fixture
+def forty_connections(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+    """At most 40 connections, and timeouts too long to act during a test."""
+    yield from _serve(url, connection_limit=40, channel_timeout_s=60, request_timeout_s=60)
+
+
+def test_a_trickling_request_is_cut_at_the_request_timeout(quick_timeouts):
+    """A byte every half second is never idle: the request timeout closes it anyway, and
+    the idle timeout a silent connection."""
+    port = int(quick_timeouts.rsplit(":", 1)[1])
+    slow, silent = _connect(port, 2)
+    stop = threading.Event()
+    trickler = threading.Thread(target=_trickle, args=([slow], stop), daemon=True)
+    trickler.start()
+    try:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not (_closed_by_server(slow)
+                                                   and _closed_by_server(silent)):
+            time.sleep(0.1)
+        assert _closed_by_server(slow) and _closed_by_server(silent)
+    finally:
+        stop.set()
+        trickler.join()
+        slow.close()
+        silent.close()
+
+
+def test_at_the_connection_limit_the_longest_waiting_are_shed(forty_connections):
+    """Past the limit (40), the connections waiting longest make room: /healthz answers
+    at once rather than waiting in the backlog for a timeout (60 s here)."""
+    port = int(forty_connections.rsplit(":", 1)[1])
+    conns = _connect(port, 60)
+    try:
+        assert _health_within(forty_connections, 5) < 3
+        assert _closed_by_server(conns[0]) and not _closed_by_server(conns[-1])
+    finally:
+        for conn in conns:
+            conn.close()
