@@ -1,7 +1,8 @@
 """The dashboard's server against hostile clients on loopback: idle connections cannot hang
 it, nor 600 slow ones (a request trickling for ever is cut, at the connection limit the
-longest waiting are shed), a burst of requests gets answers, every response carries the security headers, a
-foreign Host is refused, and exported cells cannot run as spreadsheet formulas."""
+longest waiting are shed), a burst of requests gets answers, every response carries the
+security headers, a foreign Host is refused, and exported cells cannot run as spreadsheet
+formulas."""
 
 from __future__ import annotations
 
