@@ -1,7 +1,8 @@
 """The dashboard as a WSGI application, served by waitress.
 
 Routes: `/` (to the ROI view), `/<view>` (HTML: roi, models, stages, reconciliation,
-alerts, experiments, control), `/csv/<table>.csv` (the rows a table shows, same filters),
+alerts, experiments, control, compute; each table a page of at most 200 rows at a time,
+`?page.<table>=N`), `/csv/<table>.csv` (every row of a table, same filters),
 `/healthz` (the warehouse answers). Read-only: only GET and HEAD. Every response carries
 security headers (a Content-Security-Policy without script, nosniff, no framing, no
 referrer); a request whose Host is not an allowed name is refused (DNS
@@ -24,6 +25,7 @@ import psycopg
 
 from pipelines.dashboard import pages
 from pipelines.dashboard.filters import FilterError, Filters, parse_filters
+from pipelines.dashboard.paging import EVERY_ROW, parse_paging
 from pipelines.dashboard.queries import VIEWS, build_view, options, resolve_model
 from pipelines.dashboard.server import (
     CHANNEL_TIMEOUT_S,
@@ -127,15 +129,17 @@ class DashboardApp:
             warehouse.query("SELECT 1")
             return _respond(start_response, "200 OK", "text/plain", b"ok\n")
         try:
-            filters = parse_filters(parse_qs(environ.get("QUERY_STRING", "")))
+            query = parse_qs(environ.get("QUERY_STRING", ""))
+            filters, paging = parse_filters(query), parse_paging(query)
         except FilterError as error:
             return self._page(start_response, warehouse, view if view in VIEWS else "roi",
                               Filters(), pages.error_body(str(error)), "400 Bad Request")
-        if view in VIEWS:
-            body = pages.view_body(build_view(warehouse, view, filters),
-                                   resolve_model(warehouse, filters))
+        if view in VIEWS:  # one page of each table (PAGE_ROWS rows), totals over all
+            body = pages.view_body(build_view(warehouse, view, filters, paging),
+                                   resolve_model(warehouse, filters), paging)
             return self._page(start_response, warehouse, view, filters, body)
-        return self._csv(start_response, build_view(warehouse, TABLE_VIEWS[table], filters),
+        return self._csv(start_response,  # every row
+                         build_view(warehouse, TABLE_VIEWS[table], filters, EVERY_ROW),
                          table, filters)
 
     def _page(self, start_response: StartResponse, warehouse: Warehouse, view: str,

@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.dashboard.filters import Filters, day_range
-from pipelines.dashboard.tables import Column, Kpi, Table, View
+from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
+from pipelines.dashboard.tables import Column, Kpi, View
 from pipelines.store.warehouse import Warehouse
 from udfs.compute_loading import DAY_MS, call_shares
 
@@ -53,7 +54,7 @@ def _gpu_days(warehouse: Warehouse, filters: Filters
     return calls, idle
 
 
-def compute_view(warehouse: Warehouse, filters: Filters) -> View:
+def compute_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("compute", "Compute: what the GPUs cost and where it went")
     if not warehouse.query("SELECT 1 FROM gpu_call_costs UNION ALL SELECT 1 FROM "
                            "gpu_idle_costs LIMIT 1"):
@@ -103,12 +104,13 @@ def compute_view(warehouse: Warehouse, filters: Filters) -> View:
                  for (day, model), (busy, quiet) in sorted(observed.items())]
 
     where, params = day_range("day", filters)
-    per_channel = warehouse.query(
+    per_channel = paging.query(
+        warehouse, "compute_per_conversion",
         "SELECT key, SUM(conversions), SUM(compute_cost) FROM roi_daily WHERE model = ? AND "
-        f"dimension = 'channel'{where} GROUP BY key ORDER BY SUM(compute_cost) DESC, key",
-        [filters.model, *params]) if filters.model else []
+        f"dimension = 'channel'{where} GROUP BY key", [filters.model, *params],
+        "SUM(compute_cost) DESC, key") if filters.model else Page([], 0, 0)
     channel_rows = [(key, conversions, compute, compute / conversions if conversions else None)
-                    for key, conversions, compute in per_channel]
+                    for key, conversions, compute in per_channel.rows]
 
     bill = sum(c[5] for c in calls) + sum(idle.values())
     idle_total = sum(idle.values())
@@ -120,37 +122,44 @@ def compute_view(warehouse: Warehouse, filters: Filters) -> View:
                      (bill - sum(unshared.values())) / useful if useful else None, "ratio"),
                  Kpi("kpi_unshared", "Idle cost of GPUs without calls",
                      sum(unshared.values()))]
+    # the chart's totals per workload, over every day (not the page of the table shown)
+    view.chart_rows["compute_by_workload"] = workload_rows
     view.tables = [
-        Table("compute_by_workload", "GPU cost per workload and day",
-              (Column("day", "Day"), Column("workload", "Workload"),
-               Column("gpu_seconds", "Busy GPU-seconds", "number"),
-               Column("call_cost", "Own cost", "money"),
-               Column("idle_share", "Share of idle", "money"),
-               Column("loaded_cost", "Fully loaded", "money"),
-               Column("idle_fraction", "Idle part", "share")), workload_rows,
-              note="Each GPU's idle cost of a day is shared over the calls it served that day "
-                   "by their cost, as the ROI job does with roi.compute_cost: fully_loaded."),
-        Table("compute_unit_cost", "Cost per useful GPU-second",
-              (Column("day", "Day"), Column("gpu_model", "GPU model"),
-               Column("workload", "Workload"),
-               Column("gpu_seconds", "Busy GPU-seconds", "number"),
-               Column("loaded_cost", "Fully loaded cost", "money"),
-               Column("unit_cost", "Per GPU-second", "ratio")), unit_rows),
-        Table("compute_per_conversion", "Compute cost per conversion by channel",
-              (Column("channel", "Channel"), Column("conversions", "Conversions", "number"),
-               Column("compute_cost", "Compute cost", "money"),
-               Column("per_conversion", "Per conversion", "money")), channel_rows,
-              empty="No ROI rows for this model: compute reaches channels through the ROI "
-                    "job."),
-        Table("compute_pool_busy", "How busy each GPU pool was, per day",
-              (Column("day", "Day"), Column("gpu_model", "GPU model"),
-               Column("observed_hours", "Observed GPU-hours", "number"),
-               Column("busy_share", "Busy", "share")), pool_rows,
-              note="Busy GPU-seconds (time covered by calls) over observed GPU-seconds: the "
-                   "utilisation side of the pool pressure the control loop acts on."),
-        Table("compute_unshared", "Idle cost of GPUs that served no call that day",
-              (Column("day", "Day"), Column("gpu_uuid", "GPU"),
-               Column("idle_cost", "Idle cost", "money")), kept_rows,
-              empty="Every GPU-day with idle time also served calls."),
+        paging.cut("compute_by_workload", workload_rows).table(
+            "compute_by_workload", "GPU cost per workload and day",
+            (Column("day", "Day"), Column("workload", "Workload"),
+             Column("gpu_seconds", "Busy GPU-seconds", "number"),
+             Column("call_cost", "Own cost", "money"),
+             Column("idle_share", "Share of idle", "money"),
+             Column("loaded_cost", "Fully loaded", "money"),
+             Column("idle_fraction", "Idle part", "share")),
+            note="Each GPU's idle cost of a day is shared over the calls it served that day "
+                 "by their cost, as the ROI job does with roi.compute_cost: fully_loaded."),
+        paging.cut("compute_unit_cost", unit_rows).table(
+            "compute_unit_cost", "Cost per useful GPU-second",
+            (Column("day", "Day"), Column("gpu_model", "GPU model"),
+             Column("workload", "Workload"),
+             Column("gpu_seconds", "Busy GPU-seconds", "number"),
+             Column("loaded_cost", "Fully loaded cost", "money"),
+             Column("unit_cost", "Per GPU-second", "ratio"))),
+        Page(channel_rows, per_channel.total, per_channel.offset).table(
+            "compute_per_conversion", "Compute cost per conversion by channel",
+            (Column("channel", "Channel"), Column("conversions", "Conversions", "number"),
+             Column("compute_cost", "Compute cost", "money"),
+             Column("per_conversion", "Per conversion", "money")),
+            empty="No ROI rows for this model: compute reaches channels through the ROI "
+                  "job."),
+        paging.cut("compute_pool_busy", pool_rows).table(
+            "compute_pool_busy", "How busy each GPU pool was, per day",
+            (Column("day", "Day"), Column("gpu_model", "GPU model"),
+             Column("observed_hours", "Observed GPU-hours", "number"),
+             Column("busy_share", "Busy", "share")),
+            note="Busy GPU-seconds (time covered by calls) over observed GPU-seconds: the "
+                 "utilisation side of the pool pressure the control loop acts on."),
+        paging.cut("compute_unshared", kept_rows).table(
+            "compute_unshared", "Idle cost of GPUs that served no call that day",
+            (Column("day", "Day"), Column("gpu_uuid", "GPU"),
+             Column("idle_cost", "Idle cost", "money")),
+            empty="Every GPU-day with idle time also served calls."),
     ]
     return view

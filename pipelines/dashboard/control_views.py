@@ -16,12 +16,12 @@ from collections import defaultdict
 from typing import Any
 
 from pipelines.dashboard.filters import Filters, day_range
-from pipelines.dashboard.tables import Column, Kpi, Table, View
+from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
+from pipelines.dashboard.tables import Column, Kpi, View
 from pipelines.store.warehouse import Warehouse
 
 CONTROL_EMPTY = ("No control decisions yet: `seedance control run` evaluates the rules over "
                  "the warehouse and records every decision, action and verification here.")
-RECENT = 500  # decisions shown at most (the newest)
 FILTERS_APPLY = ("Dates choose the day decided; the status filter matches a decision, its "
                  "actions or their verifications. Platform, campaign and model do not apply.")
 
@@ -90,57 +90,81 @@ def _outcome(status: str, blocked_by: str, actions: list[tuple[Any, ...]]) -> st
     return text
 
 
-def control_view(warehouse: Warehouse, filters: Filters) -> View:
+def control_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("control", "Control loop: decisions, actions and verifications")
     if not warehouse.query("SELECT 1 FROM control_decisions LIMIT 1"):
         view.notice = CONTROL_EMPTY
         return view
     where, params = _where(filters)
-    decisions = warehouse.query(
+    decisions = paging.query(
+        warehouse, "control_decisions",
         "SELECT d.decided_at, d.rule, d.target, d.action, d.parameters, d.reason, d.status, "
-        f"d.blocked_by, d.mode, d.decision_id FROM control_decisions d WHERE 1 = 1{where} "
-        f"ORDER BY d.decided_at DESC, d.decision_id LIMIT {RECENT}", params)
-    shown = {r[9] for r in decisions}
-    actions = [r for r in warehouse.query(
+        f"d.blocked_by, d.mode, d.decision_id FROM control_decisions d WHERE 1 = 1{where}",
+        params, "d.decided_at DESC, d.decision_id")
+    actions_select = (
         "SELECT a.executed_at, d.rule, d.target, a.executor, a.status, a.attempts, a.response, "
         "a.verify_after, COALESCE(v.status, ''), a.action_id, a.decision_id, "
         "v.change_percent FROM control_actions a JOIN control_decisions d ON d.decision_id = "
-        f"a.decision_id LEFT JOIN control_verifications v ON v.action_id = a.action_id WHERE "
-        f"1 = 1{where} ORDER BY a.executed_at DESC, a.action_id", params) if r[10] in shown]
-    actions = [(*r[:11], None if r[11] is None else r[11] / 100) for r in actions]
-    verifications = [(*r[:7], None if r[7] is None else r[7] / 100, *r[8:]) for r in
-                     warehouse.query(
+        "a.decision_id LEFT JOIN control_verifications v ON v.action_id = a.action_id WHERE "
+        "1 = 1")
+    actions_order = "a.executed_at DESC, a.action_id"
+    actions = paging.query(warehouse, "control_actions", f"{actions_select}{where}", params,
+                           actions_order)
+    verifications = paging.query(
+        warehouse, "control_verifications",
         "SELECT v.verified_at, d.rule, d.target, d.action, v.status, v.baseline, v.observed, "
         "v.change_percent, v.reason, v.action_id, d.decision_id FROM control_verifications v "
         "JOIN control_actions a ON a.action_id = v.action_id JOIN control_decisions d ON "
-        f"d.decision_id = a.decision_id WHERE 1 = 1{where} ORDER BY v.verified_at DESC, "
-        "v.action_id", params) if r[10] in shown]
+        f"d.decision_id = a.decision_id WHERE 1 = 1{where}", params,
+        "v.verified_at DESC, v.action_id")
+    # the story of each decision shown, from its own actions (newest first), on any page
+    # of the actions table: every action when it is whole, else those of these decisions
+    shown = [r[9] for r in decisions.rows]
+    own = actions.rows
+    if paging.size is not None:
+        own = warehouse.query(
+            f"{actions_select} AND a.decision_id IN ({', '.join('?' * len(shown))}) "
+            f"ORDER BY {actions_order}", shown) if shown else []
     by_decision: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for action in actions:  # newest first
-        by_decision[action[10]].append(action)
+    for action in own:
+        by_decision[action[10]].append(_percent(action, 11))
     # no limit, no verification yet: None, shown as a dash (exported as an empty field)
     decision_rows = [(*r[:7], r[7] or None, r[8], _outcome(r[6], r[7], by_decision[r[9]]),
-                      r[9]) for r in decisions]
-    statuses = [r[6] for r in decisions]
+                      r[9]) for r in decisions.rows]
+    # the headline figures over every decision the filters select, not the page shown
+    (count, awaiting, blocked), = warehouse.query(
+        "SELECT COUNT(*), COUNT(CASE WHEN d.status = 'awaiting_approval' THEN 1 END), "
+        "COUNT(CASE WHEN d.status = 'blocked' THEN 1 END) FROM control_decisions d WHERE "
+        f"1 = 1{where}", params)
+    (success, failure), = warehouse.query(
+        "SELECT COUNT(CASE WHEN v.status = 'success' THEN 1 END), COUNT(CASE WHEN v.status = "
+        "'failure' THEN 1 END) FROM control_verifications v JOIN control_actions a ON "
+        "a.action_id = v.action_id JOIN control_decisions d ON d.decision_id = a.decision_id "
+        f"WHERE 1 = 1{where}", params)
     view.kpis = [
-        Kpi("kpi_decisions", "Decisions", len(decisions), "count"),
-        Kpi("kpi_awaiting", "Awaiting approval", statuses.count("awaiting_approval"), "count"),
-        Kpi("kpi_blocked", "Blocked by a limit", statuses.count("blocked"), "count"),
-        Kpi("kpi_verified", "Verified success",
-            sum(v[4] == "success" for v in verifications), "count"),
-        Kpi("kpi_failed", "Verified failure", sum(v[4] == "failure" for v in verifications),
-            "count")]
-    limited = f" The newest {RECENT} decisions are shown." if len(decisions) == RECENT else ""
+        Kpi("kpi_decisions", "Decisions", count, "count"),
+        Kpi("kpi_awaiting", "Awaiting approval", awaiting, "count"),
+        Kpi("kpi_blocked", "Blocked by a limit", blocked, "count"),
+        Kpi("kpi_verified", "Verified success", success, "count"),
+        Kpi("kpi_failed", "Verified failure", failure, "count")]
     view.tables = [
-        Table("control_decisions", "Decisions", DECISION_COLUMNS, decision_rows,
-              note=FILTERS_APPLY + limited, warn=("status", "failed"),
-              empty="No decisions for these filters."),
-        Table("control_actions", "Actions executed", ACTION_COLUMNS,
-              [(*r[:8], r[8] or None, *r[9:11]) for r in actions], warn=("status", "failed"),
-              empty="No executed actions for these decisions."),
-        Table("control_verifications", "Verifications", VERIFICATION_COLUMNS,
-              [r[:10] for r in verifications], warn=("status", "failure"),
-              empty="No verifications for these decisions (yet: each waits for its settle "
-                    "time)."),
+        Page(decision_rows, decisions.total, decisions.offset).table(
+            "control_decisions", "Decisions", DECISION_COLUMNS, note=FILTERS_APPLY,
+            warn=("status", "failed"), empty="No decisions for these filters."),
+        Page([(*r[:8], r[8] or None, *r[9:11]) for r in actions.rows], actions.total,
+             actions.offset).table(
+            "control_actions", "Actions executed", ACTION_COLUMNS, warn=("status", "failed"),
+            empty="No executed actions for these decisions."),
+        Page([_percent(r, 7)[:10] for r in verifications.rows], verifications.total,
+             verifications.offset).table(
+            "control_verifications", "Verifications", VERIFICATION_COLUMNS,
+            warn=("status", "failure"),
+            empty="No verifications for these decisions (yet: each waits for its settle "
+                  "time)."),
     ]
     return view
+
+
+def _percent(row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+    """The row with its percent column `at` (12 for +12 %) as a fraction (0.12)."""
+    return (*row[:at], None if row[at] is None else row[at] / 100, *row[at + 1:])

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.dashboard.filters import Filters, day_range
+from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
 from pipelines.dashboard.tables import Column, Kpi, Table, View
 from pipelines.store.warehouse import Warehouse
 
@@ -70,35 +71,46 @@ def _strategy_rows(results: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def experiments_view(warehouse: Warehouse, filters: Filters) -> View:
+def experiments_view(warehouse: Warehouse, filters: Filters,
+                     paging: Paging = EVERY_ROW) -> View:
     view = View("experiments", "Experiments: ROI per variant against the control")
     if not warehouse.query("SELECT 1 FROM experiment_results LIMIT 1"):
         view.notice = EXPERIMENTS_EMPTY
         return view
     where, params = day_range("l.window_end", filters)
-    results = warehouse.query(
-        "SELECT flag_key, variant, window_end, window_start, is_control, control_variant, "
-        "users, conversions, revenue, ad_spend, compute_cost, roi, roi_low, roi_high, "
-        "roi_diff, diff_low, diff_high, p_value, significant, marginal_cost, srm_p_value, srm, "
-        "confidence, note FROM experiment_results r WHERE window_end = (SELECT MAX(l.window_end) "
-        f"FROM experiment_results l WHERE l.flag_key = r.flag_key{where}) "
-        "ORDER BY flag_key, is_control DESC, variant", params)
-    rows = _strategy_rows(results)
-    levels = sorted({f"{100 * float(r[-2]):g} %" for r in results})
-    mismatched = sorted({r[0] for r in rows if r[13] == "MISMATCH"})
-    srm_p = {r[0]: r[14] for r in rows}
+    # each experiment's newest window ending inside the dates (found once per experiment,
+    # not once per row: 10,000 variants of one flag made that quadratic)
+    newest = ("FROM experiment_results r JOIN (SELECT l.flag_key, MAX(l.window_end) AS "
+              f"newest FROM experiment_results l WHERE 1 = 1{where} GROUP BY l.flag_key) n "
+              "ON n.flag_key = r.flag_key AND n.newest = r.window_end")
+    page = paging.query(
+        warehouse, "experiment_strategy",
+        "SELECT r.flag_key, r.variant, r.window_end, r.window_start, r.is_control, "
+        "r.control_variant, r.users, r.conversions, r.revenue, r.ad_spend, r.compute_cost, "
+        "r.roi, r.roi_low, r.roi_high, r.roi_diff, r.diff_low, r.diff_high, r.p_value, "
+        "r.significant, r.marginal_cost, r.srm_p_value, r.srm, r.confidence, r.note "
+        f"{newest}", params, "r.flag_key, r.is_control DESC, r.variant")
+    # the headline figures over every variant, whichever page is shown ('significant' as
+    # _verdict says it: a variant against a control, comparable, enough converters)
+    (experiments, significant), = warehouse.query(
+        "SELECT COUNT(DISTINCT r.flag_key), COUNT(CASE WHEN NOT r.is_control AND "
+        "r.control_variant <> '' AND r.note NOT LIKE '%too few converters%' AND r.p_value "
+        f"IS NOT NULL AND r.significant THEN 1 END) {newest}", params)
+    srm_p = dict(warehouse.query(f"SELECT r.flag_key, MIN(r.srm_p_value) {newest} WHERE r.srm "
+                                 "GROUP BY r.flag_key ORDER BY r.flag_key", params))
+    levels = sorted({f"{100 * float(c):g} %" for c, in warehouse.query(
+        f"SELECT DISTINCT r.confidence {newest}", params)})
     view.warnings = [
-        f"Sample ratio mismatch in {flag} (p = {srm_p[flag]:.2g}): its users per variant "
-        "differ from the planned split, so the assignment is broken and its comparison "
-        "cannot be trusted until that is fixed." for flag in mismatched]
+        f"Sample ratio mismatch in {flag}{'' if p is None else f' (p = {p:.2g})'}: its users "
+        "per variant differ from the planned split, so the assignment is broken and its "
+        "comparison cannot be trusted until that is fixed." for flag, p in srm_p.items()]
     view.kpis = [
-        Kpi("kpi_experiments", "Experiments", len({r[0] for r in rows}), "count"),
-        Kpi("kpi_significant", "Significant differences",
-            sum(r[10] == "significant" for r in rows), "count"),
-        Kpi("kpi_srm", "Sample ratio mismatches", len(mismatched), "count")]
-    view.tables = [Table(
+        Kpi("kpi_experiments", "Experiments", experiments, "count"),
+        Kpi("kpi_significant", "Significant differences", significant, "count"),
+        Kpi("kpi_srm", "Sample ratio mismatches", len(srm_p), "count")]
+    view.tables = [Page(_strategy_rows(page.rows), page.total, page.offset).table(
         "experiment_strategy", "Strategy table (each experiment's newest window)",
-        STRATEGY_COLUMNS, rows, warn=("srm", "MISMATCH"),
+        STRATEGY_COLUMNS, warn=("srm", "MISMATCH"),
         note=(f"Intervals at {', '.join(levels) or '—'}; 'significant' when p is below "
               "1 - that level. Cost = allocated ad spend + compute; marginal cost = cost per "
               "user against the control's. " + NOT_BY_CAMPAIGN),
@@ -114,16 +126,19 @@ INTERVAL_COLUMNS = (
     Column("level", "Level", "share"), Column("resamples", "Resamples", "count"))
 
 
-def credit_interval_table(warehouse: Warehouse, filters: Filters) -> Table:
+def credit_interval_table(warehouse: Warehouse, filters: Filters,
+                          paging: Paging = EVERY_ROW) -> Table:
     """The model's credit per channel with its intervals, of the newest day in the selected
     range that has intervals (they are per day: a range's would need its own bootstrap)."""
     where, params = day_range("period", filters)
-    rows = warehouse.query(
+    page = paging.query(
+        warehouse, "credit_intervals",
         "SELECT channel, period, share, share_low, share_high, credit, credit_low, "
         "credit_high, revenue, revenue_low, revenue_high, level, resamples FROM "
         "credit_intervals WHERE model = ? AND period = (SELECT MAX(period) FROM "
-        f"credit_intervals WHERE model = ?{where}) ORDER BY share DESC, channel",
-        [filters.model, filters.model, *params])
+        f"credit_intervals WHERE model = ?{where})", [filters.model, filters.model, *params],
+        "share DESC, channel")
+    rows = page.rows
     shown = [(channel, period, (share, share_low, share_high),
               (credit, credit_low, credit_high), (revenue, revenue_low, revenue_high),
               level, resamples)
@@ -135,7 +150,7 @@ def credit_interval_table(warehouse: Warehouse, filters: Filters) -> Table:
             if rows else "")
     if rows and filters.by_campaign:
         note += " Per channel, not per campaign: the platform and campaign filters do not apply."
-    return Table("credit_intervals", "How sure is each channel's credit", INTERVAL_COLUMNS,
-                 shown, note=note,
-                 empty=f"No credit intervals for {filters.model or 'this model'} in these "
-                       "days: `seedance intervals` computes them from the loaded credits.")
+    return Page(shown, page.total, page.offset).table(
+        "credit_intervals", "How sure is each channel's credit", INTERVAL_COLUMNS, note=note,
+        empty=f"No credit intervals for {filters.model or 'this model'} in these "
+              "days: `seedance intervals` computes them from the loaded credits.")

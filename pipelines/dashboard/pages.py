@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from html import escape
+from urllib.parse import urlencode
 
 from pipelines.dashboard import charts
 from pipelines.dashboard.filters import Filters
-from pipelines.dashboard.queries import TITLES
+from pipelines.dashboard.paging import FIRST_PAGES, Paging
+from pipelines.dashboard.queries import OPTIONS_SHOWN, TITLES
 from pipelines.dashboard.tables import Column, Table, View, format_interval, format_value
 
 # (Python 3.11 f-strings cannot hold quotes of their own kind: attribute snippets live here.)
@@ -38,6 +40,7 @@ th,td{border-bottom:1px solid #e4e6ea;padding:4px 10px;text-align:left}
 th{background:#eef1f5}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.breach td{background:#fdecec}.note{font-size:12px;color:#667;margin:2px 0 6px}
 a.csv{font-size:12px;font-weight:400;margin-left:10px}section{overflow-x:auto}
+.pager{font-size:12px;color:#445;margin:4px 0 10px}.pager a{margin-left:10px}
 .notice{background:#fff8e6;border:1px solid #f0d78c;padding:12px 16px;border-radius:6px}
 .error{background:#fdecec;border:1px solid #e15759;padding:12px 16px;border-radius:6px}
 .warning{background:#fdecec;border:1px solid #e15759;border-left:6px solid #e15759;
@@ -80,8 +83,10 @@ def _form(view_name: str, filters: Filters, options: dict[str, list[str]]) -> st
             "</label>"
             + _select("platform", "Platform", options["platforms"], filters.platform,
                       "all platforms")
-            + _select("campaign", "Campaign", options["campaigns"], filters.campaign,
-                      "all campaigns")
+            + (_select("campaign", "Campaign", options["campaigns"], filters.campaign,
+                       "all campaigns") if len(options["campaigns"]) <= OPTIONS_SHOWN else
+               '<label>Campaign<input type="search" name="campaign" id="f-campaign" '
+               f'value="{escape(filters.campaign)}" placeholder="all campaigns"></label>')
             + _select("model", "Model (ROI)", options["models"], filters.model, "")
             + (_select("rule", "Rule", options["rules"], filters.rule, "all rules")
                + _select("status", "Status", options["statuses"], filters.status,
@@ -90,7 +95,7 @@ def _form(view_name: str, filters: Filters, options: dict[str, list[str]]) -> st
             f'<a href="/{escape(view_name)}" id="reset">Reset</a></form>')
 
 
-def view_body(view: View, filters: Filters) -> str:
+def view_body(view: View, filters: Filters, paging: Paging = FIRST_PAGES) -> str:
     if view.notice:
         return (f'<h2>{escape(view.title)}</h2>'
                 f'<p class="notice" id="notice">{escape(view.notice)}</p>')
@@ -106,11 +111,12 @@ def view_body(view: View, filters: Filters) -> str:
     if figures:
         parts.append('<div class="charts">' + "".join(f"<figure>{svg}</figure>"
                                                       for svg in figures) + "</div>")
-    parts += [table_html(table, filters) for table in view.tables]
+    parts += [table_html(table, filters, view.name, paging) for table in view.tables]
     return "".join(parts)
 
 
-def table_html(table: Table, filters: Filters) -> str:
+def table_html(table: Table, filters: Filters, view_name: str = "",
+               paging: Paging = FIRST_PAGES) -> str:
     query = filters.query_string()
     csv_link = f"/csv/{table.name}.csv" + (f"?{query}" if query else "")
     head = "".join(f'<th data-col="{escape(c.name)}">{escape(c.label)}</th>'
@@ -130,8 +136,34 @@ def table_html(table: Table, filters: Filters) -> str:
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
     return (f'<section id="s-{escape(table.name)}"><h2>{escape(table.title)}'
             f'<a class="csv" id="csv-{escape(table.name)}" href="{escape(csv_link)}">CSV</a>'
-            f'</h2>{note}<table id="{escape(table.name)}"><thead><tr>{head}</tr></thead>'
+            f"</h2>{note}{_pager(table, filters, view_name, paging, csv_link)}"
+            f'<table id="{escape(table.name)}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></section>")
+
+
+def _pager(table: Table, filters: Filters, view_name: str, paging: Paging,
+           csv_link: str) -> str:
+    """Above a table shown a page at a time: which rows of how many, links to the
+    previous and next pages (the filters and the other tables' pages kept) and to the
+    CSV of all of them."""
+    if table.count <= len(table.rows) or not table.rows:
+        return ""
+    first, last = table.offset + 1, table.offset + len(table.rows)
+    size = paging.size or len(table.rows)
+    page = table.offset // size + 1
+
+    def link(number: int, rel: str, text: str) -> str:
+        query = "&".join(q for q in (filters.query_string(),
+                                     urlencode(paging.query_string(table.name, number))) if q)
+        href = f"/{view_name}" + (f"?{query}" if query else "")
+        return (f'<a href="{escape(href)}" rel="{rel}" id="{rel}-{escape(table.name)}">'
+                f"{text}</a>")
+
+    return (f'<p class="pager" id="pager-{escape(table.name)}">rows {first:,}–{last:,} of '
+            f"{table.count:,}"
+            + (link(page - 1, "prev", "← previous") if first > 1 else "")
+            + (link(page + 1, "next", "next →") if last < table.count else "")
+            + f'<a href="{escape(csv_link)}">all {table.count:,} as CSV</a></p>')
 
 
 def _cell_text(value: object, column: Column) -> str:
@@ -147,6 +179,15 @@ def error_body(message: str) -> str:
 
 
 # -- the charts of each view, drawn from the rows of its tables -------------------------------
+
+CHART_ITEMS = 50  # bars or intervals a chart draws at most (the first of the table's page)
+
+
+def _first(title: str, items: list[tuple[object, ...]]) -> tuple[str, list[tuple[object, ...]]]:
+    """A chart's items cut to CHART_ITEMS, its title saying so when they are."""
+    if len(items) <= CHART_ITEMS:
+        return title, items
+    return f"{title}, the first {CHART_ITEMS} of the table", items[:CHART_ITEMS]
 
 def _roi_charts(view: View) -> list[str]:
     channel, campaign, day = (view.table(n).rows for n in
@@ -164,8 +205,8 @@ def _roi_charts(view: View) -> list[str]:
              ("compute", [r[4] for r in day])]))
     paid = [(r[0], r[6]) for r in campaign if r[4] > 0]
     if paid:
-        out.append(charts.bar_chart("ROI of paid campaigns (revenue per unit of cost)", paid,
-                                    "x"))
+        title, paid = _first("ROI of paid campaigns (revenue per unit of cost)", paid)
+        out.append(charts.bar_chart(title, paid, "x"))
     return out
 
 
@@ -195,10 +236,10 @@ def _experiments_charts(view: View) -> list[str]:
     if not rows:
         return []
     # the control in blue, other variants in orange, a variant of a mismatched split in red
-    return [charts.interval_chart(
+    return [charts.interval_chart(*_first(
         "ROI per variant with its interval (newest window)",
         [(f"{r[0]} · {r[1]}", *r[8], 3 if r[13] == "MISMATCH" else 0 if r[2] == "control"
-          else 1) for r in rows])]
+          else 1) for r in rows]))]
 
 
 def _stages_charts(view: View) -> list[str]:
@@ -225,7 +266,7 @@ def _recon_charts(view: View) -> list[str]:
 def _compute_charts(view: View) -> list[str]:
     """Each workload's own cost and its share of idle, over the selected days."""
     totals: dict[str, list[float]] = {}
-    for row in view.table("compute_by_workload").rows:
+    for row in view.chart_rows.get("compute_by_workload", view.table("compute_by_workload").rows):
         own, idle = totals.setdefault(row[1], [0.0, 0.0]), row[4]
         own[0] += row[3]
         own[1] += idle

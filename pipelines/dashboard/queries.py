@@ -17,10 +17,10 @@ from pipelines.dashboard.compute_views import compute_view
 from pipelines.dashboard.control_views import control_options, control_view
 from pipelines.dashboard.experiment_views import credit_interval_table, experiments_view
 from pipelines.dashboard.filters import Filters, campaign_filter, day_range
+from pipelines.dashboard.paging import EVERY_ROW, FIRST_PAGES, Page, Paging
 from pipelines.dashboard.tables import (
     Column,
     Kpi,
-    Table,
     View,
     margin_roi_of,
     ratio_note,
@@ -33,6 +33,7 @@ from pipelines.store.warehouse import Warehouse
 
 MODEL_ORDER = AttributionConfig.models
 DEFAULT_MODEL = "last_click"  # what ad platforms report, so the first thing finance compares
+OPTIONS_SHOWN = 200  # campaigns the filter form lists at most; past that, one is typed
 NO_CAMPAIGN_SPLIT = ("Channel and stage rows are not split by campaign: the platform and "
                      "campaign filters do not apply here.")
 
@@ -73,11 +74,12 @@ def options(warehouse: Warehouse) -> dict[str, list[str]]:
     if table_exists(warehouse, "reconciliation_daily"):
         platforms |= {r[0] for r in warehouse.query(
             "SELECT DISTINCT platform FROM reconciliation_daily WHERE scope = 'campaign'")}
-    campaigns = {r[0] for r in warehouse.query(
-        "SELECT DISTINCT campaign FROM ad_spend UNION SELECT DISTINCT key FROM roi_daily "
-        "WHERE dimension = 'campaign'")}
+    # a list past OPTIONS_SHOWN is cut there (the form then takes the campaign typed)
+    campaigns = [r[0] for r in warehouse.query(
+        "SELECT c FROM (SELECT campaign AS c FROM ad_spend UNION SELECT key FROM roi_daily "
+        f"WHERE dimension = 'campaign') u WHERE c <> '' ORDER BY c LIMIT {OPTIONS_SHOWN + 1}")]
     return {"models": models_in(warehouse), "platforms": sorted(p for p in platforms if p),
-            "campaigns": sorted(c for c in campaigns if c), **control_options(warehouse)}
+            "campaigns": campaigns, **control_options(warehouse)}
 
 
 def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -87,18 +89,38 @@ def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
              margin_roi_of(row[-3], row[-2] + row[-1])) for row in rows]
 
 
-def _sums(warehouse: Warehouse, filters: Filters, dimension: str, group: str,
-          extra_select: str = "", order: str = "SUM(r.revenue) DESC, 1") -> list[tuple[Any, ...]]:
-    """roi_daily of the selected model and days, summed by `group`, with ROI."""
+def _roi_where(filters: Filters, dimension: str) -> tuple[str, list[object]]:
+    """roi_daily rows `r` of the selected model, dimension and days (and campaigns, of the
+    campaign rows: channel and stage rows are not split by campaign)."""
     where, params = day_range("r.day", filters)
     if dimension == "campaign":
         more, more_params = campaign_filter("r.key", filters)
         where, params = where + more, params + more_params
-    rows = warehouse.query(
-        f"SELECT {group}{extra_select}, SUM(r.conversions), SUM(r.revenue), SUM(r.ad_spend), "
-        f"SUM(r.compute_cost) FROM roi_daily r WHERE r.model = ? AND r.dimension = ?{where} "
-        f"GROUP BY {group} ORDER BY {order}", [filters.model, dimension, *params])
-    return _with_roi(rows)
+    return f" WHERE r.model = ? AND r.dimension = ?{where}", [filters.model, dimension, *params]
+
+
+def _sums(warehouse: Warehouse, filters: Filters, dimension: str, group: str,
+          extra_select: str = "", order: str = "SUM(r.revenue) DESC, 1",
+          paging: Paging = EVERY_ROW, table: str = "") -> Page:
+    """roi_daily of the selected model and days, summed by `group`, with ROI (the page of
+    `table` of them; `order` ends with the group, so the order is total)."""
+    where, params = _roi_where(filters, dimension)
+    page = paging.query(
+        warehouse, table, f"SELECT {group}{extra_select}, SUM(r.conversions), SUM(r.revenue), "
+        f"SUM(r.ad_spend), SUM(r.compute_cost) FROM roi_daily r{where} GROUP BY {group}",
+        params, order)
+    return Page(_with_roi(page.rows), page.total, page.offset)
+
+
+def _totals(warehouse: Warehouse, filters: Filters, dimension: str) -> tuple[float, ...]:
+    """(conversions, revenue, ad spend, compute) over every row of the selection: what
+    the tables' rows add up to over all their pages."""
+    where, params = _roi_where(filters, dimension)
+    (totals,) = warehouse.query(
+        "SELECT COALESCE(SUM(r.conversions), 0), COALESCE(SUM(r.revenue), 0), "
+        "COALESCE(SUM(r.ad_spend), 0), COALESCE(SUM(r.compute_cost), 0) FROM roi_daily "
+        f"r{where}", params)
+    return tuple(float(v) for v in totals)
 
 
 def _unallocated(warehouse: Warehouse, filters: Filters) -> float:
@@ -115,16 +137,14 @@ def _unallocated(warehouse: Warehouse, filters: Filters) -> float:
     return float(total)
 
 
-def roi_view(warehouse: Warehouse, filters: Filters) -> View:
+def roi_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("roi", "ROI by channel, campaign and day")
     if not warehouse.query("SELECT 1 FROM roi_daily LIMIT 1"):
         view.notice = ("No ROI rows yet: run the ROI job (`seedance run --job roi`) and "
                        "`seedance load`, or `seedance demo`.")
         return view
-    by_day = _sums(warehouse, filters, "campaign", "r.day", order="r.day")
-    revenue = sum(r[2] for r in by_day)
-    ad_spend = sum(r[3] for r in by_day)
-    compute = sum(r[4] for r in by_day)
+    # the headline figures: every day's campaign rows, whichever page of a table is shown
+    conversions, revenue, ad_spend, compute = _totals(warehouse, filters, "campaign")
     view.kpis = [Kpi("kpi_revenue", "Attributed revenue", revenue),
                  Kpi("kpi_ad_spend", "Ad spend allocated", ad_spend),
                  Kpi("kpi_compute", "Compute cost allocated", compute),
@@ -133,33 +153,36 @@ def roi_view(warehouse: Warehouse, filters: Filters) -> View:
                  Kpi("kpi_roas", "ROAS", roas_of(revenue, ad_spend), "ratio"),
                  Kpi("kpi_roi", "Revenue / cost", roi_of(revenue, ad_spend + compute),
                      "ratio"),
-                 Kpi("kpi_conversions", "Conversions", sum(r[1] for r in by_day), "number"),
+                 Kpi("kpi_conversions", "Conversions", conversions, "number"),
                  Kpi("kpi_unallocated", "Cost not allocated", _unallocated(warehouse, filters))]
     view.tables = [
-        Table("roi_by_channel", "By channel", (Column("channel", "Channel"), *COST_COLUMNS),
-              _sums(warehouse, filters, "channel", "r.key"),
-              note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
-                                          ratio_note())))),
-        Table("roi_by_campaign", "By campaign",
-              (Column("campaign", "Campaign"), Column("platform", "Platform"), *COST_COLUMNS),
-              _sums(warehouse, filters, "campaign", "r.key",
-                    ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)"),
-              note=ratio_note()),
-        Table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS), by_day,
-              note=ratio_note()),
+        _sums(warehouse, filters, "channel", "r.key", paging=paging, table="roi_by_channel")
+        .table("roi_by_channel", "By channel", (Column("channel", "Channel"), *COST_COLUMNS),
+               note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+                                           ratio_note())))),
+        _sums(warehouse, filters, "campaign", "r.key",
+              ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)",
+              paging=paging, table="roi_by_campaign")
+        .table("roi_by_campaign", "By campaign",
+               (Column("campaign", "Campaign"), Column("platform", "Platform"), *COST_COLUMNS),
+               note=ratio_note()),
+        _sums(warehouse, filters, "campaign", "r.day", order="r.day", paging=paging,
+              table="roi_by_day")
+        .table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS),
+               note=ratio_note()),
     ]
     return view
 
 
-def models_view(warehouse: Warehouse, filters: Filters) -> View:
+def models_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("models", "Attribution models side by side")
     models = models_in(warehouse)
     if not models:
         view.notice = "No attribution results yet: run the job and `seedance load`."
         return view
     # models without ROI rows (credits loaded, ROI job not run) are left out, not zeros
-    summary = [row for model in models
-               for row in _sums(warehouse, filters.with_model(model), "campaign", "r.model")]
+    summary = [row for model in models for row in
+               _sums(warehouse, filters.with_model(model), "campaign", "r.model").rows]
     where, params = day_range("conversion_date", filters)
     more, more_params = campaign_filter("campaign", filters)
     credited = warehouse.query(
@@ -172,23 +195,24 @@ def models_view(warehouse: Warehouse, filters: Filters) -> View:
     model_columns = tuple(Column(m, m) for m in models)
     revenue_rows = _pivot(credited, models, lambda v: v)
     channel_order = {row[0]: i for i, row in enumerate(revenue_rows)}
+    roi_pivot = sorted(_pivot([(k, m, (rev, cost)) for k, m, rev, cost in roi_rows], models,
+                              lambda v: roi_of(*v)),
+                       key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0]))
     view.tables = [
-        Table("models_summary", "Totals per model",
-              (Column("model", "Model"), *COST_COLUMNS), summary,
-              empty="No ROI rows for these filters: cost and ROI come from the ROI job."),
-        Table("models_revenue", "Revenue credited per channel",
-              (Column("channel", "Channel"),
-               *(Column(c.name, c.label, "money") for c in model_columns)),
-              revenue_rows),
-        Table("models_roi", "ROI per channel (revenue / cost)",
-              (Column("channel", "Channel"),
-               *(Column(c.name, c.label, "ratio") for c in model_columns)),
-              sorted(_pivot([(k, m, (rev, cost)) for k, m, rev, cost in roi_rows], models,
-                            lambda v: roi_of(*v)),
-                     key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0])),
-              note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
-                                          ratio_note())))),
-        credit_interval_table(warehouse, filters),
+        paging.cut("models_summary", summary).table(
+            "models_summary", "Totals per model", (Column("model", "Model"), *COST_COLUMNS),
+            empty="No ROI rows for these filters: cost and ROI come from the ROI job."),
+        paging.cut("models_revenue", revenue_rows).table(
+            "models_revenue", "Revenue credited per channel",
+            (Column("channel", "Channel"),
+             *(Column(c.name, c.label, "money") for c in model_columns))),
+        paging.cut("models_roi", roi_pivot).table(
+            "models_roi", "ROI per channel (revenue / cost)",
+            (Column("channel", "Channel"),
+             *(Column(c.name, c.label, "ratio") for c in model_columns)),
+            note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+                                        ratio_note())))),
+        credit_interval_table(warehouse, filters, paging),
     ]
     return view
 
@@ -204,20 +228,22 @@ def _pivot(rows: list[tuple[Any, ...]], models: list[str],
     return sorted(out, key=lambda row: -next((v for v in row[1:] if v is not None), 0.0))
 
 
-def stages_view(warehouse: Warehouse, filters: Filters) -> View:
+def stages_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("stages", "Cost allocation by lifecycle stage")
     if not warehouse.query("SELECT 1 FROM roi_daily WHERE dimension = 'stage' LIMIT 1"):
         view.notice = "No ROI rows by lifecycle stage yet: run the ROI job and `seedance load`."
         return view
-    rows = _sums(warehouse, filters, "stage", "r.key", order="1")
-    total_cost = sum(r[3] + r[4] for r in rows)
+    page = _sums(warehouse, filters, "stage", "r.key", order="1", paging=paging,
+                 table="stage_allocation")
+    _, _, ad_spend, compute = _totals(warehouse, filters, "stage")  # of every stage
+    total_cost = ad_spend + compute
     shown = [(*row[:5], row[3] + row[4], (row[3] + row[4]) / total_cost if total_cost else None,
-              *row[5:]) for row in rows]
-    view.tables = [Table(
+              *row[5:]) for row in page.rows]
+    view.tables = [Page(shown, page.total, page.offset).table(
         "stage_allocation", "Allocated cost and revenue per stage",
         (Column("stage", "Stage"), *COST_COLUMNS[:4], Column("cost", "Cost", "money"),
          Column("cost_share", "Share of cost", "share"), *COST_COLUMNS[4:]),
-        shown, note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
+        note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
                                            ratio_note()))))]
     return view
 
@@ -241,7 +267,11 @@ def _recon_where(filters: Filters, prefix: str = "") -> tuple[str, list[object]]
     return where, params
 
 
-def reconciliation_view(warehouse: Warehouse, filters: Filters) -> View:
+RECON_ORDER = "day DESC, scope, platform, account, entity, metric"  # its key: a total order
+
+
+def reconciliation_view(warehouse: Warehouse, filters: Filters,
+                        paging: Paging = EVERY_ROW) -> View:
     view = View("reconciliation", "Reconciliation against billing")
     if not table_exists(warehouse, "reconciliation_daily"):
         view.notice = ("No reconciliation yet: `seedance reconcile` creates its tables on its "
@@ -250,34 +280,38 @@ def reconciliation_view(warehouse: Warehouse, filters: Filters) -> View:
     where, params = _recon_where(filters)
     select = ("SELECT day, scope, platform, account, entity, metric, currency, ours, theirs, "
               "drift, threshold, status FROM reconciliation_daily WHERE 1 = 1")
-    rows = warehouse.query(f"{select}{where} ORDER BY day DESC, scope, platform, account, "
-                           "entity, metric", params)
-    breaches = [r for r in rows if r[11] == "breach"]
     # scope 'internal': `seedance verify`'s ties between our own tables (udfs/conservation)
-    internal = [r for r in rows if r[1] == "internal"]
-    billing = [r for r in rows if r[1] != "internal"]
-    view.kpis = [Kpi("kpi_compared", "Comparisons", len(billing), "count"),
-                 Kpi("kpi_breaches", "Outside the band", len(breaches), "count"),
-                 Kpi("kpi_max_drift", "Largest |drift|",
-                     max((abs(r[9]) for r in billing if r[9] is not None), default=None),
-                     "share"),
-                 Kpi("kpi_internal_broken", "Internal ties broken",
-                     sum(r[11] == "breach" for r in internal), "count")]
+    (compared, breaches, max_drift, broken), = warehouse.query(
+        "SELECT COUNT(CASE WHEN scope <> 'internal' THEN 1 END), "
+        "COUNT(CASE WHEN status = 'breach' THEN 1 END), "
+        "MAX(CASE WHEN scope <> 'internal' THEN ABS(drift) END), "
+        "COUNT(CASE WHEN scope = 'internal' AND status = 'breach' THEN 1 END) "
+        f"FROM reconciliation_daily WHERE 1 = 1{where}", params)
+    view.kpis = [Kpi("kpi_compared", "Comparisons", compared, "count"),
+                 Kpi("kpi_breaches", "Outside the band", breaches, "count"),
+                 Kpi("kpi_max_drift", "Largest |drift|", max_drift, "share"),
+                 Kpi("kpi_internal_broken", "Internal ties broken", broken, "count")]
     view.tables = [
-        Table("recon_breaches", "Outside the band", RECON_COLUMNS,
-              sorted(breaches, key=lambda r: (r[0], abs(r[9]) if r[9] is not None
-                                              else float("inf")), reverse=True),
-              empty="Every comparison is inside its band."),
-        Table("recon_internal", "Internal ties: every total equals the sum it comes from",
-              RECON_COLUMNS, internal,
-              note="ROI revenue and conversions = the credits (per model, day and "
-                   "dimension); spend = allocated + unallocated (per model, campaign and "
-                   "day); compute = allocated + unallocated = the GPU bill (per model); GPU "
-                   "calls + idle = the priced intervals (per GPU and day). 'ours' is the "
-                   "table read, 'theirs' the one it comes from; a break is a difference of "
-                   "more than half a cent.",
-              empty="No internal checks yet: run `seedance verify`."),
-        Table("recon_rows", "Every comparison against billing", RECON_COLUMNS, billing),
+        # newest day first, then the largest drift (no drift: first)
+        paging.query(warehouse, "recon_breaches", f"{select} AND status = 'breach'{where}",
+                     params, "day DESC, CASE WHEN drift IS NULL THEN 0 ELSE 1 END, "
+                     f"ABS(drift) DESC, {RECON_ORDER.removeprefix('day DESC, ')}").table(
+            "recon_breaches", "Outside the band", RECON_COLUMNS,
+            empty="Every comparison is inside its band."),
+        paging.query(warehouse, "recon_internal", f"{select} AND scope = 'internal'{where}",
+                     params, RECON_ORDER).table(
+            "recon_internal", "Internal ties: every total equals the sum it comes from",
+            RECON_COLUMNS,
+            note="ROI revenue and conversions = the credits (per model, day and "
+                 "dimension); spend = allocated + unallocated (per model, campaign and "
+                 "day); compute = allocated + unallocated = the GPU bill (per model); GPU "
+                 "calls + idle = the priced intervals (per GPU and day). 'ours' is the "
+                 "table read, 'theirs' the one it comes from; a break is a difference of "
+                 "more than half a cent.",
+            empty="No internal checks yet: run `seedance verify`."),
+        paging.query(warehouse, "recon_rows", f"{select} AND scope <> 'internal'{where}",
+                     params, RECON_ORDER).table(
+            "recon_rows", "Every comparison against billing", RECON_COLUMNS),
     ]
     return view
 
@@ -285,7 +319,7 @@ def reconciliation_view(warehouse: Warehouse, filters: Filters) -> View:
 ALERT_KEY = ("scope", "platform", "account", "entity", "day", "metric", "seq")
 
 
-def alerts_view(warehouse: Warehouse, filters: Filters) -> View:
+def alerts_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("alerts", "Drift alerts")
     if not table_exists(warehouse, "alerts"):
         view.notice = "No alerts yet: `seedance reconcile` raises them when drift leaves the band."
@@ -295,37 +329,38 @@ def alerts_view(warehouse: Warehouse, filters: Filters) -> View:
     key_columns = (Column("day", "Day"), Column("scope", "Scope"), Column("platform", "Platform"),
                    Column("account", "Account"), Column("entity", "Campaign / resource"),
                    Column("metric", "Metric"))
-    opened = warehouse.query(
+    opened = paging.query(
+        warehouse, "alerts_open",
         "SELECT o.raised_at, o.day, o.scope, o.platform, o.account, o.entity, o.metric, o.ours, "
         "o.theirs, o.drift, o.threshold, o.webhook_status FROM alerts o WHERE o.kind = 'open' "
         f"AND NOT EXISTS (SELECT 1 FROM alerts r WHERE r.kind = 'resolve' AND {same_key})"
-        f"{where} ORDER BY o.raised_at DESC, o.day DESC, o.entity, o.metric", params)
-    resolved = warehouse.query(
+        f"{where}", params, "o.raised_at DESC, o.day DESC, o.entity, o.metric, o.alert_id")
+    resolved = paging.query(
+        warehouse, "alerts_resolved",
         "SELECT o.raised_at, r.raised_at, o.day, o.scope, o.platform, o.account, o.entity, "
         "o.metric, o.drift, r.drift FROM alerts o JOIN alerts r ON r.kind = 'resolve' AND "
-        f"{same_key} WHERE o.kind = 'open'{where} ORDER BY r.raised_at DESC, o.day DESC, "
-        "o.entity, o.metric", params)
-    view.kpis = [Kpi("kpi_open", "Open alerts", len(opened), "count"),
-                 Kpi("kpi_resolved", "Resolved", len(resolved), "count")]
+        f"{same_key} WHERE o.kind = 'open'{where}", params,
+        "r.raised_at DESC, o.day DESC, o.entity, o.metric, o.alert_id, r.alert_id")
+    view.kpis = [Kpi("kpi_open", "Open alerts", opened.total, "count"),
+                 Kpi("kpi_resolved", "Resolved", resolved.total, "count")]
     view.tables = [
-        Table("alerts_open", "Open", (Column("raised_at", "Raised"), *key_columns,
-                                      Column("ours", "Ours", "number"),
-                                      Column("theirs", "Theirs", "number"),
-                                      Column("drift", "Drift", "percent"),
-                                      Column("threshold", "Band", "share"),
-                                      Column("webhook_status", "Webhook")),
-              opened, empty="No open alerts for these filters."),
-        Table("alerts_resolved", "Resolved", (Column("raised_at", "Raised"),
-                                              Column("resolved_at", "Resolved"), *key_columns,
-                                              Column("drift", "Drift when raised", "percent"),
-                                              Column("drift_resolved", "Drift when resolved",
-                                                     "percent")),
-              resolved, empty="No resolved alerts for these filters."),
+        opened.table("alerts_open", "Open", (Column("raised_at", "Raised"), *key_columns,
+                                             Column("ours", "Ours", "number"),
+                                             Column("theirs", "Theirs", "number"),
+                                             Column("drift", "Drift", "percent"),
+                                             Column("threshold", "Band", "share"),
+                                             Column("webhook_status", "Webhook")),
+                     empty="No open alerts for these filters."),
+        resolved.table("alerts_resolved", "Resolved",
+                       (Column("raised_at", "Raised"), Column("resolved_at", "Resolved"),
+                        *key_columns, Column("drift", "Drift when raised", "percent"),
+                        Column("drift_resolved", "Drift when resolved", "percent")),
+                       empty="No resolved alerts for these filters."),
     ]
     return view
 
 
-VIEWS: dict[str, Callable[[Warehouse, Filters], View]] = {
+VIEWS: dict[str, Callable[[Warehouse, Filters, Paging], View]] = {
     "roi": roi_view, "models": models_view, "stages": stages_view,
     "reconciliation": reconciliation_view, "alerts": alerts_view,
     "experiments": experiments_view, "control": control_view, "compute": compute_view}
@@ -334,6 +369,9 @@ TITLES = {"roi": "ROI", "models": "Models", "stages": "Lifecycle", "reconciliati
           "control": "Control", "compute": "Compute"}
 
 
-def build_view(warehouse: Warehouse, name: str, filters: Filters) -> View:
-    """The view `name` over the warehouse, with the model filled in when none was asked."""
-    return VIEWS[name](warehouse, resolve_model(warehouse, filters))
+def build_view(warehouse: Warehouse, name: str, filters: Filters,
+               paging: Paging = FIRST_PAGES) -> View:
+    """The view `name` over the warehouse, with the model filled in when none was asked:
+    one page of each table (`paging`; EVERY_ROW for an export), headline figures over all
+    their rows."""
+    return VIEWS[name](warehouse, resolve_model(warehouse, filters), paging)

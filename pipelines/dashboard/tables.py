@@ -2,6 +2,8 @@
 
 A Table's rows are exactly what the page shows and what its CSV export holds, so the two
 can never disagree; only the formatting of a cell differs (the CSV keeps full precision).
+A page shows one page of a long table (`total` rows in all, this page from `offset`:
+pipelines/dashboard/paging.py); its export is built with every row.
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ class Table:
     empty: str = "No rows for these filters."
     # (column, value): a row with this value in this column is marked (shaded red)
     warn: tuple[str, str] = ("status", "breach")
+    total: int | None = None  # rows over all pages (None: `rows` are all of them)
+    offset: int = 0  # index of rows[0] among them
+
+    @property
+    def count(self) -> int:
+        """Rows of the table over all pages."""
+        return len(self.rows) if self.total is None else self.total
 
     def csv_header(self) -> list[str]:
         """The export's header: an interval column becomes its value, low and high."""
@@ -79,6 +88,8 @@ class View:
     kpis: list[Kpi] = field(default_factory=list)
     notice: str = ""  # shown instead of the view when its source tables are missing or empty
     warnings: list[str] = field(default_factory=list)  # shown above the view, prominently
+    # every row of a table shown a page at a time, where a chart sums them (by table name)
+    chart_rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
 
     def table(self, name: str) -> Table:
         for table in self.tables:
