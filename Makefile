@@ -10,10 +10,13 @@ setup-dev:
 demo: setup
 	@.venv/bin/seedance demo
 
+# a failed run ends with the failed tests' names, so that the last lines of a log say which
 test: setup-dev
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy
-	@.venv/bin/python -m pytest
+	@.venv/bin/python -m pytest || { rc=$$?; .venv/bin/python -c 'import json; \
+	  print("failed:", *json.load(open(".pytest_cache/v/cache/lastfailed")), sep="\n  ")' \
+	  2>/dev/null; exit $$rc; }
 
 lint: setup-dev
 	@.venv/bin/ruff check .

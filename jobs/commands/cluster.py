@@ -35,11 +35,8 @@ def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     stop.add_argument("--savepoint-dir", required=True, type=Path)
     stop.add_argument("--drain", action="store_true",
                       help="first the final watermark: every journey and day closes and is "
-                           "committed (for a job that will not be resumed); the input "
-                           "topic's partitions are kept awake meanwhile, so a job that has "
-                           "caught up does not hold them idle and lose it")
-    stop.add_argument("--config", help=f"{CONFIG_HELP}; with --drain: the spans topic")
-    stop.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+                           "committed (for a job that will not be resumed), also when the "
+                           "job has caught up and its input partitions are idle")
     p.set_defaults(func=cmd_cluster)
 
 
@@ -75,19 +72,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             print(f"submitted {args.job} as job {job_id} (parallelism "
                   f"{config.flink.parallelism}); `seedance cluster status` follows it")
         else:
-            keep_awake = None
-            if args.drain:
-                from pipelines.kafka.io import wake_partitions
-                from pipelines.kafka.security import for_python
-
-                config = load_config(Path(args.config) if args.config else None)
-                bootstrap = resolve_bootstrap(args.bootstrap, config)
-                client = dict(config.kafka.properties)
-
-                def keep_awake() -> None:
-                    wake_partitions(bootstrap, config.topics.spans, for_python(client))
             path = cluster.stop_with_savepoint(args.job_id, args.savepoint_dir,
-                                               drain=args.drain, keep_awake=keep_awake)
+                                               drain=args.drain)
             print(f"job {args.job_id} {'drained and ' if args.drain else ''}stopped; "
                   f"savepoint {path}")
     except ClusterError as error:

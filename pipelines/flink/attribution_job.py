@@ -34,7 +34,13 @@ from pipelines.flink.attribute_journeys import AttributeJourneys
 from pipelines.flink.decode_otlp import DecodeOtlp
 from pipelines.flink.dedup_orders import DedupOrders
 from pipelines.flink.fit_models import FitDataDrivenModels
-from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
+from pipelines.flink.kafka import (
+    build_sink,
+    build_source,
+    from_kafka,
+    otlp_event_time,
+    run_pipeline,
+)
 from pipelines.flink.operator_support import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
@@ -55,10 +61,10 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                    bootstrap: str) -> None:
     """ingest -> transform -> write, wired on `env`."""
     # event time and watermarks are made in the source, per Kafka partition
-    raw = env.from_source(build_source(config, bootstrap, config.topics.spans,
+    raw = from_kafka(env, build_source(config, bootstrap, config.topics.spans,
                                        framed_max_future_ms=int(
                                            config.event_time.max_future_s * 1000)),
-                          otlp_event_time(config), "otlp-spans").uid("source-otlp-spans")
+                     otlp_event_time(config), "otlp-spans", "source-otlp-spans")
     write(transform(raw, config), config, bootstrap)
 
 

@@ -15,7 +15,7 @@ from pyflink.common.serialization import (
     SerializationSchema,
     SimpleStringSchema,
 )
-from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.base import DeliveryGuarantee
 from pyflink.datastream.connectors.kafka import (
     KafkaOffsetResetStrategy,
@@ -83,6 +83,19 @@ def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
     return WatermarkStrategy(_job_classes().io.seedance.flink.LagAwareWatermarks(
         int(event_time.max_out_of_orderness_s * 1000), int(event_time.idleness_s * 1000),
         int(event_time.backlog_idleness_s * 1000)))
+
+
+def from_kafka(env: StreamExecutionEnvironment, source: KafkaSource,
+               watermarks: WatermarkStrategy, name: str, uid: str) -> DataStream:
+    """`env.from_source(source, watermarks, name).uid(uid)`, followed by the operator that
+    lets a drain's final watermark through an idle source (io.seedance.flink.FinalWatermark,
+    chained behind it: Flink 2.2 drops the final watermark of a source whose partitions
+    were all idle at the drain, so nothing it would release was ever committed)."""
+    stream = env.from_source(source, watermarks, name).uid(uid)
+    j_stream = stream._j_data_stream
+    final = j_stream.transform(f"{name}-final-watermark", j_stream.getType(),
+                               _job_classes().io.seedance.flink.FinalWatermark())
+    return DataStream(final).uid(f"{uid}-final-watermark")
 
 
 def _job_classes():  # noqa: ANN202 (py4j's JVM view)

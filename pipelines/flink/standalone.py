@@ -19,11 +19,9 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,7 +70,6 @@ def _scripts_env(home: Path) -> dict[str, str]:
     return env
 
 
-KEEP_AWAKE_EVERY_S = 1.0
 
 
 class StandaloneFlink:
@@ -244,41 +241,17 @@ class StandaloneFlink:
         except ClusterError as error:
             return str(error)
 
-    def stop_with_savepoint(self, job_id: str, folder: Path, drain: bool = False,
-                            keep_awake: Callable[[], None] | None = None) -> str:
+    def stop_with_savepoint(self, job_id: str, folder: Path, drain: bool = False) -> str:
         """`flink stop`: a savepoint, then the job ends (its sinks commit); the savepoint's
         path. `drain`: first the final watermark, so every window and journey closes (for
-        a job that will not be resumed).
-
-        A job that has caught up with its input has its source partitions idle
-        (`event_time.idleness_s`), and an idle source's final watermark never reaches the
-        operators behind it (seen on Flink 2.2 with PyFlink operators: nothing the final
-        watermark would release was committed). `keep_awake` -- called every
-        KEEP_AWAKE_EVERY_S seconds while the stop runs -- keeps them active, e.g. by
-        `pipelines.kafka.io.wake_partitions` on the input topic."""
+        a job that will not be resumed). The jobs carry the final watermark past a source
+        whose partitions are all idle (`pipelines.flink.kafka.from_kafka`)."""
         info = self._require()
-        awake = threading.Event()
-
-        def keep_partitions_awake() -> None:
-            while not awake.is_set():
-                keep_awake()  # type: ignore[misc]
-                awake.wait(KEEP_AWAKE_EVERY_S)
-
-        waker = threading.Thread(target=keep_partitions_awake, daemon=True) \
-            if keep_awake is not None else None
-        if waker is not None:
-            waker.start()
-            time.sleep(2 * KEEP_AWAKE_EVERY_S)  # read, and the partitions active again
-        try:
-            done = self._run([str(FLINK_HOME / "bin" / "flink"), "stop", "--type",
-                              "canonical", "--savepointPath", folder.resolve().as_uri(),
-                              *(["--drain"] if drain else []),
-                              "--jobmanager", f"127.0.0.1:{info.rest_port}", job_id],
-                             timeout_s=180)
-        finally:
-            awake.set()
-            if waker is not None:
-                waker.join(timeout=10)
+        done = self._run([str(FLINK_HOME / "bin" / "flink"), "stop", "--type",
+                          "canonical", "--savepointPath", folder.resolve().as_uri(),
+                          *(["--drain"] if drain else []),
+                          "--jobmanager", f"127.0.0.1:{info.rest_port}", job_id],
+                         timeout_s=180)
         found = re.search(r"Savepoint completed\. Path: (\S+)", done.stdout)
         if not found:
             raise ClusterError(f"flink stop gave no savepoint:\n{done.stdout[-3000:]}")

@@ -118,39 +118,3 @@ def consumer_lag(bootstrap: str, group: str, topic: str,
     finally:
         consumer.close()
 
-
-def keep_awake_request() -> bytes:
-    """An OTLP request with one ordinary span, dated 2000-01-02 and carrying no attribute
-    the jobs read: every job counts it as a tracing span of no meaning (no dead letter, no
-    late event), and its old start time moves no partition's event time, while its arrival
-    keeps the partition from being held idle."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    start = KEEP_AWAKE_START_NS
-    request = ExportTraceServiceRequest()
-    span = request.resource_spans.add().scope_spans.add().spans.add()
-    span.trace_id, span.span_id = b"\x5e" * 16, b"\x5e" * 8
-    span.name = "seedance.keep-awake"
-    span.start_time_unix_nano, span.end_time_unix_nano = start, start + 1
-    return request.SerializeToString()
-
-
-KEEP_AWAKE_START_NS = 946_771_200 * 10**9  # 2000-01-02T00:00:00Z
-
-
-def wake_partitions(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> int:
-    """A keep-awake request (`keep_awake_request`) to every partition of `topic`, so that a
-    job reading it sees activity on each and does not hold them idle; the number of
-    partitions."""
-    value = keep_awake_request()
-    out = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **(client or {}))
-    try:
-        partitions = sorted(out.partitions_for(topic) or [])
-        for partition in partitions:
-            out.send(topic, value, partition=partition)
-        out.flush()
-    finally:
-        out.close()
-    return len(partitions)

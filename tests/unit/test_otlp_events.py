@@ -287,22 +287,3 @@ def test_a_1970_span_is_a_dead_letter_on_every_path_and_json_may_open_with_a_bom
     with_bom = b"\xef\xbb\xbf" + as_json
     decoded = decode_events(with_bom, BUCKETS)
     assert decoded.touches.user_id.tolist() == ["u3"] and not decoded.dead_letters
-
-
-def test_the_drain_keep_awake_request_is_nobody_s_data():
-    """What `seedance cluster stop --drain` sends to keep partitions active: one ordinary
-    span dated 2000-01-02 -- every job counts it as a tracing span of no meaning (no dead
-    letter, no event, no exposure) and it moves no event time."""
-    from pipelines.codec.events import decode_message
-    from pipelines.codec.exposures import decode_exposures
-    from pipelines.kafka.io import keep_awake_request
-
-    value = keep_awake_request()
-    for scanner in (True, False):
-        decoded = decode_events(value, BUCKETS, scanner=scanner)
-        assert (decoded.spans, decoded.ignored, decoded.dead_letters) == (1, 1, [])
-        assert not len(decoded.touch_seq) and not len(decoded.order_seq)
-    assert decode_message(value, BUCKETS).ts_ms.tolist() == []  # no event time
-    exposures = decode_exposures(value)
-    assert (exposures.exposures, exposures.dead_letters) == ([], [])
-    assert decode_spans(value).records == [] and decode_spans(value).dead_letters == []
