@@ -43,7 +43,14 @@ from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.exposures import decode_exposures
 from pipelines.codec.frame import unframe
 from pipelines.codec.otlp import MAX_FUTURE_S
-from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
+from pipelines.flink.kafka import (
+    build_sink,
+    build_source,
+    from_kafka,
+    keyed_line,
+    otlp_event_time,
+    run_pipeline,
+)
 from pipelines.settings.job_config import StreamingJobConfig
 
 log = logging.getLogger(__name__)
@@ -165,26 +172,27 @@ class AssignVariants(KeyedProcessFunction):  # type: ignore[misc]
                 # first, or earlier than the one kept (it arrived behind the watermark):
                 # this is the first exposure (the warehouse keeps the earliest row)
                 self.assigned.put(flag, (variant, ts))
-                yield orjson.dumps({"flag_key": flag, "variant": variant, "user_id": user,
-                                    "first_exposure_ms": ts, "trace_id": trace_id}).decode()
+                yield keyed_line((flag, user), orjson.dumps({
+                    "flag_key": flag, "variant": variant, "user_id": user,
+                    "first_exposure_ms": ts, "trace_id": trace_id}).decode())
                 continue
             order_id, revenue, currency, stage = payload
             for flag, (variant, exposed_at) in self.assigned.items():
                 if exposed_at <= ts:
-                    yield CONVERSIONS, orjson.dumps({
+                    yield CONVERSIONS, keyed_line((flag, order_id), orjson.dumps({
                         "flag_key": flag, "variant": variant, "user_id": user,
                         "order_id": order_id, "conversion_ts_ms": ts, "revenue": revenue,
                         "currency": currency, "stage": stage,
-                        "first_exposure_ms": exposed_at}).decode()
+                        "first_exposure_ms": exposed_at}).decode())
 
 
 def build_experiments_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                                bootstrap: str) -> None:
     topics = config.topics
-    spans = env.from_source(
-        build_source(config, bootstrap, topics.spans, "-experiments",
-                     framed_max_future_ms=int(config.event_time.max_future_s * 1000)),
-        otlp_event_time(config), "experiment-spans").uid("experiments-source-spans")
+    spans = from_kafka(
+        env, build_source(config, bootstrap, topics.spans, "-experiments",
+                          framed_max_future_ms=int(config.event_time.max_future_s * 1000)),
+        otlp_event_time(config), "experiment-spans", "experiments-source-spans")
     exposures = spans.process(DecodeExposures(config.input.encoding, topics.spans,
                                               config.event_time.max_future_s)) \
         .name("decode-exposures").uid("experiments-decode-exposures")
@@ -205,11 +213,14 @@ def build_experiments_pipeline(env: StreamExecutionEnvironment, config: Streamin
                 .process(AssignVariants(int(config.experiments.retention_days * DAY_MS)),
                          output_type=Types.STRING())
                 .name("assign-variants").uid("experiments-assign-variants"))
+    # keyed by (flag, user) and (flag, order): a later version of a row (an earlier
+    # exposure that arrived late, a corrected conversion) follows the first in one partition
     assigned.sink_to(build_sink(config, bootstrap, topics.experiment_exposures,
-                                "experiments")) \
+                                "experiments", keyed=True)) \
         .name("exposures-sink").uid("experiments-exposures-sink")
     assigned.get_side_output(CONVERSIONS).sink_to(
-        build_sink(config, bootstrap, topics.experiment_conversions, "experiments")) \
+        build_sink(config, bootstrap, topics.experiment_conversions, "experiments",
+                   keyed=True)) \
         .name("experiment-conversions-sink").uid("experiments-conversions-sink")
     exposures.get_side_output(DEAD_LETTERS).sink_to(
         build_sink(config, bootstrap, topics.dead_letter, "experiments")) \

@@ -39,7 +39,14 @@ from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.frame import unframe
 from pipelines.codec.metrics import decode_samples
 from pipelines.codec.otlp import MAX_FUTURE_S, decode_spans
-from pipelines.flink.kafka import build_sink, build_source, otlp_event_time, run_pipeline
+from pipelines.flink.kafka import (
+    build_sink,
+    build_source,
+    from_kafka,
+    keyed_line,
+    otlp_event_time,
+    run_pipeline,
+)
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
 from schemas.gpu import GpuSample, load_catalog, sample_problem
@@ -276,19 +283,20 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
                       "price_known": interval.price_known}
             for share in interval.calls:
                 values = {**common, **share._asdict()}
-                yield json.dumps({"kind": "call", **{name: values[name] for name in
-                                                     rows.GPU_CALL_COST.names}},
-                                 separators=(",", ":"))
+                yield keyed_line((interval.gpu_uuid,), json.dumps(
+                    {"kind": "call", **{name: values[name] for name in
+                                        rows.GPU_CALL_COST.names}}, separators=(",", ":")))
             if interval.idle is not None:
                 values = {**common, "idle_seconds": interval.idle.idle_seconds,
                           "cost_usd": interval.idle.cost_usd}
-                yield json.dumps({"kind": "idle", **{name: values[name] for name in
-                                                     rows.GPU_IDLE_COST.names}},
-                                 separators=(",", ":"))
+                yield keyed_line((interval.gpu_uuid,), json.dumps(
+                    {"kind": "idle", **{name: values[name] for name in
+                                        rows.GPU_IDLE_COST.names}}, separators=(",", ":")))
         if unobserved:
-            yield json.dumps({"kind": "unobserved", "gpu_uuid": ready[0].gpu_uuid,
-                              "until_ms": min(s.ts_ms for s in ready),
-                              "unobserved_ms": unobserved}, separators=(",", ":"))
+            yield keyed_line((ready[0].gpu_uuid,), json.dumps(
+                {"kind": "unobserved", "gpu_uuid": ready[0].gpu_uuid,
+                 "until_ms": min(s.ts_ms for s in ready), "unobserved_ms": unobserved},
+                separators=(",", ":")))
         newest = max(s.ts_ms for s in ready)
         self.last_ts.update(newest)
         self.active.update([c for c in calls if c.end_ms > newest])
@@ -300,14 +308,12 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     # event time and watermarks are made in the sources, per Kafka partition (a sample's
     # time, a span's start): a partition read ahead of another never makes the other late
     max_future_ms = int(config.event_time.max_future_s * 1000)
-    raw_metrics = env.from_source(build_source(config, bootstrap, gpu.metrics_topic, "-gpu",
+    raw_metrics = from_kafka(env, build_source(config, bootstrap, gpu.metrics_topic, "-gpu",
                                                max_future_ms, "METRICS"),
-                                  otlp_event_time(config), "otlp-metrics") \
-        .uid("source-otlp-metrics")
-    raw_spans = env.from_source(build_source(config, bootstrap, config.topics.spans, "-gpu",
+                             otlp_event_time(config), "otlp-metrics", "source-otlp-metrics")
+    raw_spans = from_kafka(env, build_source(config, bootstrap, config.topics.spans, "-gpu",
                                              max_future_ms, "TRACES"),
-                                otlp_event_time(config), "otlp-spans-gpu") \
-        .uid("source-otlp-spans-gpu")
+                           otlp_event_time(config), "otlp-spans-gpu", "source-otlp-spans-gpu")
     samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
         .name("decode-gpu-samples").uid("decode-gpu-samples")
     calls = raw_spans.process(DecodeCalls(config.event_time.max_future_s)) \
@@ -329,7 +335,8 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
 
 def write(costs: DataStream, dead: DataStream, late: DataStream, config: StreamingJobConfig,
           bootstrap: str) -> None:
-    costs.sink_to(build_sink(config, bootstrap, config.gpu.costs_topic, "gpu")) \
+    # keyed by GPU: one GPU's priced intervals stay in order in one partition
+    costs.sink_to(build_sink(config, bootstrap, config.gpu.costs_topic, "gpu", keyed=True)) \
         .name("gpu-costs-sink").uid("gpu-costs-sink")
     dead.sink_to(build_sink(config, bootstrap, config.gpu.metrics_dead_letter, "gpu")) \
         .name("gpu-dead-letter-sink").uid("gpu-dead-letter-sink")

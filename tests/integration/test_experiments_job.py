@@ -70,6 +70,13 @@ def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, to
            for r in exposures}
     assert len(got) == len(exposures)  # one row per user and flag
     assert got == first
+    # keyed by row: every version of a row goes to one partition, in order
+    keyed = [(tuple(json.loads(k)), (row["flag_key"], row["user_id"])) for k, row in
+             ((k, json.loads(v)) for k, v in read_all(kafka, config.topics.experiment_exposures))]
+    assert keyed and all(key == row for key, row in keyed)
+    assert {tuple(json.loads(k)) for k, _ in
+            read_all(kafka, config.topics.experiment_conversions)} == {
+        (r["flag_key"], r["order_id"]) for r in rows(kafka, config.topics.experiment_conversions)}
 
     orders = [e for e in valid_events(plan) if e.kind == "conversion"]
     expected = {(flag, e.order_id): (first[e.user_id, flag][0], e.revenue)

@@ -69,7 +69,10 @@ def test_gpu_cost_per_call_and_idle_matches_the_reference(kafka, flink, gpu_conf
 
     run_gpu_job(config, kafka, env=flink.environment(config))
 
-    rows = [json.loads(v) for _, v in read_all(kafka, config.gpu.costs_topic)]
+    records = list(read_all(kafka, config.gpu.costs_topic))
+    rows = [json.loads(v) for _, v in records]
+    # keyed by GPU: one GPU's intervals stay in order in one partition
+    assert [json.loads(k) for k, _ in records] == [[row["gpu_uuid"]] for row in rows]
     per_span: dict[str, float] = defaultdict(float)
     idle: dict[str, float] = defaultdict(float)
     intervals: dict[tuple[str, int], float] = {}
