@@ -63,3 +63,26 @@ def _with_func(parser: argparse.ArgumentParser, func) -> argparse.ArgumentParser
         for sub in action.choices.values():
             sub.set_defaults(func=func)
     return parser
+
+
+def test_a_dead_flink_jvm_is_one_line_naming_the_job_and_its_checkpoints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The JVM that runs a job dies (killed, out of memory): py4j loses its connection. The
+    user gets one line -- which job, where its checkpoints are, how to resume -- and the
+    trace only with -v."""
+    from py4j.protocol import Py4JNetworkError
+
+    from jobs.commands.common import CliError
+    from jobs.commands.stream import resume_hint
+    from pipelines.settings.job_config import load_config
+
+    config = load_config().replace("flink", checkpoint_dir=str(tmp_path / "checkpoints"))
+    for verbose in (False, True):
+        with pytest.raises(CliError) as raised, \
+                resume_hint(config, "seedance-attribution", verbose=verbose):
+            raise Py4JNetworkError("Answer from Java side is empty")
+        line = str(raised.value)
+        assert "\n" not in line and line.startswith(
+            "the Flink JVM running seedance-attribution exited (Py4JNetworkError)")
+        assert str(tmp_path / "checkpoints") in line and "resumes from the newest" in line
+        assert ("Traceback" in capsys.readouterr().err) is verbose

@@ -122,3 +122,16 @@ def test_safe_defaults_empty_rules_finite_thresholds_and_loopback_metrics():
     with pytest.raises(ConfigError, match="threshold: expected a finite number, got inf"):
         parse_control_config({"rules": infinite})
     assert parse_control_config({}).metrics_address == "127.0.0.1"
+
+
+def test_a_yaml_infinite_threshold_is_refused_with_its_file(tmp_path):
+    """`threshold: .inf` (YAML's infinity) in a control file: refused, naming the file."""
+    from pipelines.control.config import DEFAULT_RULES
+
+    rule = {**DEFAULT_RULES[0], "when": {**DEFAULT_RULES[0]["when"], "threshold": 0.0}}
+    text = yaml.safe_dump({"rules": [rule]}).replace("threshold: 0.0", "threshold: .inf")
+    assert ".inf" in text
+    path = tmp_path / "control.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"control.yaml.*threshold: expected a finite number"):
+        load_control_config(path)
