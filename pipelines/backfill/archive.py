@@ -32,6 +32,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipelines.codec.otlp import decode_spans
+from pipelines.kafka.reader import Offsets, TopicReader
 from schemas.records import Conversion, GpuCall, Touchpoint
 
 DAY_MS = 86_400_000
@@ -193,72 +194,54 @@ def archive_topic(bootstrap: str, topic: str, root: Path | str, encoding: str = 
                   idle_timeout_s: float = 60.0) -> BatchStats:
     """Archive `topic` from the stored offsets up to its end (or forever with follow);
     returns the totals. One batch per partition holds at most `batch_messages` messages
-    (in follow mode also at most `flush_s` seconds of them)."""
-    from kafka import KafkaConsumer, TopicPartition
-
+    (in follow mode also at most `flush_s` seconds of them). `idle_timeout_s`: the
+    TopicReader's stop rule (pipelines/kafka/reader.py), giving up only after that long
+    without progress."""
     archive = Archive(root, topic)
     start = archive.recover()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                             enable_auto_commit=False, isolation_level="read_committed",
-                             **(properties or {}))
     total = BatchStats()
-    try:
-        partitions = [TopicPartition(topic, p)
-                      for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        if not partitions:
+    pending: dict[int, list[Message]] = {}
+    next_offset: dict[int, int] = {}  # after the last message pending, by partition
+
+    def flush(partition: int) -> None:
+        batch = pending.get(partition)
+        if not batch:
+            return
+        stats = archive.write_batch(batch, encoding)
+        archive.commit({partition: next_offset[partition]})
+        pending[partition] = []
+        total.messages += stats.messages
+        total.dead_letters += stats.dead_letters
+        total.files += stats.files
+        for kind, count in stats.records.items():
+            total.records[kind] += count
+        if progress:
+            progress(f"archived {topic} p{partition} up to offset "
+                     f"{batch[-1][1]}: " + ", ".join(f"{n} {k}" for k, n in
+                                                     stats.records.items()))
+
+    with TopicReader(bootstrap, topic, Offsets(start), idle_timeout_s=idle_timeout_s,
+                     max_records=batch_messages, client=properties,
+                     what="archiving") as reader:
+        if not reader.partitions:
             raise ValueError(f"topic {topic} does not exist on {bootstrap}")
-        consumer.assign(partitions)
-        for tp in partitions:
-            if tp.partition in start:
-                consumer.seek(tp, start[tp.partition])
-            else:
-                consumer.seek_to_beginning(tp)
-        end = consumer.end_offsets(partitions)
-        pending: dict[int, list[Message]] = {tp.partition: [] for tp in partitions}
         opened = time.monotonic()
-        last_progress = time.monotonic()
-
-        def flush(partition: int) -> None:
-            batch = pending[partition]
-            if not batch:
-                return
-            stats = archive.write_batch(batch, encoding)
-            tp = TopicPartition(topic, partition)
-            archive.commit({partition: consumer.position(tp)})
-            pending[partition] = []
-            total.messages += stats.messages
-            total.dead_letters += stats.dead_letters
-            total.files += stats.files
-            for kind, count in stats.records.items():
-                total.records[kind] += count
-            if progress:
-                progress(f"archived {topic} p{partition} up to offset "
-                         f"{batch[-1][1]}: " + ", ".join(f"{n} {k}" for k, n in
-                                                         stats.records.items()))
-
-        while True:
-            polled = consumer.poll(timeout_ms=500, max_records=batch_messages)
-            for tp, records in polled.items():
-                pending[tp.partition].extend((tp.partition, r.offset, r.value)
-                                             for r in records)
+        for polled in reader.batches(follow, empty=follow):  # a follower flushes by time
+            for tp, records in polled.by_partition.items():
+                pending.setdefault(tp.partition, []).extend(
+                    (tp.partition, r.offset, r.value) for r in records)
+                next_offset[tp.partition] = polled.next_offsets[tp]
                 if len(pending[tp.partition]) >= batch_messages:
                     flush(tp.partition)
-            if polled:
-                last_progress = time.monotonic()
-            caught_up = all(consumer.position(tp) >= end[tp] for tp in partitions)
-            if (caught_up and not follow) or (follow and time.monotonic() - opened >= flush_s):
-                for partition in pending:
+            if follow and time.monotonic() - opened >= flush_s:
+                for partition in list(pending):
                     flush(partition)
                 opened = time.monotonic()
-            if caught_up and not follow:
-                # offsets past the last record (transaction markers) are stored too, so a
-                # rerun does not read them again
-                archive.commit({tp.partition: consumer.position(tp) for tp in partitions})
-                break
-            if not follow and time.monotonic() - last_progress > idle_timeout_s:
-                raise TimeoutError(f"archiving {topic} stalled before reaching its end")
-    finally:
-        consumer.close()
+        for partition in list(pending):
+            flush(partition)
+        # offsets past the last record (transaction markers) are stored too, so a rerun
+        # does not read them again
+        archive.commit({tp.partition: offset for tp, offset in reader.offsets().items()})
     return total
 
 

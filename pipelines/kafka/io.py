@@ -11,6 +11,8 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
 
+from pipelines.kafka.reader import TopicReader
+
 # Records written by the jobs carry event time, which can be older than the retention
 # period; topics created here keep records by their arrival time instead.
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
@@ -70,31 +72,13 @@ def producer(bootstrap: str, **config: object) -> KafkaProducer:
 def read_all(bootstrap: str, topic: str, read_committed: bool = True,
              timeout_s: float = 30.0,
              client: dict[str, Any] | None = None) -> Iterator[tuple[bytes | None, bytes]]:
-    """Every (key, value) of a topic from the beginning up to its current end."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None, **(client or {}),
-        isolation_level="read_committed" if read_committed else "read_uncommitted")
-    try:
-        partitions = [TopicPartition(topic, p)
-                      for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        if not partitions:
-            return
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        # With read_committed, end offsets are the last stable offsets.
-        end = consumer.end_offsets(partitions)
-        remaining = {tp for tp in partitions if end[tp] > consumer.position(tp)}
-        deadline = time.monotonic() + timeout_s
-        while remaining and time.monotonic() < deadline:
-            for tp, records in consumer.poll(timeout_ms=500, max_records=5000).items():
-                for record in records:
-                    if record.offset < end[tp]:
-                        yield record.key, record.value
-            remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
-        if remaining:
-            raise TimeoutError(f"reading {topic} did not reach its end within {timeout_s}s")
-    finally:
-        consumer.close()
+    """Every (key, value) of a topic from the beginning up to the end it had when the read
+    began (none when the topic does not exist); `timeout_s`: the TopicReader's stop rule,
+    raising only after that long without progress (pipelines/kafka/reader.py)."""
+    with TopicReader(bootstrap, topic, read_committed=read_committed, idle_timeout_s=timeout_s,
+                     client=client) as reader:
+        for record in reader.records():
+            yield record.key, record.value
 
 
 def count_messages(bootstrap: str, topic: str) -> int:

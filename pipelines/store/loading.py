@@ -13,15 +13,14 @@ import base64
 import json
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from kafka import KafkaConsumer, TopicPartition
 
 from pipelines.codec import credit_messages
+from pipelines.kafka.reader import Batch, Offsets, TopicReader
 from pipelines.sources.ad_spend import SpendError
 from pipelines.sources.ad_spend import parse_message as parse_spend
 from schemas import rows
@@ -216,48 +215,31 @@ class TopicLoading:
                         idle_timeout_s: float = 30.0,
                         progress: Callable[[int], None] | None = None) -> int:
         """Load `topic` up to its end (or forever with follow) through `apply`, which writes
-        a batch of messages; returns the number of messages loaded."""
-        client = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                               enable_auto_commit=False, isolation_level="read_committed",
-                               **self.kafka_client)
+        a batch of messages; returns the number of messages loaded. It resumes from the
+        offsets stored under `consumer`; `idle_timeout_s`: the TopicReader's stop rule
+        (pipelines/kafka/reader.py), a load gives up only after that long without progress."""
+        stored = dict(self.query(
+            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
+            (consumer, topic)))
         loaded = 0
-        try:
-            partitions = [TopicPartition(topic, p)
-                          for p in sorted(client.partitions_for_topic(topic) or [])]
-            if not partitions:
-                return 0
-            client.assign(partitions)
-            stored = dict(self.query(
-                "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
-                (consumer, topic)))
-            for tp in partitions:
-                if tp.partition in stored:
-                    client.seek(tp, stored[tp.partition])
-                else:
-                    client.seek_to_beginning(tp)
-            end = client.end_offsets(partitions)
-            last_progress = time.monotonic()
-            while True:
-                batch = client.poll(timeout_ms=500, max_records=10_000)
-                records = [r for records in batch.values() for r in records]
-                if records:
-                    offsets = [(consumer, topic, tp.partition, client.position(tp))
-                               for tp in batch]
-                    try:
-                        with self.transaction():  # rows and offsets commit together
-                            apply([r.value for r in records])
-                            self.store(rows.KAFKA_OFFSET, offsets)
-                    except UNSTORABLE:
-                        self._load_one_by_one(records, apply, consumer, offsets)
-                    loaded += len(records)
-                    last_progress = time.monotonic()
-                    if progress:
-                        progress(loaded)
-                if not follow:
-                    if all(client.position(tp) >= end[tp] for tp in partitions):
-                        break
-                    if time.monotonic() - last_progress > idle_timeout_s:
-                        raise TimeoutError(f"loading {topic} stalled before reaching its end")
-        finally:
-            client.close()
+
+        def write(batch: Batch) -> None:
+            nonlocal loaded
+            records = batch.records
+            offsets = [(consumer, topic, tp.partition, offset)
+                       for tp, offset in batch.next_offsets.items()]
+            try:
+                with self.transaction():  # rows and offsets commit together
+                    apply([r.value for r in records])
+                    self.store(rows.KAFKA_OFFSET, offsets)
+            except UNSTORABLE:
+                self._load_one_by_one(records, apply, consumer, offsets)
+            loaded += len(records)
+            if progress:
+                progress(loaded)
+
+        with TopicReader(bootstrap, topic, Offsets(stored), idle_timeout_s=idle_timeout_s,
+                         max_records=10_000, client=self.kafka_client,
+                         what="loading") as reader:
+            reader.read(write, follow=follow)
         return loaded
