@@ -37,6 +37,7 @@ from pipelines.backfill.roi import (
     roi_rows,
 )
 from pipelines.kafka.address import resolve_bootstrap
+from pipelines.kafka.security import for_python
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.compute_loading import IDLE_COLUMNS
@@ -313,7 +314,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
           + (" (Ctrl-C to stop)" if args.follow else ""), flush=True)
     total = archive_topic(bootstrap, topic, root, streaming.input.encoding, args.follow,
                           config.archive.batch_messages, config.archive.flush_s,
-                          streaming.kafka.properties,
+                          for_python(dict(streaming.kafka.properties)),
                           progress=lambda line: print(line, flush=True))
     print(f"{total.messages:,} messages archived: " + ", ".join(
         f"{n:,} {kind}" for kind, n in total.records.items())

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.kafka.address import resolve_bootstrap
+from pipelines.kafka.security import for_python
 from pipelines.reconcile.config import (
     RECONCILE_ENV_VARS,
     ReconcileConfig,
@@ -116,7 +117,7 @@ def run(config: ReconcileConfig, request: ReconcileRequest,
                 raise ValueError(f"billing.topic {billing.topic!r} needs a Kafka broker: "
                                  "pass --bootstrap or set SEEDANCE_KAFKA_BOOTSTRAP")
             topic = stage_topic(store, request.bootstrap, billing.topic, options,
-                                config.kafka.properties, progress=progress)
+                                for_python(dict(config.kafka.properties)), progress=progress)
             result.staged.add(topic.staged)
             result.invalid_messages = topic.invalid
         settings = Settings(
@@ -137,7 +138,7 @@ def run(config: ReconcileConfig, request: ReconcileRequest,
         result.alerts = store.alerts("run_id = ?", (result.run_id,))
         if request.dispatch:
             result.delivery = dispatch(store, config.alerts, request.bootstrap,
-                                       config.kafka.properties)
+                                       for_python(dict(config.kafka.properties)))
             result.alerts = store.alerts("run_id = ?", (result.run_id,))
         result.rows = store.daily_rows(request.first, request.last)
         result.seconds = time.monotonic() - started
