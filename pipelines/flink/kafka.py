@@ -46,7 +46,8 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
     """Each record's value as bytes; with `framed_max_future_ms`, each record framed
     (pipelines.codec.frame: partition, offset, event time, null values kept; times further
     ahead of the clock than that are not event time) with the event time of its `signal`
-    (TRACES: the newest span start, METRICS: the newest data point)."""
+    (TRACES: the newest span start, METRICS: the newest data point; NONE: no event time,
+    the frame only says where the record came from)."""
     starting = {
         "earliest": KafkaOffsetsInitializer.earliest(),
         "latest": KafkaOffsetsInitializer.latest(),

@@ -45,6 +45,7 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.codec import credit_messages, table_messages
+from pipelines.codec.frame import unframe
 from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
 from pipelines.flink.roi_support import (
@@ -78,13 +79,19 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
         # GPU rows also go to the GPU-day's idle sharing (every call, and the idle rows)
         self.fully_loaded = fully_loaded
 
-    def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+    def process_element(self, record: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        framed = unframe(record)  # the record's place, for its dead letter
+        value = framed.value
         try:
+            if not value:
+                raise SpendError("empty message (no value)")
             yield from self._items(value)
         except SpendError as error:
-            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value)
+            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value, framed.partition,
+                                            framed.offset)
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
-            yield DEAD_LETTERS, dead_letter(self.topic, f"unreadable row: {error!r}", value)
+            yield DEAD_LETTERS, dead_letter(self.topic, f"unreadable row: {error!r}", value,
+                                            framed.partition, framed.offset)
 
     def _items(self, value: bytes) -> Iterator[Item]:
         if self.kind == "spend":
@@ -293,7 +300,9 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     timed = []
     decoded_streams = []
     for kind, topic in inputs:
-        raw = env.from_source(build_source(config, bootstrap, topic, "-roi"),
+        # framed with each record's partition and offset (no event time: the items carry
+        # theirs), so that a dead letter says where its input is
+        raw = env.from_source(build_source(config, bootstrap, topic, "-roi", 0, "NONE"),
                               WatermarkStrategy.no_watermarks(), f"{kind}-source") \
             .uid(f"roi-source-{kind}")
         decoded = raw.process(DecodeInputs(kind, topic, settings.currency,

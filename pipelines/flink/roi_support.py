@@ -38,9 +38,14 @@ def day_end_ms(day: str) -> int:
     return int(start.timestamp() * 1000) + DAY_MS - 1
 
 
-def dead_letter(source: str, reason: str, value: bytes) -> str:
-    return json.dumps({"source": source, "reason": reason,
-                       "payload": value.decode("utf-8", "replace")}, separators=(",", ":"))
+def dead_letter(source: str, reason: str, value: bytes | None,
+                partition: int | None = None, offset: int | None = None) -> str:
+    """A dead letter: the topic, and where the input came from in it, why, and what it
+    was."""
+    place = {} if partition is None else {"partition": partition, "offset": offset}
+    return json.dumps({"source": source, **place, "reason": reason,
+                       "payload": (value or b"").decode("utf-8", "replace")},
+                      separators=(",", ":"))
 
 
 def schedule_report(timers: Any, end_ms: int, retention_ms: int | None) -> bool:

@@ -132,6 +132,9 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
     assert any("reporting currency USD" in r for r in reasons)
     assert any(r.startswith("not JSON") for r in reasons)
     assert any("field 'day'" in r for r in reasons)
+    # each names where its input is: the spend topic (one partition), offsets 4 to 6
+    assert sorted((d["source"], d["partition"], d["offset"]) for d in dead) == [
+        (config.topics.ad_spend, 0, offset) for offset in (4, 5, 6)]
 
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
     warehouse.load_roi(kafka, config.topics.roi)

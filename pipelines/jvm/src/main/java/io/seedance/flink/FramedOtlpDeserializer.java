@@ -34,6 +34,7 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
     public static final int HEADER_BYTES = 38;
     public static final int EVENT_TIME_AT = 22;
     private static final long MIN_MS = 946_684_800_000L; // 2000-01-01T00:00:00Z
+    private static final String NO_SIGNAL = "NONE";
 
     private final long maxFutureMs;
     private final OtlpEventTime.Signal signal;
@@ -45,10 +46,11 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
         this(maxFutureMs, "TRACES");
     }
 
-    /** @param signal TRACES or METRICS: where a record's event time is */
+    /** @param signal TRACES or METRICS: where a record's event time is; NONE: the record
+     * is no OTLP (a JSON row), framed for its place alone, without event time */
     public FramedOtlpDeserializer(long maxFutureMs, String signal) {
         this.maxFutureMs = maxFutureMs;
-        this.signal = OtlpEventTime.Signal.valueOf(signal);
+        this.signal = NO_SIGNAL.equals(signal) ? null : OtlpEventTime.Signal.valueOf(signal);
     }
 
     @Override
@@ -57,8 +59,8 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
             newestByPartition = new HashMap<>();
         }
         byte[] value = record.value();
-        long eventTime = OtlpEventTime.newestMs(value, signal, MIN_MS,
-                System.currentTimeMillis() + maxFutureMs);
+        long eventTime = signal == null ? OtlpEventTime.NONE : OtlpEventTime.newestMs(value,
+                signal, MIN_MS, System.currentTimeMillis() + maxFutureMs);
         Long before = newestByPartition.get(record.partition());
         long newestBefore = before == null ? OtlpEventTime.NONE : before;
         if (eventTime > newestBefore) {

@@ -1,0 +1,56 @@
+"""The ROI job's input decoder (`pipelines.flink.roi_job.DecodeInputs`) on records as its
+sources frame them: a row it cannot use becomes a dead letter naming the topic, the
+partition and the offset it came from and why, and never stops the job; good rows become
+items."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.codec.frame import frame
+from pipelines.flink.roi_job import DEAD_LETTERS, DecodeInputs
+
+CREDIT = {"model": "last_click", "order_id": "o1", "touch_index": 0, "channel": "email",
+          "campaign": "", "stage": "new", "credit": 1.0, "revenue": 10.0,
+          "conversion_ts_ms": 1_790_000_000_000}
+GPU = {"kind": "call", "gpu_uuid": "GPU-1", "interval_end_ms": 1_790_000_000_000,
+       "cost_usd": 0.5, "trace_id": "ab" * 16}
+SPEND = {"platform": "meta", "account": "a", "campaign": "c", "day": "2026-10-01",
+         "amount": 5.0, "currency": "USD"}
+
+
+def decoded(kind: str, value: bytes | None, partition: int = 2, offset: int = 41
+            ) -> list[object]:
+    decoder = DecodeInputs(kind, f"{kind}-topic", "USD")
+    return list(decoder.process_element(frame(value, partition, offset), None))
+
+
+def dead_letter(outputs: list[object]) -> dict[str, object]:
+    (output,) = outputs
+    assert isinstance(output, tuple) and output[0] == DEAD_LETTERS
+    return json.loads(output[1])
+
+
+@pytest.mark.parametrize(("kind", "value", "reason"), [
+    ("credit", json.dumps({"columns": ["x"], "rows": [[1]]}).encode(), "unreadable row"),
+    ("credit", json.dumps([{**CREDIT, "revenue": "abc"}]).encode(), "unreadable row"),
+    ("gpu", json.dumps({**GPU, "cost_usd": "NaN"}).encode(), "cost_usd is not a number"),
+    ("gpu", b"\xff\xfe not json", "unreadable row"),
+    ("spend", json.dumps({**SPEND, "day": "2026-13-45"}).encode(), "field 'day'"),
+    ("spend", json.dumps({**SPEND, "campaign": "c\x00"}).encode(), "control character U+0000"),
+    ("spend", json.dumps({**SPEND, "currency": "EUR"}).encode(), "reporting currency USD"),
+    ("conversion", None, "empty message"),
+])
+def test_a_row_the_job_cannot_use_is_a_dead_letter_with_its_place(kind, value, reason):
+    letter = dead_letter(decoded(kind, value, partition=2, offset=41))
+    assert (letter["source"], letter["partition"], letter["offset"]) == (f"{kind}-topic", 2, 41)
+    assert reason in str(letter["reason"])
+
+
+def test_good_rows_become_items():
+    (spend,) = decoded("spend", json.dumps(SPEND).encode())
+    assert spend[:2] == ("spend", "2026-10-01")
+    (cost,) = decoded("gpu", json.dumps(GPU).encode())
+    assert cost[0] == "cost" and cost[3] == 0.5
