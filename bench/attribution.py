@@ -35,6 +35,7 @@ from jobs.attribute import AttributeRequest, run  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from udfs.journey_table import from_paths  # noqa: E402
 from udfs.models import touch_weights  # noqa: E402
+from udfs.periods import DAY_MS  # noqa: E402
 from udfs.settings import ComputeSettings  # noqa: E402
 
 SETTINGS = load_config().computation  # the shipped job config's, as `seedance attribute`
@@ -92,8 +93,8 @@ def our_time_decay(frame: pd.DataFrame) -> float:
                        frame.non_conversions, frame.revenue)
     rng = np.random.default_rng(1)
     table = replace(table, has_timestamps=True,
-                    touch_ts=rng.integers(0, 30 * 86_400_000, len(table.touch_channel)),
-                    conversion_ts=np.full(table.size, 30 * 86_400_000))
+                    touch_ts=rng.integers(0, 30 * DAY_MS, len(table.touch_channel)),
+                    conversion_ts=np.full(table.size, 30 * DAY_MS))
     seconds, _ = timed(lambda: touch_weights(table, "time_decay"))
     return seconds
 

@@ -33,8 +33,9 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipelines.backfill.archive import DAY_MS, SCHEMAS, day_of, write_tables  # noqa: E402
+from pipelines.backfill.archive import SCHEMAS, write_tables  # noqa: E402
 from pipelines.sources.generator import CHANNEL_WEIGHTS, CHANNELS  # noqa: E402
+from udfs.periods import DAY_MS, day_of  # noqa: E402
 
 START_MS = 1_790_812_800_000  # 2026-10-01 UTC
 EVENTS_PER_USER = 4.22  # what the personas below produce inside the window (measured)

@@ -26,8 +26,8 @@ from schemas.events import EventColumns, OrderColumns, TouchColumns, object_arra
 from schemas.records import Conversion, Touchpoint  # noqa: E402
 from udfs.journey_book import JourneyBook  # noqa: E402
 from udfs.journeys import ConvertedJourney, JourneyConfig, closed_journeys_of  # noqa: E402
+from udfs.periods import DAY_MS  # noqa: E402
 
-DAY_MS = 86_400_000
 CHANNELS = np.array(["paid_search", "paid_social", "display", "email", "affiliate",
                      "organic_search"], dtype=object)
 

@@ -74,6 +74,7 @@ from pipelines.settings.job_config import load_config  # noqa: E402
 from pipelines.sources.generator import emit, plan_events  # noqa: E402
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
 from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
+from udfs.periods import DAY_MS  # noqa: E402
 
 
 def cached_messages(users: int, seed: int) -> list[bytes]:
@@ -255,7 +256,7 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
             cluster.down()
     print(f"{spans:,} spans in {len(values):,} messages; models: "
           f"{', '.join(base.attribution.models)}; correction horizon "
-          f"{base.journey.correction_ms / 86_400_000:g} days; {args.rounds} round(s), "
+          f"{base.journey.correction_ms / DAY_MS:g} days; {args.rounds} round(s), "
           "interleaved")
     print(f"ceiling (plain consumer + decode_message): {spans / ceiling_s:,.0f} spans/s")
     print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'publish':>9}{'spans/s':>10}"

@@ -18,7 +18,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.backfill.archive import day_of
 from pipelines.backfill.credits import concat_credits
 from pipelines.backfill.frames import (
     EVENT_COLUMNS as EVENTS,
@@ -33,6 +32,7 @@ from pipelines.sources.text_files import BadRow, TextFileError, read_csv
 from udfs.credit_intervals import DEFAULT_RESAMPLES, credit_intervals, credit_intervals_of_rows
 from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
 from udfs.models import attribute
+from udfs.periods import day_of
 from udfs.settings import ComputeSettings
 
 EVENT_COLUMNS = ("user_id", "timestamp", "channel", "event_type", "revenue", "order_id")

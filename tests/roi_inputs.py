@@ -18,17 +18,16 @@ import pandas as pd
 
 from pipelines.backfill.roi import link_costs, loaded_costs, roi_rows
 from pipelines.codec import credit_messages, table_messages
-from pipelines.flink.roi_support import day_of
 from pipelines.kafka.io import read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
+from udfs.periods import DAY_MS, day_of
 
 
 def messages(kafka: str, topic: str) -> list[dict[str, Any]]:
     return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
 
 
-DAY_MS = 86_400_000
 T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
 CHANNELS = {"search": "search-brand", "display": "display-retarget", "email": "email-weekly",
             "social": "social-video"}

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-DAY_MS = 86_400_000
+from udfs.periods import DAY_MS
+
 MODES = ("fully_loaded", "direct")
 
 # costs as udfs.roi and pipelines.backfill.roi take them: trace ('' for none), time, cost

@@ -24,19 +24,19 @@ import math
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import pandas as pd
 
 from udfs.anomaly import AnomalyConfig, detect_anomalies
+from udfs.periods import DAY_MS, day_of
 
 DAILY_METRICS = ("roi", "revenue", "conversions", "ad_spend", "compute_cost")
 POOL_METRICS = ("pressure",)
 DIMENSIONS = ("channel", "campaign", "stage", "pool")
 COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 ACTIONS = ("budget_change", "scale", "notify")
-WEEK_MS = 7 * 86_400_000
+WEEK_MS = 7 * DAY_MS
 _EPSILON = 1e-9  # cap headroom below this is none (float noise of compounded factors)
 
 
@@ -257,10 +257,6 @@ def decision_id(rule: str, target: str, period: str) -> str:
     return hashlib.sha256(f"{rule}\x1f{target}\x1f{period}".encode()).hexdigest()[:20]
 
 
-def utc_day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
-
-
 def condition_rows(daily: pd.DataFrame, when: Condition) -> pd.DataFrame:
     """The daily rows of the condition's dimension and model, day as a datetime."""
     rows = daily[daily.dimension == when.dimension]
@@ -315,8 +311,8 @@ def check_limits(rule: Rule, target: str, history: Sequence[ActionRecord], now_m
     if limits.cooldown_s is not None and any(now_ms - r.time_ms < limits.cooldown_s * 1000
                                              for r in same_type):
         return "cooldown_s", requested
-    today = utc_day(now_ms)
-    done_today = sum(r.rule == rule.name and utc_day(r.time_ms) == today for r in same_type)
+    today = day_of(now_ms)
+    done_today = sum(r.rule == rule.name and day_of(r.time_ms) == today for r in same_type)
     if limits.max_per_day is not None and done_today >= limits.max_per_day:
         return "max_per_day", requested
     if limits.max_change_per_week_percent is None or requested is None:

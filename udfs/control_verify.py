@@ -9,7 +9,8 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from udfs.control_rules import Rule, Verify, condition_rows, utc_day
+from udfs.control_rules import Rule, Verify, condition_rows
+from udfs.periods import day_of
 
 
 class Verification(NamedTuple):
@@ -52,7 +53,7 @@ def observed_after(rule: Rule, target: str, daily: pd.DataFrame, pools: Mapping[
     if rule.when.dimension == "pool":
         return float(pools.get(target, math.nan))
     rows = condition_rows(daily, rule.when)
-    rows = rows[(rows.key == target) & (rows.day > pd.Timestamp(utc_day(executed_ms)))]
+    rows = rows[(rows.key == target) & (rows.day > pd.Timestamp(day_of(executed_ms)))]
     if metric == "roi" and {"revenue", "ad_spend", "compute_cost"} <= set(rows.columns):
         cost = float(rows.ad_spend.sum() + rows.compute_cost.sum())
         return float(rows.revenue.sum()) / cost if cost > 0 else math.nan

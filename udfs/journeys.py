@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 from schemas.records import Conversion, Touchpoint
 from udfs.lifecycle import LifecycleConfig, stage_of
+from udfs.periods import DAY_MS
 
-DAY_MS = 86_400_000
 _new = tuple.__new__  # builds a NamedTuple in C (its own __new__ is Python)
 
 

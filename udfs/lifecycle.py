@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from udfs.periods import DAY_MS
+
 STAGES = ("new", "repeat", "winback", "unknown")
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ import pandas as pd
 from schemas.records import UNATTRIBUTED
 from udfs import markov, shapley
 from udfs.journey_table import JourneyTable
+from udfs.periods import DAY_MS
 
 MODELS = ("last_click", "first_click", "linear", "position_based", "time_decay", "shapley",
           "shapley_simplified", "markov")
-DAY_MS = 86_400_000
 
 
 @dataclass(frozen=True)

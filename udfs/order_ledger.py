@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-DAY_MS = 86_400_000
 # expiry walks every remembered order: at most once per this much event time
 EXPIRE_EVERY_MS = 3_600_000
 

@@ -1,5 +1,8 @@
-"""Calendar days for reconciliation: which day a timestamp belongs to, and how a charge
-period that spans several days is shared out between them.
+"""Calendar days: which day a timestamp belongs to, where a day starts and ends, and how a
+charge period that spans several days is shared out between them (reconciliation).
+
+The one home of DAY_MS and of the UTC day of a time in ms (`day_of`): the streaming jobs,
+the backfill, the warehouse and the dashboard date rows through it.
 
 Billing is per day: ad platforms report in the account's time zone, FOCUS bills per charge
 period in UTC. Our results carry UTC milliseconds, so each side is brought to the day the
@@ -13,6 +16,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAY_MS = 86_400_000
+"""Milliseconds in a day."""
 
 
 @lru_cache(maxsize=256)
@@ -23,6 +27,22 @@ def zone(name: str) -> ZoneInfo:
     except (ZoneInfoNotFoundError, ValueError):
         raise ValueError(f"unknown time zone {name!r} (expected an IANA name such as "
                          "Europe/Berlin)") from None
+
+
+def day_of(ts_ms: int) -> str:
+    """UTC day (YYYY-MM-DD) of a time in ms since the epoch; as the ROI job and the
+    warehouse date it."""
+    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def day_start_ms(day: str) -> int:
+    """The first ms of a UTC day (YYYY-MM-DD)."""
+    return int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def day_end_ms(day: str) -> int:
+    """The last ms of a UTC day (YYYY-MM-DD)."""
+    return day_start_ms(day) + DAY_MS - 1
 
 
 def local_day(ts_ms: int, time_zone: str = "") -> str:

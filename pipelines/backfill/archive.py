@@ -23,7 +23,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -34,9 +33,7 @@ import pyarrow.parquet as pq
 from pipelines.codec.otlp import decode_spans
 from pipelines.kafka.reader import Offsets, TopicReader
 from schemas.records import Conversion, GpuCall, Touchpoint
-
-DAY_MS = 86_400_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from udfs.periods import day_of
 
 SCHEMAS = {
     "touchpoints": pa.schema([("user_id", pa.string()), ("ts_ms", pa.int64()),
@@ -60,15 +57,6 @@ _FILE = re.compile(r"^(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<la
 
 Message = tuple[int, int, bytes | None]
 """(partition, offset, value) of one Kafka message."""
-
-
-def day_of(ts_ms: int) -> str:
-    """UTC day (YYYY-MM-DD) of a time in ms; as the ROI job and the warehouse date it."""
-    return (_EPOCH + timedelta(days=ts_ms // DAY_MS)).strftime("%Y-%m-%d")
-
-
-def day_start_ms(day: str) -> int:
-    return int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
 
 
 def file_name(topic: str, partition: int, first: int, last: int) -> str:

@@ -28,7 +28,6 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from pipelines.backfill.archive import DAY_MS, day_of, day_start_ms
 from pipelines.codec.otlp import decode_spans
 from schemas import rows
 from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
@@ -36,6 +35,7 @@ from schemas.records import Conversion, Touchpoint
 from udfs.data_driven import period_end
 from udfs.journey_book import JourneyBook
 from udfs.journey_columns import JourneyTouches
+from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.settings import ComputeSettings
 
 FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey closes
@@ -95,7 +95,7 @@ class BackfillWindow:
     @property
     def end_ms(self) -> int:
         """Last millisecond of the last day."""
-        return day_start_ms(self.days[-1]) + DAY_MS - 1
+        return day_end_ms(self.days[-1])
 
     @property
     def count_until_ms(self) -> int:

@@ -17,9 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from pipelines.backfill.archive import DAY_MS, day_of
 from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ORDER_COST, ROI_DAILY, ROI_UNALLOCATED
 from udfs.compute_loading import idle_shares
+from udfs.periods import DAY_MS, day_of
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
 from udfs.settings import ComputeSettings

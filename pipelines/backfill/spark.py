@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's own convention)
 from pyspark.sql.utils import AnalysisException
 
-from pipelines.backfill.archive import SCHEMAS, TIME_COLUMN, day_of
+from pipelines.backfill.archive import SCHEMAS, TIME_COLUMN
 from pipelines.backfill.config import SparkConfig
 from pipelines.backfill.credits import (
     concat_credits,
@@ -55,6 +55,7 @@ from pipelines.backfill.roi import CLAIM_COLUMNS, link_costs
 from pipelines.py4j_routing import route_by_gateway
 from pipelines.settings.paths import jars_home
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
+from udfs.periods import day_of
 from udfs.settings import ComputeSettings
 
 ARROW_TYPES = {"string": "string", "int64": "bigint", "double": "double"}

@@ -16,21 +16,21 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, datetime
 from typing import Any
 
 from pipelines.dashboard.filters import Filters, day_range
 from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
 from pipelines.dashboard.tables import Column, Kpi, View
 from pipelines.store.warehouse import Warehouse
-from udfs.compute_loading import DAY_MS, call_shares
+from udfs.compute_loading import call_shares
+from udfs.periods import DAY_MS, day_of
 
 COMPUTE_EMPTY = ("No GPU costs yet: run the GPU cost job (`seedance run --job gpu-cost`) and "
                  "`seedance load`, or `seedance demo`.")
 
 
 def _day(day_number: int) -> str:
-    return datetime.fromtimestamp(day_number * DAY_MS / 1000, UTC).strftime("%Y-%m-%d")
+    return day_of(day_number * DAY_MS)
 
 
 def _in_range(day: str, filters: Filters) -> bool:

@@ -42,6 +42,7 @@ from pipelines.flink.operator_support import (
 from schemas.records import Conversion, DeadLetter
 from udfs.journey_book import bucket_of
 from udfs.order_ledger import OrderLedger
+from udfs.periods import DAY_MS
 
 # (order bucket, held: 1 or 0, rows: Conversion's fields, then the record's partition and
 # offset)
@@ -134,7 +135,7 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
                 withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(order)
             yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
                 "duplicate_order", f"order {row[2]} was seen before (within "
-                f"{self.horizon_ms / 86_400_000:g} days of event time): credited once",
+                f"{self.horizon_ms / DAY_MS:g} days of event time): credited once",
                 orjson.dumps(Conversion(*order)._asdict())), self.source, partition, offset)
         if added:
             put_all(self.seen, added, self.process_mode)

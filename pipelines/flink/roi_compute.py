@@ -19,13 +19,12 @@ from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 from pipelines.flink.roi_support import (
     DEAD_LETTERS,
     Item,
-    day_end_ms,
-    day_of,
     ending,
     retired_letter,
     schedule_report,
 )
 from udfs.compute_loading import call_shares
+from udfs.periods import day_end_ms, day_of
 
 
 class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]

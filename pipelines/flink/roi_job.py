@@ -49,11 +49,8 @@ from pipelines.codec.frame import unframe
 from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
 from pipelines.flink.roi_support import (
-    DAY_MS,
     DEAD_LETTERS,
     Item,
-    day_end_ms,
-    day_of,
     dead_letter,
     ending,
     retired_letter,
@@ -64,6 +61,7 @@ from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
 from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
+from udfs.periods import DAY_MS, day_end_ms, day_of
 from udfs.ratios import GROSS_MARGIN, MIN_COST
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 

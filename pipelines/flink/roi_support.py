@@ -1,17 +1,16 @@
-"""What the ROI job's operators share: the items they pass, days, dead letters, and the rule
-by which a keyed day (or GPU-day) is reported -- when the watermark passes it, and again
-after any later input for it, whatever the watermark -- and retired."""
+"""What the ROI job's operators share: the items they pass, dead letters, and the rule by
+which a keyed day (or GPU-day) is reported -- when the watermark passes it, and again after
+any later input for it, whatever the watermark -- and retired. Their days are
+udfs.periods'."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
 
-DAY_MS = 86_400_000
 DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
 MAX_WATERMARK = 2**63 - 1
 
@@ -27,15 +26,6 @@ MAX_WATERMARK = 2**63 - 1
 #   unlinked day          interval   cost_usd               (from the link step)
 #   idle_gpu day          day end    (gpu, cost_usd)   idle of a GPU-day without calls
 Item = tuple[str, str, int, Any]
-
-
-def day_of(ts_ms: int) -> str:
-    return datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%d")
-
-
-def day_end_ms(day: str) -> int:
-    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
-    return int(start.timestamp() * 1000) + DAY_MS - 1
 
 
 def dead_letter(source: str, reason: str, value: bytes | None,

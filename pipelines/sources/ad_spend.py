@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 from typing import NamedTuple
 
 from pipelines.sources.text_files import TextFileError, read_csv_rows
 from schemas.telemetry import MAX_TEXT, unprintable
+from udfs.periods import day_start_ms
 
 FIELDS = ("platform", "account", "campaign", "day", "amount", "currency")
 MAX_AMOUNT = 1e12  # per campaign and day (as an order's revenue: schemas/telemetry.py)
@@ -33,7 +34,7 @@ class SpendRecord(NamedTuple):
 
     @property
     def day_start_ms(self) -> int:
-        return int(datetime.fromisoformat(self.day).replace(tzinfo=UTC).timestamp() * 1000)
+        return day_start_ms(self.day)
 
     def to_json(self) -> str:
         return json.dumps(self._asdict(), separators=(",", ":"))

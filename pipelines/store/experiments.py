@@ -17,6 +17,7 @@ import pandas as pd
 
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
+from udfs.periods import day_of
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class ExperimentInputs:
         if not len(self.exposures):
             return None
         newest = int(self.exposures.first_exposure_ms.max())
-        return datetime.fromtimestamp(newest / 1000, UTC).strftime("%Y-%m-%d")
+        return day_of(newest)
 
 
 def experiment_inputs(warehouse: Warehouse, cost_model: str,

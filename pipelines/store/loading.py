@@ -24,6 +24,7 @@ from pipelines.kafka.reader import Batch, Offsets, TopicReader
 from pipelines.sources.ad_spend import SpendError
 from pipelines.sources.ad_spend import parse_message as parse_spend
 from schemas import rows
+from udfs.periods import day_of
 
 if TYPE_CHECKING:
     from pipelines.store.warehouse import Warehouse
@@ -41,8 +42,7 @@ def credit_rows(message: bytes) -> list[tuple[object, ...]]:
 def credit_row(data: dict[str, Any]) -> tuple[object, ...]:
     """A credit row (rows.CREDIT, as a dict) -> a row of attribution_credits."""
     values = {**data, "stage": data.get("stage", "unknown"),
-              "conversion_date": datetime.fromtimestamp(data["conversion_ts_ms"] / 1000, UTC)
-              .strftime("%Y-%m-%d")}
+              "conversion_date": day_of(data["conversion_ts_ms"])}
     return tuple(cast(values[name]) if cast else values[name] for name, cast in _CREDIT_CASTS)
 
 

@@ -20,9 +20,8 @@ from pipelines.reconcile.store import (
 from pipelines.store.warehouse import Warehouse
 from udfs import conservation
 from udfs.drift import Comparison, Key, decide, state_of
+from udfs.periods import day_end_ms, day_of, day_start_ms
 from udfs.roi import DIMENSIONS
-
-DAY_MS = 86_400_000
 
 
 def _day_filter(column: str, first: str | None, last: str | None) -> tuple[str, list[str]]:
@@ -37,8 +36,7 @@ def _day_filter(column: str, first: str | None, last: str | None) -> tuple[str, 
 
 
 def _epoch_ms(day: str, end: bool) -> int:
-    start = int(datetime.fromisoformat(day).replace(tzinfo=UTC).timestamp() * 1000)
-    return start + DAY_MS - 1 if end else start
+    return day_end_ms(day) if end else day_start_ms(day)
 
 
 def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
@@ -98,7 +96,7 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
             f"gpu_call_costs WHERE {time_where} UNION ALL SELECT gpu_uuid, interval_end_ms, "
             f"cost_usd, interval_cost_usd FROM gpu_idle_costs WHERE {time_where}) AS priced "
             f"GROUP BY gpu_uuid, interval_end_ms", time_params + time_params):
-        day = datetime.fromtimestamp(int(end_ms) / 1000, UTC).strftime("%Y-%m-%d")
+        day = day_of(int(end_ms))
         parts[gpu, day] = parts.get((gpu, day), 0.0) + float(cost)
         intervals[gpu, day] = intervals.get((gpu, day), 0.0) + float(interval_cost)
     out += conservation.gpu_ties(parts, intervals, "USD")

@@ -20,7 +20,7 @@ import pytest
 
 from jobs.backfill import BackfillRequest, run
 from jobs.cli import main
-from pipelines.backfill.archive import DAY_MS, archive_topic, day_of, tables_by_date, write_tables
+from pipelines.backfill.archive import archive_topic, tables_by_date, write_tables
 from pipelines.backfill.config import BackfillConfig, SparkConfig
 from pipelines.backfill.spark import kafka_jars, spark_session
 from pipelines.flink.attribution_job import run_job
@@ -33,6 +33,7 @@ from pipelines.store.warehouse import Warehouse
 from schemas.records import Conversion, Touchpoint
 from schemas.rows import GPU_CALL_COST
 from tests.integration.test_flink_job import messages, publish
+from udfs.periods import DAY_MS, day_of
 
 FIRST, LAST = "2026-10-20", "2026-10-25"  # the plan runs 2026-10-01 .. 2026-11-14
 DAYS = {f"2026-10-{d}" for d in range(20, 26)}

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-from pipelines.backfill.archive import Archive, day_of, read_kind, tables_by_date
+from pipelines.backfill.archive import Archive, read_kind, tables_by_date
 from schemas.records import Conversion, GpuCall, Touchpoint
 from tests.spans import make_spans
+from udfs.periods import day_of
 
 T0 = int(datetime(2026, 10, 1, 23, 0, tzinfo=UTC).timestamp() * 1000)
 H = 3_600_000

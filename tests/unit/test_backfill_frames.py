@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.backfill.archive import DAY_MS, tables_by_date, write_tables
+from pipelines.backfill.archive import tables_by_date, write_tables
 from pipelines.backfill.credits import fit_weights, path_counts
 from pipelines.backfill.frames import (
     EVENT_COLUMNS,
@@ -26,6 +26,7 @@ from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan, plan_events
 from schemas.records import Conversion, Touchpoint
 from tests.reference import TEST_HORIZON_MS, reference_credits
+from udfs.periods import DAY_MS
 
 NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),
                          "cost": pd.Series(dtype=float)})

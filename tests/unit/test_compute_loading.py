@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from udfs.compute_loading import DAY_MS, call_shares, idle_shares
+from udfs.compute_loading import call_shares, idle_shares
+from udfs.periods import DAY_MS
 
 D0 = 20_000 * DAY_MS
 

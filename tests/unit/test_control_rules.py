@@ -18,6 +18,7 @@ from udfs.control_rules import (
     parse_rules,
 )
 from udfs.control_verify import observed_after, verify
+from udfs.periods import DAY_MS
 
 BUDGET = {"name": "cut_low_roi",
           "when": {"metric": "roi", "dimension": "campaign", "comparison": "<",
@@ -38,7 +39,6 @@ ANOMALY = {"name": "roi_anomaly",
                     "anomaly": {"direction": "drop"}},
            "then": {"action": "notify", "message": "ROI drop"}}
 RULES = parse_rules({"rules": [BUDGET, SCALE, ANOMALY]})
-DAY_MS = 86_400_000
 
 
 def ms(day: str, hour: int = 12) -> int:

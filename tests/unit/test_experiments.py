@@ -26,8 +26,8 @@ from udfs.experiments import (
     strategy_table,
     window_statistics,
 )
+from udfs.periods import DAY_MS
 
-DAY_MS = 86_400_000
 T0 = 1_756_684_800_000  # 2025-09-01T00:00:00Z
 END = "2025-09-07"  # the 7-day window 2025-09-01 .. 2025-09-07
 WINDOW_END_MS = T0 + 7 * DAY_MS

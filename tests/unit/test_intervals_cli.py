@@ -17,6 +17,7 @@ from jobs.cli import main
 from pipelines.store.intervals import credit_days, credit_rows_of_day, latest_intervals
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
+from udfs.periods import DAY_MS
 
 # --- the simulated population -----------------------------------------------------------
 # Every order converts; under last_click its one credit row goes to a channel drawn with
@@ -32,7 +33,6 @@ TRUE_SHARE = {"last_click": dict(zip(CHANNELS, LAST_P, strict=True)),
 DAYS = 100
 ORDERS = 300  # per day
 FIRST = date(2026, 3, 1)
-DAY_MS = 86_400_000
 
 
 def credit_rows(rng: np.random.Generator, day: date) -> list[tuple[object, ...]]:

@@ -16,7 +16,8 @@ from schemas.events import events_of, records_of
 from tests.unit.test_journey_book import CAPPED, CFG, Store, closed_of, key, order, touch
 from udfs.journey_book import JourneyBook
 from udfs.journey_corrections import CorrectingBook
-from udfs.journeys import DAY_MS, closed_journeys_of
+from udfs.journeys import closed_journeys_of
+from udfs.periods import DAY_MS
 
 
 class CorrectingStore(Store):

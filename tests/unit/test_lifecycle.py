@@ -4,7 +4,8 @@
 import pandas as pd
 import pytest
 
-from udfs.lifecycle import DAY_MS, LifecycleConfig, StageWeights, stage_of, stages_of_orders
+from udfs.lifecycle import LifecycleConfig, StageWeights, stage_of, stages_of_orders
+from udfs.periods import DAY_MS
 
 
 def test_stage_rules():

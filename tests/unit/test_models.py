@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from udfs import markov, shapley
 from udfs.journey_table import JourneyTable, apply_transform, from_paths
 from udfs.models import MODELS, ModelParams, attribute, touch_weights
-
-DAY_MS = 86_400_000
+from udfs.periods import DAY_MS
 
 
 def credits(frame, model):

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from udfs.order_ledger import DAY_MS, EXPIRE_EVERY_MS, OrderLedger
+from udfs.order_ledger import EXPIRE_EVERY_MS, OrderLedger
+from udfs.periods import DAY_MS
 
 
 def copies(*pairs: tuple[str, int]) -> list[tuple[str, int, str, str]]:
