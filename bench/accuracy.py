@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import require_peers  # noqa: E402
 
-from udfs.journey_table import from_paths  # noqa: E402
+from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
 from udfs.models import attribute  # noqa: E402
 
 CHANNELS = ("search", "social", "display", "email", "affiliate", "retargeting")
@@ -86,7 +86,7 @@ def simulate(users: int, scenario: str, seed: int) -> tuple[pd.DataFrame, dict[s
             path = [c for c in path if c != "retargeting"] + ["retargeting"]
         members = frozenset(path)
         converted = rng.random() < probability(members, base, lift, pairs)
-        rows.append((" > ".join(path), int(converted)))
+        rows.append((PATH_SEPARATOR.join(path), int(converted)))
         if converted:
             if members not in cache:
                 cache[members] = true_split(
@@ -137,7 +137,7 @@ def main() -> None:
     errors: dict[str, dict[str, float]] = {}
     for scenario in SCENARIOS:
         frame, truth = simulate(args.users, scenario, args.seed)
-        table = from_paths([p.split(" > ") for p in frame.path], frame.conversions,
+        table = from_paths([p.split(PATH_SEPARATOR) for p in frame.path], frame.conversions,
                            frame.non_conversions, frame.conversions)
         result, _ = attribute(table, MODELS)
         for model in MODELS:

@@ -33,7 +33,7 @@ from peers import require_peers  # noqa: E402
 
 from jobs.attribute import AttributeRequest, run  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
-from udfs.journey_table import from_paths  # noqa: E402
+from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
 from udfs.models import touch_weights  # noqa: E402
 from udfs.periods import DAY_MS  # noqa: E402
 from udfs.settings import ComputeSettings  # noqa: E402
@@ -60,7 +60,8 @@ def synthetic_paths(journeys: int, channels: int, seed: int = 42) -> pd.DataFram
     converted = rng.random(journeys) < 1 / (1 + np.exp(-(score - 2.0)))
     offsets = np.r_[0, np.cumsum(lengths)]
     words = names[codes]
-    paths = [" > ".join(words[a:b]) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    paths = [PATH_SEPARATOR.join(words[a:b])
+             for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
     return pd.DataFrame({"path": paths, "conversions": converted.astype(int),
                          "non_conversions": (~converted).astype(int),
                          "revenue": np.where(converted, rng.lognormal(4, 0.5, journeys), 0.0)})
@@ -89,7 +90,7 @@ def ours(csv: Path, out_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def our_time_decay(frame: pd.DataFrame) -> float:
-    table = from_paths([p.split(" > ") for p in frame.path], frame.conversions,
+    table = from_paths([p.split(PATH_SEPARATOR) for p in frame.path], frame.conversions,
                        frame.non_conversions, frame.revenue)
     rng = np.random.default_rng(1)
     table = replace(table, has_timestamps=True,
@@ -158,9 +159,9 @@ def removal_effects_side_by_side(csv: Path, workdir: Path) -> None:
 
 def restrict(frame: pd.DataFrame, keep: int) -> pd.DataFrame:
     """Journeys that only use the `keep` most frequent channels."""
-    counts = frame.path.str.split(" > ").explode().value_counts()
+    counts = frame.path.str.split(PATH_SEPARATOR).explode().value_counts()
     allowed = set(counts.index[:keep])
-    mask = frame.path.str.split(" > ").map(lambda steps: set(steps) <= allowed)
+    mask = frame.path.str.split(PATH_SEPARATOR).map(lambda steps: set(steps) <= allowed)
     return frame[mask]
 
 

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 PATH_SEPARATOR = " > "
+"""Between the steps of a path as text: a path summary file's `path` column (docs/attribution.md);
+reading splits on ">" and strips the names."""
 TRANSFORMS = ("none", "collapse", "drop_repeats", "unique")
 """collapse: merge consecutive repeats (a>a>b>a -> a>b>a); drop_repeats: keep each channel's
 first occurrence (a>b>a -> a>b); unique: keep each channel's last occurrence (a>b>a -> b>a)."""

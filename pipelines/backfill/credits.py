@@ -21,7 +21,7 @@ from itertools import chain
 import numpy as np
 import pandas as pd
 
-from pipelines.backfill.frames import CREDIT_COLUMNS, PATH_SEPARATOR, typed
+from pipelines.backfill.frames import CREDIT_COLUMNS, PATH_KEY_SEPARATOR, typed
 from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
 from udfs.data_driven import FittedModels, PathCounts
 from udfs.journey_table import JourneyTable
@@ -136,7 +136,7 @@ def data_driven_credits(conversions: pd.DataFrame, settings: ComputeSettings) ->
 
 
 def _path(key: str) -> tuple[str, ...]:
-    return tuple(key.split(PATH_SEPARATOR)) if key else ()
+    return tuple(key.split(PATH_KEY_SEPARATOR)) if key else ()
 
 
 def _path_weights(fitted: FittedModels, path: tuple[str, ...],

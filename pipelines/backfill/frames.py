@@ -39,7 +39,12 @@ from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.settings import ComputeSettings
 
 FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey closes
-PATH_SEPARATOR = "\x1f"  # between channel names in a path key (never inside a name)
+# between the channel names of a journey row's `path`, the in-memory key the data-driven
+# weights are grouped and joined by (never written out): a control character, which no
+# channel name holds (schemas/telemetry.py refuses them), so the key splits back into the
+# names exactly. Not udfs.journey_table.PATH_SEPARATOR (" > "), the text of a path in a
+# path summary file: a channel name of the stream may hold ">".
+PATH_KEY_SEPARATOR = "\x1f"
 
 # Column name -> Spark SQL type; the pandas frames carry the same columns.
 EVENT_COLUMNS = {"user_id": "string", "ts_ms": "bigint", "is_conversion": "boolean",
@@ -206,7 +211,7 @@ def _journey_rows(user_id: np.ndarray, close: np.ndarray, touches: JourneyTouche
     with_path = counted | in_days
     return {"user_id": user_id, "close_ts_ms": close,
             "period_end_ms": period_end(close, settings.refit_every_ms),
-            "path": [PATH_SEPARATOR.join(path)  # type: ignore[arg-type]
+            "path": [PATH_KEY_SEPARATOR.join(path)  # type: ignore[arg-type]
                      for path in _lists(touches.channel, touches.offsets, with_path)],
             "counted": counted, "in_days": in_days, "claims": claims,
             "touch_ts": _lists(touches.ts_ms, touches.offsets, in_days),
