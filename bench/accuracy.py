@@ -30,11 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import require_peers  # noqa: E402
 
 from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
+from udfs.models import MODELS as ALL_MODELS  # noqa: E402
 from udfs.models import attribute  # noqa: E402
 
 CHANNELS = ("search", "social", "display", "email", "affiliate", "retargeting")
-MODELS = ("last_click", "first_click", "linear", "position_based", "shapley",
-          "shapley_simplified", "markov")
+# every model but time_decay, which needs touch times (path summaries have none)
+MODELS = tuple(m for m in ALL_MODELS if m != "time_decay")
 
 # base rate, per-channel lift, pairwise interactions
 SCENARIOS = {

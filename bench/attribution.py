@@ -34,7 +34,7 @@ from peers import require_peers  # noqa: E402
 from jobs.attribute import AttributeRequest, run  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
-from udfs.models import touch_weights  # noqa: E402
+from udfs.models import MODELS, touch_weights  # noqa: E402
 from udfs.periods import DAY_MS  # noqa: E402
 from udfs.settings import ComputeSettings  # noqa: E402
 
@@ -44,8 +44,8 @@ SETTINGS = load_config().computation  # the shipped job config's, as `seedance a
 def models_of(models: tuple[str, ...]) -> ComputeSettings:
     return replace(SETTINGS, models=models)
 
-OUR_MODELS = ("last_click", "first_click", "linear", "position_based", "shapley",
-              "shapley_simplified", "markov")
+# every model but time_decay, which needs touch times (path summaries have none)
+OUR_MODELS = tuple(m for m in MODELS if m != "time_decay")
 
 
 def synthetic_paths(journeys: int, channels: int, seed: int = 42) -> pd.DataFrame:

@@ -8,9 +8,10 @@ from pipelines.settings.job_config import AttributionConfig
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan
 from schemas.records import Conversion, Credit, Touchpoint
-from udfs.attribution import PER_CONVERSION_MODELS, credit_journey
-from udfs.data_driven import DATA_DRIVEN_MODELS, credit_by_period
+from udfs.attribution import credit_journey
+from udfs.data_driven import credit_by_period
 from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
+from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS
 
 # the correction horizon the integration tests' job configs set (tests/integration/
 # conftest.py): longer than any test plan (45 days), so every held-back event corrects,

@@ -20,13 +20,9 @@ from udfs import models as batch_models
 from udfs.journey_columns import ConvertedJourneys, converted_columns
 from udfs.journey_table import JourneyTable
 from udfs.journeys import ConvertedJourney
+from udfs.models import PER_CONVERSION_MODELS
 
 _new = tuple.__new__
-
-PER_CONVERSION_MODELS = ("last_click", "first_click", "linear", "position_based",
-                         "time_decay", "shapley_simplified")
-"""Models that need nothing but the conversion's own journey."""
-
 
 def validate_models(models: Sequence[str]) -> tuple[str, ...]:
     return batch_models.validate_models(tuple(models))

@@ -16,7 +16,7 @@ not the classic multinomial (n draws with replacement):
 Revenue rides on conversions: a row's revenue is resampled as revenue x (drawn
 conversions / conversions), its revenue per conversion being fixed.
 
-Per-conversion models (`udfs.attribution.PER_CONVERSION_MODELS`) credit a journey from the
+Per-conversion models (`udfs.models.PER_CONVERSION_MODELS`) credit a journey from the
 journey alone, so its credit per conversion is fixed and a resample is a weighted sum: one
 sparse matrix product per chunk of resamples. Data-driven models (`shapley`, `markov`) are
 refitted on every resample (the resampled counts change the model), which costs a fit per
@@ -37,9 +37,14 @@ import pandas as pd
 from scipy import sparse
 
 from schemas.records import UNATTRIBUTED
-from udfs.attribution import PER_CONVERSION_MODELS
 from udfs.journey_table import JourneyTable, from_coded_paths
-from udfs.models import ModelParams, attribute, touch_weights, validate_models
+from udfs.models import (
+    PER_CONVERSION_MODELS,
+    ModelParams,
+    attribute,
+    touch_weights,
+    validate_models,
+)
 
 DEFAULT_RESAMPLES = 2000
 DEFAULT_REFIT_RESAMPLES = 200  # data-driven models: one full fit per resample

@@ -31,8 +31,6 @@ from udfs.journey_corrections import converted_keys, unmatched
 from udfs.journey_table import JourneyTable, from_coded_paths
 from udfs.journeys import ClosedJourney, ConvertedJourney, close_ts
 
-DATA_DRIVEN_MODELS = ("shapley", "markov")
-
 Path = tuple[str, ...]
 
 

@@ -17,8 +17,15 @@ from udfs import markov, shapley
 from udfs.journey_table import JourneyTable
 from udfs.periods import DAY_MS
 
-MODELS = ("last_click", "first_click", "linear", "position_based", "time_decay", "shapley",
-          "shapley_simplified", "markov")
+POSITIONAL_MODELS = ("last_click", "first_click", "linear", "position_based")
+"""Weights from a touch's place in its journey alone."""
+MODELS = (*POSITIONAL_MODELS, "time_decay", "shapley", "shapley_simplified", "markov")
+"""Every attribution model: the one list of their names (YAML files keep their own)."""
+DATA_DRIVEN_MODELS = ("shapley", "markov")
+"""Models fitted on counts over many journeys, converting and not (a stream refits them
+once per period: udfs/data_driven.py)."""
+PER_CONVERSION_MODELS = tuple(m for m in MODELS if m not in DATA_DRIVEN_MODELS)
+"""Models that need nothing but the conversion's own journey."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ def touch_weights(table: JourneyTable, model: str, params: ModelParams | None = 
     """Weight of every touch under `model`; each non-empty journey's weights sum to 1."""
     params = params or ModelParams()
     info = info if info is not None else ModelInfo()
-    if model in ("last_click", "first_click", "linear", "position_based"):
+    if model in POSITIONAL_MODELS:
         return positional_weights(table, model)
     if model == "time_decay":
         return time_decay_weights(table, params.half_life_days)

@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from udfs.attribution import PER_CONVERSION_MODELS
 from udfs.compute_loading import MODES
-from udfs.data_driven import DATA_DRIVEN_MODELS
-from udfs.journeys import DAY_MS, JourneyConfig
+from udfs.journeys import JourneyConfig
 from udfs.lifecycle import StageWeights
-from udfs.models import ModelParams, validate_models
+from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams, validate_models
+from udfs.periods import DAY_MS
 from udfs.ratios import GROSS_MARGIN, MIN_COST
 
 

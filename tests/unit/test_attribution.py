@@ -79,7 +79,8 @@ def test_data_driven_models_need_the_stream_counts_not_one_journey():
 def test_many_journeys_in_one_table_get_the_credits_each_gets_alone():
     import random
 
-    from udfs.attribution import PER_CONVERSION_MODELS, credit_journeys
+    from udfs.attribution import credit_journeys
+    from udfs.models import PER_CONVERSION_MODELS
 
     rng = random.Random(4)
     journeys = [journey([rng.choice(["email", "search", "display", "social"])

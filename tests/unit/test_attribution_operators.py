@@ -44,11 +44,9 @@ from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
-from udfs.attribution import PER_CONVERSION_MODELS
-from udfs.data_driven import DATA_DRIVEN_MODELS
 from udfs.journey_book import JourneyBook, bucket_of
 from udfs.journeys import JourneyConfig, JourneyState
-from udfs.models import ModelParams
+from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams
 
 SLACK_MS = 5 * 60_000  # the job's default allowed out-of-orderness
 BUCKETS = 4
