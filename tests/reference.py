@@ -1,9 +1,12 @@
-"""The batch reference the stream is checked against: the same udfs, run in one process."""
+"""The batch reference the stream is checked against: the same udfs, run in one process;
+and a plan's events as the archive stores them (`archive_plan`)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
+from pipelines.backfill.archive import tables_by_date, write_tables
 from pipelines.settings.job_config import AttributionConfig
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan
@@ -12,13 +15,14 @@ from udfs.attribution import credit_journey
 from udfs.data_driven import credit_by_period
 from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
 from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS
+from udfs.periods import DAY_MS
 
 # the correction horizon the integration tests' job configs set (tests/integration/
 # conftest.py): longer than any test plan (45 days), so every held-back event corrects,
 # whatever the partitioning (a horizon's edge is judged per partition). None: every
 # held-back event late, as without corrections
 TEST_HORIZON_DAYS = 60
-TEST_HORIZON_MS = int(TEST_HORIZON_DAYS * 86_400_000)
+TEST_HORIZON_MS = int(TEST_HORIZON_DAYS * DAY_MS)
 
 
 def reference_closed_journeys(plan: Plan, correction_ms: int | None = TEST_HORIZON_MS
@@ -53,3 +57,16 @@ def reference_credits(plan: Plan, models: tuple[str, ...] = AttributionConfig.mo
     if data_driven:
         credits += credit_by_period(closed, data_driven, int(refit_every_s * 1000))
     return credits
+
+
+def archive_plan(plan: Plan, root: Path) -> None:
+    """The plan's events a stream counts (those held back to the end too: the tests'
+    horizon covers them) as the archiver would store them."""
+    records: list[Touchpoint | Conversion] = []
+    for e in valid_events(plan, TEST_HORIZON_MS):
+        ms = e.ts_ns // 10**6
+        records.append(Touchpoint(e.user_id, ms, e.channel, e.campaign, f"t-{e.user_id}-{ms}", "")
+                       if e.kind == "touchpoint" else
+                       Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency,
+                                  f"c-{e.order_id}", ""))
+    write_tables(root, tables_by_date(records), "plan")

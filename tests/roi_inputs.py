@@ -18,15 +18,10 @@ import pandas as pd
 
 from pipelines.backfill.roi import link_costs, loaded_costs, roi_rows
 from pipelines.codec import credit_messages, table_messages
-from pipelines.kafka.io import read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
+from tests.job_io import messages
 from udfs.periods import DAY_MS, day_of
-
-
-def messages(kafka: str, topic: str) -> list[dict[str, Any]]:
-    return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
-
 
 T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
 CHANNELS = {"search": "search-brand", "display": "display-retarget", "email": "email-weekly",

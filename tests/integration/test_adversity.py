@@ -15,9 +15,14 @@ import pytest
 from pipelines.flink.attribution_job import build_pipeline, run_job
 from pipelines.kafka.io import ensure_topics, producer
 from pipelines.sources.generator import plan_events
-from tests.integration.test_broker_restart import drain
-from tests.integration.test_flink_cluster import wait_for_credits, wait_until_consumed
-from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.job_io import (
+    credit_key,
+    credit_rows,
+    drain,
+    messages,
+    wait_for_credits,
+    wait_until_consumed,
+)
 from tests.reference import reference_credits
 from tests.roi_inputs import cpu_hog
 from tests.spans import encoded

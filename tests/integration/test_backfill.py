@@ -32,7 +32,7 @@ from pipelines.sources.generator import Plan, plan_events
 from pipelines.store.warehouse import Warehouse
 from schemas.records import Conversion, Touchpoint
 from schemas.rows import GPU_CALL_COST
-from tests.integration.test_flink_job import messages, publish
+from tests.job_io import messages, publish
 from udfs.periods import DAY_MS, day_of
 
 FIRST, LAST = "2026-10-20", "2026-10-25"  # the plan runs 2026-10-01 .. 2026-11-14

@@ -15,8 +15,7 @@ from pipelines.kafka.io import ensure_topics, producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from pipelines.stack.local_kafka import LocalKafka
-from tests.integration.test_flink_cluster import wait_for_credits
-from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.job_io import credit_key, credit_rows, drain, messages, wait_for_credits
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import encoded
 
@@ -29,15 +28,6 @@ def publish(bootstrap: str, topic: str, values: list[bytes], first: int = 0) -> 
         raw.send(topic, value, partition=i % 2)
     raw.flush()
     raw.close()
-
-
-def drain(job, folder) -> None:
-    """Stop with a savepoint after the final watermark (PyFlink 2.2's own wrapper misses
-    the savepoint format argument the Java method takes)."""
-    from pyflink.java_gateway import get_gateway
-
-    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
-    job._j_job_client.stopWithSavepoint(True, folder.as_uri(), canonical).get()
 
 
 def test_the_job_rides_out_a_broker_killed_and_started_again(flink, job_config, tmp_path):

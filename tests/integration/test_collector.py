@@ -22,7 +22,7 @@ from pipelines.kafka.io import read_all
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.job_io import credit_key, credit_rows, messages
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import encoded
 

@@ -26,11 +26,11 @@ from pipelines.control.state import ControlState
 from pipelines.kafka.io import producer, read_all
 from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
-from tests.unit.test_control_executors import Receiver
-from tests.unit.test_control_service import (
+from tests.control_inputs import (
     HOT,
     LAST_DAY,
     NOW,
+    Receiver,
     gpu_payload,
     ms,
     next_day,

@@ -11,7 +11,7 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.generator import Plan
 from pipelines.store.warehouse import Warehouse
-from tests.integration.test_flink_job import T0, S, credit_rows, messages, order, touch
+from tests.job_io import T0, S, credit_rows, messages, order, touch
 from tests.roi_inputs import cpu_hog
 from tests.spans import encoded
 from udfs.journey_book import bucket_of

@@ -26,7 +26,7 @@ from pipelines.sources.generator import (
     plan_spend,
 )
 from pipelines.store.warehouse import Warehouse
-from tests.integration.test_flink_job import messages, publish
+from tests.job_io import messages, publish
 
 HOUR_NS = 3_600_000_000_000
 EXPERIMENTS = (ExperimentPlan("bidding", ("control", "dynamic"), revenue_lift=0.3),

@@ -25,7 +25,7 @@ from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.job_io import credit_key, credit_rows, messages, wait_for_credits, wait_until_consumed
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.roi_inputs import (
     MODELS,
@@ -86,17 +86,6 @@ def publish(kafka: str, topic: str, values: list[bytes], first: int = 0) -> None
     raw.close()
 
 
-def wait_for_credits(kafka: str, topic: str, timeout_s: float = 120.0) -> int:
-    """Until some credits are committed (the job has read, stepped and checkpointed)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        rows = len(credit_rows(kafka, topic))
-        if rows:
-            return rows
-        time.sleep(1)
-    raise AssertionError(f"no credits committed to {topic} within {timeout_s:.0f} s")
-
-
 def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) -> None:
     expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
                 for c in reference_credits(plan, config.attribution.models, REFIT_S)}
@@ -107,19 +96,6 @@ def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) 
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
     late = messages(kafka, config.topics.late)
     assert len(late) == late_beyond(plan, TEST_HORIZON_MS)
-
-
-def wait_until_consumed(kafka: str, config: StreamingJobConfig,
-                        timeout_s: float = 240.0) -> None:
-    """Until the job has read, processed and checkpointed the whole spans topic (its
-    committed offsets reach the end): a drain stop ends the input where the source stands,
-    so a job still catching up after a restart would never see the rest."""
-    deadline = time.monotonic() + timeout_s
-    lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
-    while lag and time.monotonic() < deadline:
-        time.sleep(1)
-        lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
-    assert lag == 0, f"the job still had {lag} records of {config.topics.spans} to read"
 
 
 def drain(cluster: StandaloneFlink, job: str, folder: Path) -> str:
@@ -299,8 +275,9 @@ def test_the_three_jobs_run_on_the_cluster_from_4_partition_topics(
     """attribution -> GPU cost -> ROI, each submitted with `flink run` at parallelism 2,
     every input topic of 4 partitions: the ROI of the hand-checked scenario, and the GPU
     costs of a MiniCluster run on one partition."""
-    from tests.integration.test_gpu_partitions import run_shape, telemetry
-    from tests.integration.test_roi_job import DAY, SCENARIO, latest, send
+    from tests.gpu_telemetry import run_shape, telemetry
+    from tests.job_io import latest, send
+    from tests.roi_scenario import DAY, SCENARIO
 
     scenario = encoded(SCENARIO, batch_size=2)
     spans, metrics = topic("spans", PARTITIONS), topic("metrics", PARTITIONS)

@@ -3,62 +3,16 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 
 import pytest
 
-from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.attribution_job import run_job
-from pipelines.kafka.io import count_messages, producer, read_all
+from pipelines.kafka.io import count_messages
 from pipelines.sources.expected import late_beyond
-from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
-from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.sources.generator import Plan, plan_events
 from pipelines.store.warehouse import Warehouse
+from tests.job_io import T0, D, H, S, credit_key, credit_rows, messages, order, publish, touch
 from tests.reference import TEST_HORIZON_MS, reference_credits, reference_journeys
-
-T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
-S = 10**9
-H = 3600 * S
-D = 24 * H
-
-
-def touch(user, at, channel):
-    return PlannedEvent("touchpoint", user, at, channel, f"{channel}-campaign")
-
-
-def order(user, at, order_id, revenue, kind="conversion"):
-    return PlannedEvent(kind, user, at, order_id=order_id, revenue=revenue)
-
-
-def publish(kafka, topic, plan, encoding="otlp_proto"):
-    raw = producer(kafka)
-    emit(plan, KafkaSpanExporter(kafka, topic, encoding=encoding),
-         lambda payload: raw.send(topic, payload).get(30), batch_size=4)
-    raw.close()
-
-
-def messages(kafka, topic):
-    """Every row of a topic: a message is one JSON row, or a table of rows (credits,
-    conversions: pipelines/codec/table_messages.py)."""
-    return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
-
-
-def conversion_rows(kafka, topic):
-    """The conversion rows that hold: of each order, its latest (a correction restates
-    it; every version of one order is in one partition, in order)."""
-    return list({row["order_id"]: row for row in messages(kafka, topic)}.values())
-
-
-def credit_rows(kafka, topic):
-    """The credit rows that hold on the credits topic: of each conversion under each
-    model, the rows of its latest message (pipelines/codec/credit_messages.py)."""
-    return credit_messages.latest(value for _, value in read_all(kafka, topic))
-
-
-
-def credit_key(row):
-    return (row["model"], row["order_id"], row["touch_index"], row["channel"])
-
 
 HAND_COMPUTED = Plan(events=[
     # a: three touches a minute apart, arriving out of order (within the allowed lateness)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from datetime import UTC, datetime
 
 import pytest
 
@@ -16,18 +15,9 @@ from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.store.warehouse import Warehouse
 from schemas.gpu import GpuSample, load_catalog
 from schemas.records import GpuCall
+from tests.gpu_telemetry import H100, L40S, T0, S, sample
 from tests.spans import make_spans
 from udfs.gpu_cost import allocate_gpu
-
-T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 1000
-S = 1000
-H100, L40S = "NVIDIA H100 80GB HBM3", "NVIDIA L40S"
-
-
-def sample(ts, uuid, model, pod="", util=50.0, power=300.0):
-    return GpuSample(ts, uuid, model, "node-1", pod, "ml" if pod else "", util, 20.0, 1000.0,
-                     1000.0, power, 1.0)
-
 
 SAMPLES = [sample(T0 + i * 10 * S, "GPU-A", H100) for i in range(1, 7)] + \
     [sample(T0 + i * 10 * S, "GPU-B", L40S, pod="rec-0") for i in range(1, 4)]

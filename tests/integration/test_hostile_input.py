@@ -16,7 +16,7 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.integration.test_flink_job import credit_key, credit_rows, messages
+from tests.job_io import credit_key, credit_rows, messages
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import encoded
 

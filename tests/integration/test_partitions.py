@@ -14,7 +14,7 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.integration.test_flink_job import conversion_rows, credit_rows, messages
+from tests.job_io import conversion_rows, credit_rows, messages
 from tests.spans import encoded
 
 SHAPES = [(1, 1), (4, 1), (8, 1), (1, 2), (4, 2), (8, 2)]  # (partitions, parallelism)

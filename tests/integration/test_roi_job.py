@@ -2,44 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
-from datetime import UTC, datetime
 
 import pytest
 
 from pipelines.flink.attribution_job import run_job
 from pipelines.flink.roi_job import run_roi_job
-from pipelines.kafka.io import producer
-from pipelines.sources.generator import Plan
 from pipelines.store.warehouse import Warehouse
-from tests.integration.test_flink_job import D, H, S, messages, order, publish, touch
-
-T0 = int(datetime(2026, 9, 1, 6, tzinfo=UTC).timestamp()) * 10**9
-DAY = "2026-09-01"
-
-SCENARIO = Plan(events=[
-    order("b", T0 - 10 * D, "oB0", 20.0),  # b's first order, no touch: b is a repeat buyer
-    touch("a", T0, "email"), touch("a", T0 + 60 * S, "display"), order("a", T0 + H, "oA", 120.0),
-    touch("b", T0 + 2 * H, "display"), order("b", T0 + 3 * H, "oB", 60.0),
-])
-
-
-def send(kafka, topic, rows):
-    out = producer(kafka)
-    for row in rows:
-        out.send(topic, row if isinstance(row, bytes) else json.dumps(row).encode()).get(30)
-    out.close()
-
-
-def latest(rows):
-    """The roi topic is a changelog: the last row per key is the current one."""
-    current = {}
-    for row in rows:
-        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
-               row.get("cost_kind"), row.get("key", row.get("order_id")))
-        current[key] = row
-    return current
+from tests.job_io import latest, messages, publish, send
+from tests.roi_scenario import DAY, SCENARIO, T0
 
 
 def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_config, topic,

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from pipelines.sources.generator import plan_events
-from tests.integration.test_flink_job import publish
+from tests.job_io import publish
 
 
 def seedance(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

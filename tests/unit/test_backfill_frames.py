@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from pipelines.backfill.archive import tables_by_date, write_tables
 from pipelines.backfill.credits import fit_weights, path_counts
 from pipelines.backfill.frames import (
     EVENT_COLUMNS,
@@ -22,27 +20,12 @@ from pipelines.backfill.frames import (
 from pipelines.backfill.local import compute_events, compute_from_archive, read_archive_events
 from pipelines.backfill.roi import link_costs, roi_rows
 from pipelines.settings.job_config import load_config
-from pipelines.sources.expected import valid_events
-from pipelines.sources.generator import Plan, plan_events
-from schemas.records import Conversion, Touchpoint
-from tests.reference import TEST_HORIZON_MS, reference_credits
+from pipelines.sources.generator import plan_events
+from tests.reference import archive_plan, reference_credits
 from udfs.periods import DAY_MS
 
 NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),
                          "cost": pd.Series(dtype=float)})
-
-
-def archive_plan(plan: Plan, root: Path) -> None:
-    """The plan's events a stream counts (those held back to the end too: the tests'
-    horizon covers them) as the archiver would store them."""
-    records: list[Touchpoint | Conversion] = []
-    for e in valid_events(plan, TEST_HORIZON_MS):
-        ms = e.ts_ns // 10**6
-        records.append(Touchpoint(e.user_id, ms, e.channel, e.campaign, f"t-{e.user_id}-{ms}", "")
-                       if e.kind == "touchpoint" else
-                       Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency,
-                                  f"c-{e.order_id}", ""))
-    write_tables(root, tables_by_date(records), "plan")
 
 
 def all_days(start: date, count: int) -> tuple[str, ...]:

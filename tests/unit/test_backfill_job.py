@@ -19,7 +19,7 @@ import yaml
 from jobs.backfill import add_backfill_arguments, day_range
 from jobs.cli import main
 from pipelines.sources.generator import plan_events
-from tests.unit.test_backfill_frames import archive_plan
+from tests.reference import archive_plan
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

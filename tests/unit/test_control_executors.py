@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,40 +20,9 @@ from pipelines.control.signing import ReplayGuard, verify_request
 from pipelines.reconcile.config import WebhookSection
 from pipelines.settings.sections import Secret
 from pipelines.store.warehouse import Warehouse
+from tests.control_inputs import Receiver
 
 SECRET = "very-secret-key-42"
-
-
-class Receiver:
-    """A webhook endpoint answering the statuses queued in `answers` (then 200)."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.answers: list[int] = []
-        self.delay_s = 0.0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                raw = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append({"path": self.path, "raw": raw,
-                                          "headers": dict(self.headers.items())})
-                status = receiver.answers.pop(0) if receiver.answers else 200
-                time.sleep(receiver.delay_s)
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/T0K3N"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

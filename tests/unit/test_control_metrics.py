@@ -9,7 +9,7 @@ import pytest
 
 from pipelines.control.metrics import ControlMetrics
 from pipelines.control.state import PoolReading
-from tests.unit.test_control_service import COOL, HOT, NOW, Loop, roi_history
+from tests.control_inputs import COOL, HOT, NOW, Loop, roi_history
 
 
 def scrape(port: int) -> dict[str, float]:

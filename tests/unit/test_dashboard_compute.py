@@ -13,23 +13,7 @@ from pipelines.dashboard.filters import Filters
 from pipelines.dashboard.queries import build_view
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import GPU_CALL_COST, GPU_IDLE_COST, ROI_DAILY
-from tests.unit.test_dashboard_queries import call, roi_row
-
-D1 = 1_790_899_200_000  # 2026-10-02 00:00 UTC
-H = 3_600_000
-
-
-def call_row(gpu: str, end: int, trace: str, workload: str, seconds: float,
-             cost: float) -> tuple[object, ...]:
-    values = {"gpu_uuid": gpu, "interval_end_ms": end, "trace_id": trace, "span_id": trace,
-              "interval_start_ms": end - 10_000, "model": "NVIDIA A100", "workload": workload,
-              "pod": "p", "namespace": "shop", "user_id": "u", "gpu_seconds": seconds,
-              "cost_usd": cost, "interval_cost_usd": cost, "price_known": True}
-    return tuple(values[name] for name in GPU_CALL_COST.names)
-
-
-def idle_row(gpu: str, end: int, cost: float) -> tuple[object, ...]:
-    return (gpu, end, end - 10_000, "NVIDIA A100", 10.0, cost, cost, True)
+from tests.dashboard_warehouse import D1, H, call, call_row, idle_row, roi_row
 
 
 @pytest.fixture

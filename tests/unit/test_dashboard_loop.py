@@ -16,101 +16,7 @@ from pipelines.dashboard.filters import Filters, parse_filters
 from pipelines.dashboard.queries import build_view, options
 from pipelines.dashboard.tables import format_interval
 from pipelines.store.warehouse import Warehouse
-from schemas.rows import (
-    CONTROL_ACTION,
-    CONTROL_DECISION,
-    CONTROL_VERIFICATION,
-    CREDIT_INTERVAL,
-    EXPERIMENT_RESULT,
-    Row,
-)
-from tests.unit.test_dashboard_queries import call, url, warehouse  # noqa: F401 (fixtures)
-
-
-def declared(row: Row, **values: object) -> tuple[object, ...]:
-    """A row of `row`'s table from its column names (every column given)."""
-    assert set(values) == set(row.names), set(row.names) ^ set(values)
-    return tuple(values[name] for name in row.names)
-
-
-def result(flag_key: str, variant: str, window_end: str, roi: tuple[float, float, float],
-           diff: tuple[float | None, float | None, float | None] = (None, None, None),
-           p_value: float | None = None, significant: bool = False, srm_p: float = 0.5,
-           users: int = 1000, control: str = "control", note: str = "") -> tuple[object, ...]:
-    is_control = variant == control
-    return declared(
-        EXPERIMENT_RESULT, flag_key=flag_key, variant=variant, window_end=window_end,
-        window_start="2026-10-08" if window_end == "2026-10-14" else "2026-10-01",
-        is_control=is_control, control_variant=control, users=users, converters=users // 10,
-        conversions=users // 8, revenue=roi[0] * 100.0, ad_spend=80.0, compute_cost=20.0,
-        roi=roi[0], roi_low=roi[1], roi_high=roi[2], roi_diff=diff[0], diff_low=diff[1],
-        diff_high=diff[2], p_value=p_value, significant=significant,
-        marginal_cost=None if is_control else 0.12, srm_p_value=srm_p, srm=srm_p < 0.001,
-        confidence=0.95, computed_at="2026-10-15T06:00:00+00:00", heavy_tail=False, note=note)
-
-
-def interval(model: str, period: str, channel: str, share: tuple[float, float, float],
-             credit: float) -> tuple[object, ...]:
-    return declared(
-        CREDIT_INTERVAL, model=model, period=period, channel=channel, credit=credit,
-        credit_low=credit * 0.9, credit_high=credit * 1.1, revenue=credit * 50,
-        revenue_low=credit * 45, revenue_high=credit * 55, share=share[0], share_low=share[1],
-        share_high=share[2], level=0.95, resamples=1000, seed=7,
-        computed_at="2026-10-03T01:00:00+00:00")
-
-
-def decision(decision_id: str, rule: str, target: str, status: str, decided_at: str,
-             blocked_by: str = "", mode: str = "auto", action: str = "budget_change",
-             reason: str = "ROI 0.8 below 1.0 for 3 days") -> tuple[object, ...]:
-    return declared(
-        CONTROL_DECISION, decision_id=decision_id, rule=rule, target=target, action=action,
-        parameters='{"percent": -20}', reason=reason, status=status, blocked_by=blocked_by,
-        mode=mode, baseline=1.5, decided_at=decided_at)
-
-
-@pytest.fixture
-def loop(warehouse: Warehouse) -> Warehouse:  # noqa: F811
-    """Three experiments (a significant lift, no difference, a sample-ratio mismatch), credit
-    intervals of two days, and four control decisions: executed and verified, blocked by a
-    limit, awaiting approval, executed and failed."""
-    warehouse.store(EXPERIMENT_RESULT, [
-        result("bid-strategy", "control", "2026-10-07", (2.5, 2.2, 2.8)),
-        result("bid-strategy", "aggressive", "2026-10-07", (2.6, 2.2, 3.0),
-               (0.1, -0.4, 0.6), 0.7),
-        result("bid-strategy", "control", "2026-10-14", (3.0, 2.8, 3.2)),
-        result("bid-strategy", "aggressive", "2026-10-14", (3.82, 3.41, 4.25),
-               (0.82, 0.41, 1.25), 0.0004, True),
-        result("checkout-copy", "control", "2026-10-14", (2.0, 1.8, 2.2)),
-        result("checkout-copy", "b", "2026-10-14", (2.05, 1.8, 2.3), (0.05, -0.25, 0.35), 0.41),
-        result("onboarding", "control", "2026-10-14", (1.5, 1.3, 1.7), srm_p=2e-05, users=1200),
-        result("onboarding", "new", "2026-10-14", (1.6, 1.4, 1.8), (0.1, -0.2, 0.4), 0.5,
-               srm_p=2e-05, users=800)])
-    warehouse.store(CREDIT_INTERVAL, [
-        interval("last_click", "2026-10-01", "search", (0.7, 0.65, 0.75), 7.0),
-        interval("last_click", "2026-10-01", "social", (0.3, 0.25, 0.35), 3.0),
-        interval("last_click", "2026-10-02", "search", (0.688, 0.66, 0.71), 11.0),
-        interval("last_click", "2026-10-02", "organic", (0.312, 0.298, 0.327), 5.0),
-        interval("linear", "2026-10-02", "social", (1.0, 1.0, 1.0), 4.0)])
-    warehouse.store(CONTROL_DECISION, [
-        decision("d1", "cut-low-roi", "meta-prospecting", "executed", "2026-10-03T06:00:00Z"),
-        decision("d2", "cut-low-roi", "gs-generic", "blocked", "2026-10-04T06:00:00Z",
-                 blocked_by="max_change_per_week_percent"),
-        decision("d3", "scale-gpu", "ranking-pool", "awaiting_approval",
-                 "2026-10-05T06:00:00Z", mode="approval", action="scale"),
-        decision("d4", "cut-low-roi", "dv360-awareness", "executed", "2026-10-02T06:00:00Z",
-                 reason="=HYPERLINK(\"http://x\")")])
-    warehouse.store(CONTROL_ACTION, [
-        declared(CONTROL_ACTION, action_id="a1", decision_id="d1", executor="webhook",
-                 status="succeeded", attempts=2, response="200 OK",
-                 executed_at="2026-10-03T06:00:05Z", verify_after="2026-10-05T06:00:05Z"),
-        declared(CONTROL_ACTION, action_id="a4", decision_id="d4", executor="webhook",
-                 status="failed", attempts=3, response="503 Service Unavailable",
-                 executed_at="2026-10-02T06:00:09Z", verify_after="2026-10-04T06:00:09Z")])
-    warehouse.store(CONTROL_VERIFICATION, [
-        declared(CONTROL_VERIFICATION, action_id="a1", status="success", baseline=1.5,
-                 observed=1.68, change_percent=12.0, reason="cut-low-roi: verified",
-                 verified_at="2026-10-05T07:00:00Z")])
-    return warehouse
+from tests.dashboard_warehouse import call
 
 
 @pytest.fixture
@@ -243,7 +149,7 @@ def test_empty_states_say_how_to_fill_them(empty: tuple[str, Warehouse]) -> None
         assert status.startswith("200") and body == ""
 
 
-def test_pages_show_the_cells(url: str, loop: Warehouse) -> None:  # noqa: F811
+def test_pages_show_the_cells(url: str, loop: Warehouse) -> None:
     app = DashboardApp(url)
     status, _, body = call(app, "/experiments")
     assert status.startswith("200")
@@ -274,7 +180,7 @@ def test_pages_show_the_cells(url: str, loop: Warehouse) -> None:  # noqa: F811
     assert '<td data-col="blocked_by">max_change_per_week_percent</td>' in everything
 
 
-def test_csv_exports(url: str, loop: Warehouse) -> None:  # noqa: F811
+def test_csv_exports(url: str, loop: Warehouse) -> None:
     app = DashboardApp(url)
     status, headers, body = call(app, "/csv/experiment_strategy.csv")
     assert status.startswith("200") and headers["Content-Type"].startswith("text/csv")

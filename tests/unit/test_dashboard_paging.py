@@ -27,9 +27,18 @@ from schemas.rows import (
     GPU_IDLE_COST,
     ROI_DAILY,
 )
-from tests.unit.test_dashboard_compute import D1, H, call_row, idle_row
-from tests.unit.test_dashboard_loop import decision, result
-from tests.unit.test_dashboard_queries import RECONCILIATION_DDL, call, recon, roi_row
+from tests.dashboard_warehouse import (
+    D1,
+    RECONCILIATION_DDL,
+    H,
+    call,
+    call_row,
+    decision,
+    idle_row,
+    recon,
+    result,
+    roi_row,
+)
 
 MAX_PAGE_BYTES = 300_000
 

@@ -8,9 +8,6 @@ import io
 import sqlite3
 import threading
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
-from wsgiref.util import setup_testing_defaults
 
 import pytest
 
@@ -21,66 +18,8 @@ from pipelines.dashboard.filters import FilterError, Filters, parse_filters
 from pipelines.dashboard.queries import build_view, options
 from pipelines.dashboard.tables import format_value
 from pipelines.store.warehouse import Warehouse
-from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY, ROI_UNALLOCATED
-
-RECONCILIATION_DDL = Path(__file__).resolve().parents[2] / "schemas" / "sql" / "reconciliation.sql"
-
-
-def roi_row(model: str, day: str, dimension: str, key: str, conversions: float, revenue: float,
-            ad_spend: float, compute: float) -> tuple[object, ...]:
-    cost = ad_spend + compute
-    return (model, day, dimension, key, conversions, revenue, ad_spend, compute,
-            revenue / cost if cost >= 1 else None, "USD",
-            revenue / ad_spend if ad_spend >= 1 else None,
-            (revenue - cost) / cost if cost >= 1 else None)
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'warehouse.db'}"
-
-
-@pytest.fixture
-def warehouse(url: str) -> Iterator[Warehouse]:
-    """Two days of ROI for last_click and linear: search (campaign gs-1 on google_ads),
-    social (meta-1 on meta) and organic (no campaign, no spend)."""
-    with Warehouse(url) as wh:
-        wh.store(AD_SPEND, [
-            ("google_ads", "g-1", "gs-1", "2026-10-01", 100.0, "USD"),
-            ("google_ads", "g-1", "gs-1", "2026-10-02", 50.0, "USD"),
-            ("meta", "m-1", "meta-1", "2026-10-01", 40.0, "USD"),
-            ("meta", "m-1", "meta-1", "2026-10-02", 40.0, "USD")])
-        rows = []
-        for model, scale in (("last_click", 1.0), ("linear", 0.5)):
-            for day, revenue in (("2026-10-01", 400.0), ("2026-10-02", 100.0)):
-                search = roi_row(model, day, "channel", "search", 2, revenue,
-                                 (100 if day.endswith("1") else 50) * scale, 10)
-                rows += [search, roi_row(model, day, "campaign", "gs-1", *search[4:8])]
-            rows += [roi_row(model, "2026-10-01", "channel", "social", 1, 80, 40, 0),
-                     roi_row(model, "2026-10-01", "campaign", "meta-1", 1, 80, 40, 0),
-                     roi_row(model, "2026-10-02", "channel", "organic", 1, 60, 0, 0),
-                     roi_row(model, "2026-10-02", "campaign", "", 1, 60, 0, 0),
-                     roi_row(model, "2026-10-01", "stage", "new", 3, 480, 100 * scale + 40, 10),
-                     roi_row(model, "2026-10-02", "stage", "repeat", 2, 160,
-                             50 * scale, 10)]
-        wh.store(ROI_DAILY, rows)
-        wh.store(ROI_UNALLOCATED, [
-            ("linear", "2026-10-01", "ad_spend", "gs-1", 50.0, "USD"),
-            ("linear", "2026-10-02", "ad_spend", "gs-1", 25.0, "USD"),
-            ("last_click", "2026-10-02", "ad_spend", "meta-1", 40.0, "USD"),
-            ("last_click", "2026-10-02", "compute", "", 3.0, "USD")])
-        wh.store(ATTRIBUTION_CREDITS, [
-            ("last_click", "o1", 1, "u1", 0, "2026-10-01", "search", "gs-1", 0, 1.0, 300.0,
-             "USD", "new"),
-            ("linear", "o1", 0, "u1", 0, "2026-10-01", "social", "meta-1", 0, 0.5, 150.0,
-             "USD", "new"),
-            ("linear", "o1", 1, "u1", 0, "2026-10-01", "search", "gs-1", 0, 0.5, 150.0,
-             "USD", "new"),
-            ("last_click", "o2", 0, "u2", 0, "2026-10-02", "organic", "", 0, 1.0, 60.0,
-             "USD", "repeat"),
-            ("linear", "o2", 0, "u2", 0, "2026-10-02", "organic", "", 0, 1.0, 60.0,
-             "USD", "repeat")])
-        yield wh
+from schemas.rows import ATTRIBUTION_CREDITS, ROI_DAILY
+from tests.dashboard_warehouse import RECONCILIATION_DDL, call, recon, roi_row
 
 
 def rows_by_key(view_table: list[tuple[object, ...]]) -> dict[object, tuple[object, ...]]:
@@ -193,13 +132,6 @@ def test_reconciliation_and_alerts_before_their_tables_exist(url: str,
     assert status.startswith("200") and body == ""
 
 
-def recon(day: str, scope: str, platform: str, entity: str, metric: str, ours: float,
-          theirs: float, status: str) -> tuple[object, ...]:
-    return (scope, platform, "acc" if scope == "campaign" else "*", entity, day, metric, "USD",
-            ours, theirs, ours - theirs, (ours - theirs) / theirs, 0.05, 10.0, status, "[]",
-            "file.csv:2", f"{day}T23:00:00Z")
-
-
 def alert(kind: str, seq: int, day: str, raised_at: str, drift: float) -> tuple[object, ...]:
     return (f"{day}-{seq}-{kind}", kind, "campaign", "meta", "acc", "meta-1", day, "spend", seq,
             "USD", 110.0, 100.0, drift, 0.05, 10.0, "[]", "run", raised_at, "sent", "disabled",
@@ -266,19 +198,6 @@ def test_filters_from_the_query_string() -> None:
         parse_filters({"from": ["01/10/2026"]})
     with pytest.raises(FilterError, match="is after"):
         parse_filters({"from": ["2026-10-02"], "to": ["2026-10-01"]})
-
-
-def call(app: DashboardApp, path: str, query: str = "") -> tuple[str, dict[str, str], str]:
-    environ: dict[str, object] = {}
-    setup_testing_defaults(environ)
-    environ.update(PATH_INFO=path, QUERY_STRING=query)
-    seen: dict[str, object] = {}
-
-    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-        seen.update(status=status, headers=dict(headers))
-
-    body = b"".join(app(environ, start_response)).decode()
-    return str(seen["status"]), seen["headers"], body  # type: ignore[return-value]
 
 
 def test_csv_holds_the_rows_the_page_shows(url: str, warehouse: Warehouse) -> None:

@@ -25,12 +25,11 @@ import pytest
 from pipelines.dashboard import app as app_module
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import ROI_DAILY
-from tests.unit.test_dashboard_loop import loop  # noqa: F401 (fixture)
-from tests.unit.test_dashboard_queries import roi_row, url, warehouse  # noqa: F401 (fixtures)
+from tests.dashboard_warehouse import roi_row
 
 
 @pytest.fixture
-def server(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+def server(url: str, warehouse: Warehouse) -> Iterator[str]:
     served = app_module.make_dashboard_server(url, "127.0.0.1", 0)
     threading.Thread(target=served.serve_forever, daemon=True).start()
     try:
@@ -114,7 +113,7 @@ def test_a_foreign_host_is_refused(server):
     assert get(server, "/healthz", host="localhost:8050")[0] == 200
 
 
-def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):  # noqa: F811
+def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):
     warehouse.store(ROI_DAILY, [
         roi_row("last_click", "2026-10-03", "channel", name, 1, 10, 1, 0)
         for name in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)", "plain")])
@@ -126,7 +125,7 @@ def test_exported_cells_cannot_run_as_formulas(url, warehouse, server):  # noqa:
     assert "plain" in cells
 
 
-def test_experiments_and_control_pages_over_the_server(loop, server):  # noqa: F811
+def test_experiments_and_control_pages_over_the_server(loop, server):
     """The new pages answer like the others: the same headers, Host check and CSV."""
     for path, cells in (
             ("/experiments", ("3.82 [3.41, 4.25]", ">significant<", ">not significant<",
@@ -241,13 +240,13 @@ def _serve(warehouse_url: str, **limits: int) -> Iterator[str]:
 
 
 @pytest.fixture
-def quick_timeouts(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+def quick_timeouts(url: str, warehouse: Warehouse) -> Iterator[str]:
     """Idle connections closed after 1 s, requests whole within 1 s."""
     yield from _serve(url, channel_timeout_s=1, request_timeout_s=1)
 
 
 @pytest.fixture
-def forty_connections(url: str, warehouse: Warehouse) -> Iterator[str]:  # noqa: F811
+def forty_connections(url: str, warehouse: Warehouse) -> Iterator[str]:
     """At most 40 connections, and timeouts too long to act during a test."""
     yield from _serve(url, connection_limit=40, channel_timeout_s=60, request_timeout_s=60)
 

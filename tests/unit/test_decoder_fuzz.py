@@ -15,7 +15,7 @@ from pipelines.codec.frame import frame
 from pipelines.flink.decode_otlp import DecodeOtlp
 from pipelines.flink.operator_support import ACCOUNTING, DEAD_LETTERS
 from tests.flink_fakes import FakeContext, Timers
-from tests.unit.test_otlp_events import both, plain, random_payloads
+from tests.otlp_payloads import both, plain, random_payloads
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.unit.test_experiments import END, T0, orders, stored
+from tests.experiment_frames import END, T0, orders, stored
 from udfs.experiments import MIN_CONVERTERS, strategy_table, window_statistics
 
 

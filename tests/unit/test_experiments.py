@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from tests.experiment_frames import CONVERSION_COLUMNS, END, T0, orders, stored
 from udfs.experiments import (
     DAILY_COLUMNS,
     SRM_ALPHA,
@@ -28,12 +29,8 @@ from udfs.experiments import (
 )
 from udfs.periods import DAY_MS
 
-T0 = 1_756_684_800_000  # 2025-09-01T00:00:00Z
-END = "2025-09-07"  # the 7-day window 2025-09-01 .. 2025-09-07
 WINDOW_END_MS = T0 + 7 * DAY_MS
 SIGMA = 0.6
-CONVERSION_COLUMNS = ["flag_key", "variant", "user_id", "order_id", "conversion_ts_ms",
-                      "revenue", "ad_spend", "compute_cost"]
 
 
 class Simulation:
@@ -82,14 +79,6 @@ def covered(low: pd.Series | np.ndarray, high: pd.Series | np.ndarray,
 
 def exposure(user: str, flag: str, variant: str, ts: int) -> dict:
     return {"user_id": user, "flag_key": flag, "variant": variant, "ts_ms": ts}
-
-
-def stored(rows: list[tuple[str, str, str, int]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["flag_key", "variant", "user_id", "first_exposure_ms"])
-
-
-def orders(rows: list[tuple[str, str, str, str, int, float, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=CONVERSION_COLUMNS)
 
 
 # --- who is in which variant -------------------------------------------------------------

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.events import events_of, records_of
-from tests.unit.test_journey_book import CAPPED, CFG, Store, closed_of, key, order, touch
+from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
 from udfs.journey_book import JourneyBook
 from udfs.journey_corrections import CorrectingBook
 from udfs.journeys import closed_journeys_of

@@ -12,8 +12,8 @@ from pipelines.codec.metrics import encode_samples
 from pipelines.codec.otlp import decode_spans
 from pipelines.sources.generator import emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from tests.integration.test_gpu_cost_job import H100, T0, sample
-from tests.unit.test_otlp_codec import json_looking_protobuf
+from tests.gpu_telemetry import H100, T0, sample
+from tests.otlp_payloads import json_looking_protobuf
 
 FAR = 2**62
 

@@ -2,13 +2,11 @@ import json
 import time
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from pipelines.codec.events import decode_events
 from pipelines.codec.otlp import decode_spans, request_to_json, sniff_encoding
 from schemas.records import Conversion, GpuCall, Touchpoint
+from tests.otlp_payloads import json_looking_protobuf
 from tests.spans import make_spans
 
 T0 = 1_756_684_800_000_000_000  # 2025-09-01T00:00:00Z in ns
@@ -278,26 +276,6 @@ def test_gpu_calls_left_unbuilt_are_counted_and_invalid_ones_still_dead_lettered
                                   "user.id": "u1"}, T0)], resource={"k8s.pod.name": "pod-7"})
     out = decode_spans(encode_spans(plain).SerializePartialToString(), gpu_calls=False)
     assert (out.unbuilt_gpu_calls, made) == (1, [])
-
-
-def json_looking_protobuf() -> bytes:
-    """A valid OTLP protobuf request of one touch whose first resource is 123 bytes long:
-    field 1, length 123, is "\\n{", which also opens a JSON document."""
-    for end in (T0 + 1, 0):
-        for pad in range(1, 30):
-            span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8,
-                        start_time_unix_nano=T0, end_time_unix_nano=end,
-                        attributes=[_kv("user.id", "u1"), _kv("marketing.channel", "email"),
-                                    _kv("marketing.campaign", "x" * pad)])
-            payload = ExportTraceServiceRequest(resource_spans=[ResourceSpans(
-                scope_spans=[ScopeSpans(spans=[span])])]).SerializeToString()
-            if payload[:2] == b"\n{":
-                return payload
-    raise AssertionError("no request of that shape has a 123-byte first resource")
-
-
-def _kv(key: str, value: str) -> KeyValue:
-    return KeyValue(key=key, value=AnyValue(string_value=value))
 
 
 def test_protobuf_that_opens_like_json_is_read_as_protobuf():

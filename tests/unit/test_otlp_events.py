@@ -11,7 +11,6 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from pipelines.codec.events import (
     SCANNER_BUILT,
-    DecodedEvents,
     by_bucket,
     decode_events,
     decode_packed,
@@ -19,84 +18,9 @@ from pipelines.codec.events import (
 from pipelines.codec.otlp import decode_spans, request_to_json
 from schemas.events import EventColumns, records_of
 from schemas.records import Conversion, Touchpoint
-from schemas.telemetry import EARLIEST_NS
+from tests.otlp_payloads import BUCKETS, T0, both, plain, random_payloads
 from tests.spans import make_spans
 from udfs.journey_book import bucket_of
-
-T0 = 1_756_684_800_000_000_000
-BUCKETS = 7
-
-
-def plain(decoded: DecodedEvents) -> dict:
-    """Everything a reader of the decoding sees, as plain values; the interleaving of the
-    two kinds as the order of their places in the message."""
-    seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
-    kinds = ["t"] * len(decoded.touch_seq) + ["o"] * len(decoded.order_seq)
-    return {
-        "touches": [c.tolist() for c in decoded.touches],
-        "orders": [c.tolist() for c in decoded.orders],
-        "buckets": (decoded.touch_bucket.tolist(), decoded.order_bucket.tolist()),
-        "interleaving": [kinds[i] for i in np.argsort(seq, kind="stable").tolist()],
-        "dead_letters": [(d.reason, d.detail, d.payload) for d in decoded.dead_letters],
-        "counts": (decoded.spans, decoded.ignored, decoded.unbuilt_gpu_calls,
-                   decoded.records_in),
-    }
-
-
-def both(payload: bytes) -> tuple[DecodedEvents, DecodedEvents]:
-    return decode_events(payload, BUCKETS), decode_events(payload, BUCKETS, scanner=False)
-
-
-def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[bytes]:
-    """Spans drawn over every attribute the rules read, valid and not, under resources that
-    change how spans are read (`plain_only`: only values each rule plainly accepts)."""
-    rng = random.Random(seed)
-    future = time.time_ns() + 2 * 3600 * 10**9
-    choices: dict[str, list[object]] = {
-        "user.id": ["u1", "u2", "ü-3", "", 42, True, "x" * 300, "ctl-\x00-user", "c1\x85",
-                    "nbsp\u00a0ok"],
-        "enduser.id": ["legacy", ""],
-        "marketing.channel": ["email", "search", "", "x" * 300, 3, "e\x1bmail"],
-        "marketing.campaign": ["spring", "", 9],
-        "order.id": ["o1", "o2", "", 981],
-        "order.revenue": [10.0, 0.0, 7, -3.0, float("nan"), "12.5", "abc", 1e12, 1e308,
-                          10**13, 10**12],
-        "order.currency": ["EUR", "USD", "dollars", ""],
-        "gpu.uuid": ["GPU-1", "", 7],
-        "gpu.workload": ["ranker", ""],
-        "k8s.pod.name": ["pod-1", "y" * 300],
-        "db.system.name": ["postgresql"],
-    }
-    user, channel = "u", rng.choice(["email", "search", "ü"])
-    plain_spans = [{"user.id": user, "marketing.channel": channel},
-                   {"user.id": user, "marketing.channel": channel, "marketing.campaign": "c"},
-                   {"user.id": user, "order.id": "o1", "order.revenue": 10.0},
-                   {"order.id": "o2", "order.revenue": 3, "order.currency": "EUR"},
-                   {"gpu.uuid": "GPU-1", "gpu.workload": "ranker"},
-                   {"db.system.name": "postgresql"}]
-    payloads = []
-    for _ in range(count):
-        specs = []
-        for n in range(rng.randrange(1, 25)):
-            attrs = {key: rng.choice(values) for key, values in choices.items()
-                     if rng.random() < 0.35}
-            start = rng.choice([T0 + rng.randrange(10**12)] * 8 + [
-                0, future, 1_000, EARLIEST_NS - 1, EARLIEST_NS])
-            end = rng.choice([start + 1_000_000] * 4 + [start, max(start - 1, 0)])
-            if plain_only:  # one of the four plain kinds of span
-                attrs = dict(rng.choice(plain_spans))
-                if "user.id" in attrs:
-                    attrs["user.id"] = f"u{rng.randrange(50)}"
-                start = T0 + rng.randrange(10**12)
-                end = start + 1_000_000
-            specs.append((f"s{n}", attrs, start, end))
-        resource = rng.choice([{"service.name": "shop"}, {"k8s.pod.name": "pod-7"},
-                               {"user.id": "from-resource"}, {"marketing.channel": "email"},
-                               {"order.id": "r1", "user.id": "r"}, {"gpu.uuid": "GPU-9"}]
-                              [:2 if plain_only else 6])
-        payloads.append(encode_spans(make_spans(specs, resource=resource))
-                        .SerializePartialToString())
-    return payloads
 
 
 def test_the_scanner_is_built():

@@ -1,0 +1,108 @@
+"""The streaming jobs' integration tests' side of Kafka: planned events published through
+the project's span exporter, rows read back from the jobs' topics, and waiting for a job
+(to commit credits, to consume its input, to drain)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+from pipelines.codec import credit_messages, table_messages
+from pipelines.kafka.io import consumer_lag, producer, read_all
+from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.sources.generator import PlannedEvent, emit
+from pipelines.sources.kafka_exporter import KafkaSpanExporter
+
+# times in ns since the epoch, the OpenTelemetry SDK's unit
+T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
+S = 10**9
+H = 3600 * S
+D = 24 * H
+
+
+def touch(user, at, channel):
+    return PlannedEvent("touchpoint", user, at, channel, f"{channel}-campaign")
+
+
+def order(user, at, order_id, revenue, kind="conversion"):
+    return PlannedEvent(kind, user, at, order_id=order_id, revenue=revenue)
+
+
+def publish(kafka, topic, plan, encoding="otlp_proto"):
+    raw = producer(kafka)
+    emit(plan, KafkaSpanExporter(kafka, topic, encoding=encoding),
+         lambda payload: raw.send(topic, payload).get(30), batch_size=4)
+    raw.close()
+
+
+def messages(kafka, topic):
+    """Every row of a topic: a message is one JSON row, or a table of rows (credits,
+    conversions: pipelines/codec/table_messages.py)."""
+    return [row for _, value in read_all(kafka, topic) for row in table_messages.decode(value)]
+
+
+def conversion_rows(kafka, topic):
+    """The conversion rows that hold: of each order, its latest (a correction restates
+    it; every version of one order is in one partition, in order)."""
+    return list({row["order_id"]: row for row in messages(kafka, topic)}.values())
+
+
+def credit_rows(kafka, topic):
+    """The credit rows that hold on the credits topic: of each conversion under each
+    model, the rows of its latest message (pipelines/codec/credit_messages.py)."""
+    return credit_messages.latest(value for _, value in read_all(kafka, topic))
+
+
+def credit_key(row):
+    return (row["model"], row["order_id"], row["touch_index"], row["channel"])
+
+
+def send(kafka, topic, rows):
+    out = producer(kafka)
+    for row in rows:
+        out.send(topic, row if isinstance(row, bytes) else json.dumps(row).encode()).get(30)
+    out.close()
+
+
+def latest(rows):
+    """The roi topic is a changelog: the last row per key is the current one."""
+    current = {}
+    for row in rows:
+        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
+               row.get("cost_kind"), row.get("key", row.get("order_id")))
+        current[key] = row
+    return current
+
+
+def wait_for_credits(kafka: str, topic: str, timeout_s: float = 120.0) -> int:
+    """Until some credits are committed (the job has read, stepped and checkpointed)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rows = len(credit_rows(kafka, topic))
+        if rows:
+            return rows
+        time.sleep(1)
+    raise AssertionError(f"no credits committed to {topic} within {timeout_s:.0f} s")
+
+
+def wait_until_consumed(kafka: str, config: StreamingJobConfig,
+                        timeout_s: float = 240.0) -> None:
+    """Until the job has read, processed and checkpointed the whole spans topic (its
+    committed offsets reach the end): a drain stop ends the input where the source stands,
+    so a job still catching up after a restart would never see the rest."""
+    deadline = time.monotonic() + timeout_s
+    lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
+    while lag and time.monotonic() < deadline:
+        time.sleep(1)
+        lag = consumer_lag(kafka, config.input.group_id, config.topics.spans)
+    assert lag == 0, f"the job still had {lag} records of {config.topics.spans} to read"
+
+
+def drain(job, folder) -> None:
+    """Stop with a savepoint after the final watermark (PyFlink 2.2's own wrapper misses
+    the savepoint format argument the Java method takes)."""
+    from pyflink.java_gateway import get_gateway
+
+    canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    job._j_job_client.stopWithSavepoint(True, folder.as_uri(), canonical).get()
