@@ -148,12 +148,10 @@ def run_control_loop(bootstrap: str, config: StreamingJobConfig, warehouse: Ware
     stand_in = StandIn(key)
     rules = [dict(rule, settle_s=SETTLE_S) if rule["name"] == "scale_out_hot_pool" else rule
              for rule in DEFAULT_RULES]
-    loop = parse_control_config({
-        "mode": "auto", "metrics_port": 0, "rules": rules,
-        "inputs": {"roi_topic": config.topics.roi, "alerts_topic": "",
-                   "metrics_topic": config.gpu.metrics_topic},
+    loop = parse_control_config({  # the ROI and metrics topics: the job config's
+        "mode": "auto", "metrics_port": 0, "rules": rules, "inputs": {"alerts_topic": ""},
         "outputs": {"actions_topic": actions_topic},
-        "executors": {"webhook": {"url": stand_in.url, "secret": key}}})
+        "executors": {"webhook": {"url": stand_in.url, "secret": key}}}, config)
     state = ControlState(loop)
     inputs = KafkaInputs(bootstrap, loop, state)
     publisher = KafkaPublisher(bootstrap, actions_topic)

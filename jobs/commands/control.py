@@ -53,9 +53,9 @@ def _configs(args: argparse.Namespace) -> tuple[Any, Any]:
     from pipelines.control.config import load_control_config
     from pipelines.settings.job_config import load_config
 
-    control = load_control_config(Path(args.config) if args.config else None,
-                                  getattr(args, "mode", None))
     job = load_config(Path(args.job_config) if args.job_config else None)
+    control = load_control_config(Path(args.config) if args.config else None,
+                                  getattr(args, "mode", None), job)
     return control, job
 
 

@@ -15,6 +15,7 @@ from jobs.commands.common import (
     positive_int,
 )
 from pipelines.kafka.address import resolve_bootstrap
+from pipelines.settings.job_config import GpuConfig, TopicsConfig
 
 
 def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -28,7 +29,7 @@ def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     probe.add_argument("--count", type=int, default=None, help="stop after N scrapes")
     probe.add_argument("--realtime", action="store_true",
                        help="replay at the recorded pace instead of at once")
-    probe.add_argument("--topic", default="otlp_metrics")
+    probe.add_argument("--topic", default=GpuConfig.metrics_topic)
     probe.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     probe.add_argument("--no-publish", action="store_true", help="print only")
     probe.add_argument("--prices", help="GPU price catalog YAML (default: the examples)")
@@ -43,7 +44,7 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--users", type=positive_int, default=1000)
     gen.add_argument("--seed", type=int, default=7)
     gen.add_argument("--days", type=positive_int, default=45)
-    gen.add_argument("--topic", default="otlp_spans")
+    gen.add_argument("--topic", default=TopicsConfig.spans)
     gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")

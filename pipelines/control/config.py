@@ -4,27 +4,38 @@ jobs/config/control.yaml documents every key; every key is optional (the default
 unknown keys and wrong types are rejected naming the file and the key path
 (`pools.a100.capacity`, `rules[0].when.metric`). The rules follow udfs/control_rules.py's
 schema. The webhook secret may come from SEEDANCE_CONTROL_WEBHOOK_SECRET (over the file's
-`executors.webhook.secret`); it is a `Secret` and never prints. Kafka and the warehouse are
-the streaming job config's (`--job-config`).
+`executors.webhook.secret`; applied before the config is built, pipelines/settings/shared.py);
+it is a `Secret` and never prints. Kafka and the warehouse are the streaming job config's
+(`--job-config`), and so are the ROI and metrics topics unless `inputs` names them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from pipelines.reconcile.config import WebhookSection
-from pipelines.settings.environment import setting
-from pipelines.settings.job_config import ConfigError, read_yaml
+from pipelines.reconcile.config import AlertsSection
+from pipelines.settings.job_config import (
+    ConfigError,
+    GpuConfig,
+    StreamingJobConfig,
+    TopicsConfig,
+    read_yaml,
+)
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.sections import Secret, build_section
+from pipelines.settings.shared import WebhookSection, with_overrides
 from udfs.control_rules import Rule, RuleError, parse_rules
 
 DEFAULT_CONTROL_CONFIG = PROJECT_ROOT / "jobs" / "config" / "control.yaml"
 MODES = ("dry_run", "approval", "auto")
 SECRET_VAR = "SEEDANCE_CONTROL_WEBHOOK_SECRET"
+ENV_OVERRIDES = ((("executors", "webhook", "secret"), SECRET_VAR),)
+# inputs the streaming job config names: a key `inputs` leaves out is the job config's
+JOB_TOPICS = (("roi_topic", "topics.roi"), ("metrics_topic", "gpu.metrics_topic"))
 
 # The shipped rules (jobs/config/control.yaml repeats them; a unit test keeps both equal).
 DEFAULT_RULES: list[dict[str, Any]] = [
@@ -51,9 +62,11 @@ DEFAULT_RULES: list[dict[str, Any]] = [
 
 @dataclass(frozen=True)
 class InputsSection:
-    roi_topic: str = "roi_daily"  # the ROI job's results (kind=roi rows: a changelog)
-    alerts_topic: str = "alerts"  # reconciliation alerts; '' for none
-    metrics_topic: str = "otlp_metrics"  # OTLP metrics: GPU samples and the queue gauge
+    # the topics' defaults are the job config's and the reconciliation's; parsed with a job
+    # config, the topics of JOB_TOPICS left out here are that config's
+    roi_topic: str = TopicsConfig.roi  # the ROI job's results (kind=roi rows: a changelog)
+    alerts_topic: str = AlertsSection.topic  # reconciliation alerts; '' for none
+    metrics_topic: str = GpuConfig.metrics_topic  # OTLP metrics: GPU samples, queue gauge
     history_days: int = 90  # ROI data days kept (anomaly baselines need 28 + the streak)
     read_timeout_s: float = 30.0  # a poll gives up after this long without progress
 
@@ -140,9 +153,11 @@ class ControlConfig:
         return section.capacity if section and section.capacity else self.gpu.default_capacity
 
 
-def parse_control_config(data: dict[str, Any]) -> ControlConfig:
-    """A ControlConfig from a YAML mapping (ConfigError naming the key path)."""
-    data = dict(data)
+def parse_control_config(data: dict[str, Any],
+                         job: StreamingJobConfig | None = None) -> ControlConfig:
+    """A ControlConfig from a YAML mapping (ConfigError naming the key path); the topics of
+    JOB_TOPICS that `inputs` leaves out are `job`'s (with no job: its defaults)."""
+    data = with_overrides(data, ENV_OVERRIDES)
     given = "rules" in data
     raw_rules = data.pop("rules", None)
     try:
@@ -151,24 +166,26 @@ def parse_control_config(data: dict[str, Any]) -> ControlConfig:
         rules = parse_rules({"rules": (raw_rules or []) if given else DEFAULT_RULES})
     except RuleError as error:
         raise ConfigError(str(error)) from None
-    secret = setting(SECRET_VAR)
-    if secret:
-        executors = data.get("executors") or {}
-        webhook = executors.get("webhook") or {} if isinstance(executors, dict) else {}
-        if isinstance(executors, dict) and isinstance(webhook, dict):
-            data["executors"] = {**executors, "webhook": {**webhook, "secret": secret}}
+    if job is not None:
+        if data.get("inputs") is None:
+            data["inputs"] = {}
+        if isinstance(data["inputs"], dict):  # else build_section names the mistake
+            for key, path in JOB_TOPICS:
+                data["inputs"].setdefault(key, attrgetter(path)(job))
     config: ControlConfig = build_section(ControlConfig, data, "")
     return config.replace(rules=rules)
 
 
-def load_control_config(path: Path | None = None, mode: str | None = None) -> ControlConfig:
-    """The config at `path` (the shipped one when None), `mode` overriding the file's."""
+def load_control_config(path: Path | None = None, mode: str | None = None,
+                        job: StreamingJobConfig | None = None) -> ControlConfig:
+    """The config at `path` (the shipped one when None), `mode` overriding the file's, the
+    topics it leaves out `job`'s."""
     source = path or DEFAULT_CONTROL_CONFIG
     data = read_yaml(source)
     if mode is not None:
         data["mode"] = mode
     try:
-        return parse_control_config(data)
+        return parse_control_config(data, job)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
 

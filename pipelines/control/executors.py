@@ -29,7 +29,7 @@ import requests
 from pipelines.control.ledger import Ledger, iso
 from pipelines.control.signing import signed_headers
 from pipelines.reconcile.alerts import body, redacted
-from pipelines.reconcile.config import WebhookSection
+from pipelines.settings.shared import WebhookSection
 from schemas.rows import CONTROL_ACTION
 
 log = logging.getLogger("seedance.control")

@@ -18,10 +18,20 @@ from typing import Any
 import yaml
 
 from pipelines.reconcile.billing.meta import DEFAULT_PURCHASE_ACTIONS
-from pipelines.settings.environment import setting
 from pipelines.settings.job_config import read_yaml
 from pipelines.settings.paths import PROJECT_ROOT
-from pipelines.settings.sections import ConfigError, Secret, build_section
+from pipelines.settings.sections import (
+    ConfigError,
+    Secret,  # noqa: F401 (its sections' callers import it here)
+    build_section,
+)
+from pipelines.settings.shared import (
+    WAREHOUSE_URL,
+    KafkaSection,
+    WarehouseSection,
+    WebhookSection,
+    with_overrides,
+)
 from udfs.attribution import validate_models
 from udfs.drift import METRICS, RateTable, Rule
 from udfs.periods import parse_day, zone
@@ -45,18 +55,6 @@ class Thresholds:
     conversions: MetricRule = MetricRule(0.05, 5.0)
     revenue: MetricRule = MetricRule(0.05, 50.0)
     compute_cost: MetricRule = MetricRule(0.05, 1.0)
-
-
-@dataclass(frozen=True)
-class WarehouseSection:
-    url: str = ""
-
-
-@dataclass(frozen=True)
-class KafkaSection:
-    # the file's address; where Kafka is: pipelines.kafka.address.resolve_bootstrap
-    bootstrap: str = ""
-    properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -91,15 +89,6 @@ class CurrencySection:
     reporting: str = ""
     rates: dict[str, float] = field(default_factory=dict)
     rates_file: str = ""
-
-
-@dataclass(frozen=True)
-class WebhookSection:
-    url: str = ""
-    secret: Secret = Secret()
-    timeout_s: float = 5.0
-    retries: int = 3
-    backoff_s: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -192,36 +181,21 @@ class ReconcileConfig:
 # --- loading -------------------------------------------------------------------------
 
 def load_reconcile_config(path: Path | None = None) -> ReconcileConfig:
-    """The config at `path` (the shipped defaults when None), then environment overrides."""
+    """The config at `path` (the shipped defaults when None) with its environment overrides
+    (pipelines/settings/shared.py)."""
     source = path or DEFAULT_RECONCILE_CONFIG
     data = read_yaml(source)
     try:
-        # overrides go in before the config is built, so its checks see the final values
-        # (a webhook URL in the file, its secret in the environment)
-        for path_keys, variable in ENV_OVERRIDES:
-            if setting(variable):
-                _set(data, path_keys, setting(variable))
-        config: ReconcileConfig = build_section(ReconcileConfig, data, "")
+        config: ReconcileConfig = build_section(ReconcileConfig,
+                                                with_overrides(data, ENV_OVERRIDES), "")
         return config
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
 
 
-ENV_OVERRIDES = ((("warehouse", "url"), "SEEDANCE_WAREHOUSE_URL"),
+ENV_OVERRIDES = (WAREHOUSE_URL,
                  (("alerts", "webhook", "url"), "SEEDANCE_WEBHOOK_URL"),
                  (("alerts", "webhook", "secret"), "SEEDANCE_WEBHOOK_SECRET"))
-
-
-def _set(data: Any, keys: tuple[str, ...], value: str) -> None:
-    if not isinstance(data, dict):
-        raise ConfigError(f"the top level must be a mapping, got {data!r}")
-    for i, name in enumerate(keys[:-1]):
-        if data.get(name) is None:
-            data[name] = {}
-        if not isinstance(data[name], dict):
-            raise ConfigError(f"{'.'.join(keys[:i + 1])} must be a mapping, got {data[name]!r}")
-        data = data[name]
-    data[keys[-1]] = value
 
 
 # --- side files ----------------------------------------------------------------------

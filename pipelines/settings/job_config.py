@@ -7,17 +7,17 @@ secrets may come from environment variables (pipelines/settings/environment.py).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipelines.settings.environment import setting
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
+from pipelines.settings.shared import WAREHOUSE_URL, KafkaSection, WarehouseSection, with_overrides
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.attribution import validate_models
 from udfs.journeys import DAY_MS, JourneyConfig
@@ -27,14 +27,8 @@ from udfs.settings import ComputeSettings
 
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
+ENV_OVERRIDES = (WAREHOUSE_URL,)  # applied by load_config before the config is built
 
-
-
-@dataclass(frozen=True)
-class KafkaConfig:
-    # the file's address; where Kafka is: pipelines.kafka.address.resolve_bootstrap
-    bootstrap: str = ""
-    properties: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,13 +132,8 @@ class ExperimentsConfig:
 
 
 @dataclass(frozen=True)
-class WarehouseConfig:
-    url: str = ""
-
-
-@dataclass(frozen=True)
 class StreamingJobConfig:
-    kafka: KafkaConfig = KafkaConfig()
+    kafka: KafkaSection = KafkaSection()  # as in the reconciliation config (shared.py)
     topics: TopicsConfig = TopicsConfig()
     input: InputConfig = InputConfig()
     event_time: EventTimeConfig = EventTimeConfig()
@@ -154,7 +143,7 @@ class StreamingJobConfig:
     gpu: GpuConfig = GpuConfig()
     roi: RoiConfig = RoiConfig()
     experiments: ExperimentsConfig = ExperimentsConfig()
-    warehouse: WarehouseConfig = WarehouseConfig()
+    warehouse: WarehouseSection = WarehouseSection()
 
     def __post_init__(self) -> None:
         checks = [
@@ -272,15 +261,13 @@ def read_yaml(source: Path) -> dict[str, Any]:
 
 
 def load_config(path: Path | None = None) -> StreamingJobConfig:
-    """Load a job config (defaults when path is None), then apply environment overrides.
-    SEEDANCE_KAFKA_BOOTSTRAP is not one of them: `kafka.bootstrap` stays the file's, and
-    pipelines.kafka.address.resolve_bootstrap reads the variable ahead of it."""
+    """Load a job config (defaults when path is None) with its environment override,
+    SEEDANCE_WAREHOUSE_URL (pipelines/settings/shared.py)."""
     source = path or DEFAULT_CONFIG
     data = read_yaml(source)
     try:
-        config: StreamingJobConfig = build_section(StreamingJobConfig, data, "", _COMPLETE)
+        config: StreamingJobConfig = build_section(
+            StreamingJobConfig, with_overrides(data, ENV_OVERRIDES), "", _COMPLETE)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
-    if setting("SEEDANCE_WAREHOUSE_URL"):
-        config = config.replace("warehouse", url=setting("SEEDANCE_WAREHOUSE_URL"))
     return config
