@@ -22,6 +22,16 @@ from jobs.demo_report import (
     print_summary,
 )
 from pipelines.codec.metrics import encode_samples
+from pipelines.control.config import OutputsSection
+from pipelines.flink.jobs import (
+    ATTRIBUTION,
+    EXPERIMENTS,
+    GPU_COST,
+    ROI,
+    STREAMING_JOBS,
+    StreamingJob,
+    unique,
+)
 from pipelines.kafka.io import count_messages, producer, recreate_topics
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
@@ -41,11 +51,17 @@ from pipelines.store.warehouse import Warehouse
 # The sample's experiments: a bidding strategy that earns a third more per order than the
 # control (a real lift the strategy table should find) and a checkout copy that changes
 # nothing (an A/A test in effect: "not significant" is the right answer).
-CONTROL_TOPIC = "control_actions"
 DEMO_EXPERIMENTS = (
     ExperimentPlan("bidding-strategy", ("control", "v2.3-dynamic-bidding"), revenue_lift=0.35),
     ExperimentPlan("checkout-copy", ("control", "short-copy")),
 )
+
+# What the demo says it runs each streaming job for (after "Running the Flink <title> job").
+DEMO_STEPS = {ATTRIBUTION.name: " until the sample is consumed",
+              GPU_COST.name: " over the GPU samples and GPU-backed spans",
+              ROI.name: ": spend and GPU cost allocated to the conversions",
+              EXPERIMENTS.name: ": each user's first variant, their orders"}
+CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
 # is a visible share of cost and so is their idle time.
@@ -123,12 +139,12 @@ def _done(started: float) -> None:
     print(f"    done in {time.monotonic() - started:.1f}s", flush=True)
 
 
-def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
-    from pipelines.flink.attribution_job import run_job  # heavy imports: only when needed
-    from pipelines.flink.experiments_job import run_experiments_job
-    from pipelines.flink.gpu_cost_job import run_gpu_job
-    from pipelines.flink.roi_job import run_roi_job
+def demo_job_name(job: StreamingJob) -> str:
+    """The Flink job name of `job` in the demo (its checkpoints apart from a real run's)."""
+    return "seedance-demo" if job is ATTRIBUTION else f"seedance-demo-{job.name}"
 
+
+def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     home = state_home()
     kafka = LocalKafka(home / "kafka")
     started_here = kafka.info() is None
@@ -147,13 +163,9 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         # about 200 per variant, too few to tell a third more revenue per order from noise
         config = config.replace("experiments", window_days=45.0)
         topics, gpu = config.topics, config.gpu
-        recreate_topics(info.bootstrap, [topics.spans, topics.credits, topics.dead_letter,
-                                         topics.late, topics.conversions, topics.accounting,
-                                         topics.ad_spend,
-                                         topics.roi, topics.roi_dead_letter, gpu.metrics_topic,
-                                         gpu.costs_topic, gpu.metrics_dead_letter,
-                                         topics.experiment_exposures,
-                                         topics.experiment_conversions, CONTROL_TOPIC])
+        recreate_topics(info.bootstrap, unique(
+            [topic for job in STREAMING_JOBS.values() for topic in job.topics(config)]
+            + [CONTROL_TOPIC]))
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
@@ -174,24 +186,14 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
                   f"{incident[0].day} .. {incident[-1].day}")
         _done(t)
 
-        t = _step("Running the Flink attribution job until the sample is consumed")
-        run_job(config, info.bootstrap, job_name="seedance-demo")
-        _done(t)
-        report = latest_report(info.bootstrap, topics.accounting)
-        if report:
-            print("    " + format_report(report, topics.dead_letter, topics.late))
-
-        t = _step("Running the Flink GPU cost job over the GPU samples and GPU-backed spans")
-        run_gpu_job(config, info.bootstrap, job_name="seedance-demo-gpu-cost")
-        _done(t)
-
-        t = _step("Running the Flink ROI job: spend and GPU cost allocated to the conversions")
-        run_roi_job(config, info.bootstrap, job_name="seedance-demo-roi")
-        _done(t)
-
-        t = _step("Running the Flink experiments job: each user's first variant, their orders")
-        run_experiments_job(config, info.bootstrap, job_name="seedance-demo-experiments")
-        _done(t)
+        for job in STREAMING_JOBS.values():
+            t = _step(f"Running the Flink {job.title} job{DEMO_STEPS[job.name]}")
+            job.run(config, info.bootstrap, job_name=demo_job_name(job))
+            _done(t)
+            report = latest_report(info.bootstrap, topics.accounting) \
+                if job.keeps_accounting else None
+            if report:
+                print("    " + format_report(report, topics.dead_letter, topics.late))
 
         t = _step("Loading credits, GPU costs, spend, ROI and experiments into the warehouse")
         warehouse = Warehouse(config.warehouse.url)

@@ -19,19 +19,13 @@ from pathlib import Path
 
 from pyflink.datastream import StreamExecutionEnvironment
 
-from pipelines.flink.attribution_job import build_pipeline
-from pipelines.flink.experiments_job import build_experiments_pipeline
-from pipelines.flink.gpu_cost_job import build_gpu_pipeline
+from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
 from pipelines.flink.kafka import flink_configuration
-from pipelines.flink.roi_job import build_roi_pipeline
 from pipelines.kafka.address import KafkaAddressError, resolve_bootstrap
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import flink_connector_jars
 
-JOBS = {"attribution": ("seedance-attribution", build_pipeline),
-        "gpu-cost": ("seedance-gpu-cost", build_gpu_pipeline),
-        "roi": ("seedance-roi", build_roi_pipeline),
-        "experiments": ("seedance-experiments", build_experiments_pipeline)}
+JOBS = STREAMING_JOBS  # by name (pipelines/flink/jobs.py)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     # not `--job`: the `flink` client takes an abbreviation of its own options, so a
     # `--job` after `--python FILE` is read as `--jobmanager` and never reaches this script
     parser.add_argument("--streaming-job", dest="job", choices=sorted(JOBS),
-                        default="attribution")
+                        default=DEFAULT_JOB)
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--bootstrap", default="")
     return parser
@@ -54,13 +48,14 @@ def main() -> None:
         bootstrap = resolve_bootstrap(args.bootstrap, config)
     except KafkaAddressError as error:
         parser.error(str(error))
-    name, build = JOBS[args.job]
+    job = JOBS[args.job]
+    build = job.builder()  # the job's module, imported before the environment exists
     env = StreamExecutionEnvironment.get_execution_environment(
-        flink_configuration(config, local=False, job_name=name))
+        flink_configuration(config, local=False, job_name=job.flink_name))
     env.set_parallelism(config.flink.parallelism)
     env.add_jars(*[jar.as_uri() for jar in flink_connector_jars()])
     build(env, config, bootstrap)
-    env.execute(name)
+    env.execute(job.flink_name)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
+from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
 from pipelines.flink.standalone import ClusterError, StandaloneFlink
 
 
@@ -25,8 +26,7 @@ def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     actions.add_parser("down", help="stop the cluster")
     actions.add_parser("status", help="TaskManagers, slots and jobs")
     submit = actions.add_parser("submit", help="flink run --python jobs/flink_entry.py")
-    submit.add_argument("--job", choices=["attribution", "gpu-cost", "roi", "experiments"],
-                        default="attribution")
+    submit.add_argument("--job", choices=list(STREAMING_JOBS), default=DEFAULT_JOB)
     submit.add_argument("--config", help=CONFIG_HELP)
     submit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     submit.add_argument("--from-savepoint", metavar="PATH", help="start from this savepoint")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, job_config
+from pipelines.flink.jobs import ATTRIBUTION, DEFAULT_JOB, STREAMING_JOBS, unique
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import StreamingJobConfig
 
@@ -24,12 +25,12 @@ def add_report(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("run", help="run a streaming job on Flink: attribution (default), "
-                                   "gpu-cost, roi or experiments")
+    others = [name for name in STREAMING_JOBS if name != DEFAULT_JOB]
+    p = sub.add_parser("run", help=f"run a streaming job on Flink: {DEFAULT_JOB} (default), "
+                                   f"{', '.join(others[:-1])} or {others[-1]}")
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
-    p.add_argument("--job", choices=["attribution", "gpu-cost", "roi", "experiments"],
-                   default="attribution")
+    p.add_argument("--job", choices=list(STREAMING_JOBS), default=DEFAULT_JOB)
     p.add_argument("--bounded", action="store_true",
                    help="stop at the end of the input present at start")
     p.set_defaults(func=cmd_run)
@@ -50,51 +51,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.kafka.io import ensure_topics
     from pipelines.kafka.security import for_python
 
-    topics, gpu = config.topics, config.gpu
+    job, topics = STREAMING_JOBS[args.job], config.topics
     client = for_python(dict(config.kafka.properties))  # the job's own clients are Java
-    ensure_topics(bootstrap, [topics.spans, topics.credits, topics.dead_letter, topics.late,
-                              topics.conversions, topics.accounting]
-                  + ([gpu.metrics_topic, gpu.costs_topic, gpu.metrics_dead_letter]
-                     if args.job == "gpu-cost" else [])
-                  + ([topics.ad_spend, gpu.costs_topic, topics.roi, topics.roi_dead_letter]
-                     if args.job == "roi" else [])
-                  + ([topics.experiment_exposures, topics.experiment_conversions]
-                     if args.job == "experiments" else []), client=client)
-    if args.job == "experiments":
-        from pipelines.flink.experiments_job import run_experiments_job
-
-        print(f"Running the experiments job on {bootstrap}: {topics.spans} + "
-              f"{topics.conversions} -> {topics.experiment_exposures} + "
-              f"{topics.experiment_conversions}; {until}")
-        with resume_hint(config, "seedance-experiments", args.verbose):
-            run_experiments_job(config, bootstrap)
+    # the attribution job's topics always: the other jobs read its input or its output
+    ensure_topics(bootstrap, unique(ATTRIBUTION.topics(config) + job.topics(config)),
+                  client=client)
+    print(f"Running the {job.title} job on {bootstrap}: {job.describe(config)}; {until}")
+    with resume_hint(config, job.flink_name, args.verbose):
+        job.run(config, bootstrap)
+    if not job.keeps_accounting:
         return 0
-    if args.job == "roi":
-        from pipelines.flink.roi_job import run_roi_job
-
-        print(f"Running the ROI job on {bootstrap}: {topics.credits} + {topics.conversions} + "
-              f"{topics.ad_spend} + {gpu.costs_topic} -> {topics.roi} (dead letters: "
-              f"{topics.roi_dead_letter}); {until}")
-        with resume_hint(config, "seedance-roi", args.verbose):
-            run_roi_job(config, bootstrap)
-        return 0
-    if args.job == "gpu-cost":
-        from pipelines.flink.gpu_cost_job import run_gpu_job
-
-        gpu = config.gpu
-        print(f"Running the GPU cost job on {bootstrap}: {gpu.metrics_topic} + "
-              f"{config.topics.spans} -> {gpu.costs_topic} (dead letters: "
-              f"{gpu.metrics_dead_letter}); {until}")
-        with resume_hint(config, "seedance-gpu-cost", args.verbose):
-            run_gpu_job(config, bootstrap)
-        return 0
-    from pipelines.flink.attribution_job import run_job
-
-    print(f"Running the attribution job on {bootstrap}: {config.topics.spans} -> "
-          f"{config.topics.credits} (dead letters: {config.topics.dead_letter}, "
-          f"late: {config.topics.late}); {until}")
-    with resume_hint(config, "seedance-attribution", args.verbose):
-        run_job(config, bootstrap)
     from pipelines.store.accounting import adds_up, format_report, latest_report
 
     report = latest_report(bootstrap, topics.accounting, client)

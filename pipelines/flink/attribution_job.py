@@ -34,6 +34,7 @@ from pipelines.flink.attribute_journeys import AttributeJourneys
 from pipelines.flink.decode_otlp import DecodeOtlp
 from pipelines.flink.dedup_orders import DedupOrders
 from pipelines.flink.fit_models import FitDataDrivenModels
+from pipelines.flink.jobs import ATTRIBUTION
 from pipelines.flink.kafka import (
     build_sink,
     build_source,
@@ -149,7 +150,7 @@ def write(outputs: JobOutputs, config: StreamingJobConfig, bootstrap: str) -> No
         .name("accounting-sink").uid("accounting-sink")
 
 
-def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-attribution",
+def run_job(config: StreamingJobConfig, bootstrap: str, job_name: str = ATTRIBUTION.flink_name,
             env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
     """Run the attribution job (see `run_pipeline`)."""
     return run_pipeline(build_pipeline, config, bootstrap, job_name, env)

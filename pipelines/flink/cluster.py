@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.java_gateway import get_gateway
 
+from pipelines.flink.jobs import ATTRIBUTION
 from pipelines.settings.job_config import StreamingJobConfig
 
 
@@ -34,7 +35,7 @@ class LocalFlinkCluster:
         self.rest_port = int(self._cluster.getRestAddress().get().getPort())
 
     def environment(self, config: StreamingJobConfig,
-                    job_name: str = "seedance-attribution") -> StreamExecutionEnvironment:
+                    job_name: str = ATTRIBUTION.flink_name) -> StreamExecutionEnvironment:
         from pipelines.flink.kafka import flink_configuration
         from pipelines.py4j_routing import route_by_gateway
 

@@ -43,6 +43,7 @@ from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.exposures import decode_exposures
 from pipelines.codec.frame import unframe
 from pipelines.codec.otlp import MAX_FUTURE_S
+from pipelines.flink.jobs import EXPERIMENTS
 from pipelines.flink.kafka import (
     build_sink,
     build_source,
@@ -228,6 +229,6 @@ def build_experiments_pipeline(env: StreamExecutionEnvironment, config: Streamin
 
 
 def run_experiments_job(config: StreamingJobConfig, bootstrap: str,
-                        job_name: str = "seedance-experiments",
+                        job_name: str = EXPERIMENTS.flink_name,
                         env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
     return run_pipeline(build_experiments_pipeline, config, bootstrap, job_name, env)

@@ -39,6 +39,7 @@ from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.frame import unframe
 from pipelines.codec.metrics import decode_samples
 from pipelines.codec.otlp import MAX_FUTURE_S, decode_spans
+from pipelines.flink.jobs import GPU_COST
 from pipelines.flink.kafka import (
     build_sink,
     build_source,
@@ -344,6 +345,6 @@ def write(costs: DataStream, dead: DataStream, late: DataStream, config: Streami
         .name("gpu-late-sink").uid("gpu-late-sink")
 
 
-def run_gpu_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-gpu-cost",
+def run_gpu_job(config: StreamingJobConfig, bootstrap: str, job_name: str = GPU_COST.flink_name,
                 env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
     return run_pipeline(build_gpu_pipeline, config, bootstrap, job_name, env)

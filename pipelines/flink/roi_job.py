@@ -46,6 +46,7 @@ from pyflink.datastream.state import (
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.frame import unframe
+from pipelines.flink.jobs import ROI
 from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
 from pipelines.flink.roi_support import (
@@ -341,6 +342,6 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         .name("roi-dead-letter-sink").uid("roi-dead-letter-sink")
 
 
-def run_roi_job(config: StreamingJobConfig, bootstrap: str, job_name: str = "seedance-roi",
+def run_roi_job(config: StreamingJobConfig, bootstrap: str, job_name: str = ROI.flink_name,
                 env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
     return run_pipeline(build_roi_pipeline, config, bootstrap, job_name, env)

@@ -3,7 +3,9 @@
 - no import cycles among the project's modules (module-level imports);
 - udfs/ and schemas/, the engine-free code, import no engine or client package and nothing
   of pipelines/ or jobs/;
-- no project module is over MAX_LINES lines.
+- no project module is over MAX_LINES lines;
+- the streaming jobs are named in one registry, pipelines/flink/jobs.py: no other module
+  spells out their Flink job names, lists their names or tests a job against a name.
 
 `python tests/unit/test_architecture.py` prints the cycles, those through imports inside
 functions included.
@@ -164,6 +166,71 @@ def test_no_module_over_max_lines() -> None:
     too_long = {name: n for name, n in sizes.items()
                 if n > MAX_LINES and name not in OVER_MAX_LINES}
     assert too_long == {}, f"split these modules (at most {MAX_LINES} lines each)"
+
+
+JOB_REGISTRY = "pipelines/flink/jobs.py"
+# constants equal to a job's Flink name that are not one
+NOT_JOB_NAMES = {
+    # input.group_id's default, the attribution job's consumer group (named like the job)
+    ("pipelines/settings/job_config.py", "seedance-attribution"),
+    # flink_configuration's default (the registry's run imports pipelines.flink.kafka);
+    # tests/unit/test_streaming_jobs.py keeps it the registry's
+    ("pipelines/flink/kafka.py", "seedance-attribution"),
+}
+# a collection naming this many jobs lists them (fewer may be dashboard pages or metrics:
+# "roi" and "experiments" are those too)
+LISTS_JOBS = 3
+
+
+def registered_jobs() -> dict[str, str]:
+    """{job name: Flink job name} of the registry's StreamingJob(name, title, flink_name,
+    ...) calls, read from its source."""
+    tree = ast.parse((ROOT / JOB_REGISTRY).read_text())
+    return {call.args[0].value: call.args[2].value for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+            and call.func.id == "StreamingJob"}
+
+
+def job_name_uses(tree: ast.AST, names: set[str], flink_names: set[str]) -> Iterator[str]:
+    """Where a module spells out a job's Flink name, lists LISTS_JOBS job names or more (a
+    collection, dict keys) or compares something's `job` with a job name."""
+    def is_name(node: ast.AST | None) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in flink_names:
+            yield f"{node.lineno}: {node.value!r}"
+        elements = node.elts if isinstance(node, ast.List | ast.Tuple | ast.Set) \
+            else node.keys if isinstance(node, ast.Dict) else []
+        if sum(map(is_name, elements)) >= LISTS_JOBS:
+            yield f"{node.lineno}: lists {ast.unparse(node)[:60]}"
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(map(is_name, operands)) and any(
+                    isinstance(o, ast.Attribute) and o.attr == "job" for o in operands):
+                yield f"{node.lineno}: {ast.unparse(node)}"
+
+
+def test_streaming_jobs_are_named_in_the_registry_only() -> None:
+    jobs = registered_jobs()
+    assert {"attribution", "gpu-cost", "roi", "experiments"} <= set(jobs)
+    found = []
+    for path in module_files().values():
+        name = str(path.relative_to(ROOT))
+        if name == JOB_REGISTRY:
+            continue
+        tree = ast.parse(path.read_text(), name)
+        found += [f"{name}:{use}" for use in job_name_uses(
+            tree, set(jobs), set(jobs.values()) - {v for f, v in NOT_JOB_NAMES if f == name})]
+    assert found == [], f"name jobs through {JOB_REGISTRY}"
+
+
+def test_the_job_name_check_finds_what_it_is_for() -> None:
+    tree = ast.parse('JOBS = ["attribution", "roi", "gpu-cost"]\nif args.job == "roi": pass\n'
+                     'run(job_name="seedance-roi")\npages = {"roi": 1, "gpu-cost": 2}\n')
+    names, flink_names = {"attribution", "gpu-cost", "roi"}, {"seedance-roi"}
+    assert [use.split(":")[0] for use in job_name_uses(tree, names, flink_names)] == \
+        ["1", "2", "3"]
 
 
 def test_the_graph_sees_imports_inside_functions() -> None:

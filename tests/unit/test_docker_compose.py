@@ -436,8 +436,9 @@ def test_entrypoint_turns_properties_into_flags_and_reads_secret_files(
 def test_operations_doc_names_every_operator_uid() -> None:
     """Savepoint upgrades depend on these uids; the runbook's table must stay complete."""
     doc = (ROOT / "docs" / "operations.md").read_text()
-    for job in ("attribution_job.py", "gpu_cost_job.py", "roi_job.py", "experiments_job.py"):
-        code = (ROOT / "pipelines" / "flink" / job).read_text()
+    for streaming_job in JOBS.values():
+        job = streaming_job.builder_path.split(":")[0].replace(".", "/") + ".py"
+        code = (ROOT / job).read_text()
         uids = re.findall(r'\.uid\(f?"([^"{]+)', code)
         assert uids, job
         for uid in uids:

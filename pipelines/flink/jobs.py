@@ -1,0 +1,134 @@
+"""The streaming jobs, in one registry: each job's name (`seedance run --job`, `seedance
+cluster submit --job`, `flink_entry.py --streaming-job`), its builder, its Flink job name
+(which also names its checkpoint folder), the topics it reads and writes and the uids of
+its operators (what its savepoints are keyed by).
+
+Every command that lists, submits or runs jobs reads them here. Nothing heavy is imported:
+a job's module (PyFlink and all) is imported when its builder is asked for.
+
+Topics are named by where the job config keeps them (`topics.spans`, `gpu.costs_topic`),
+never by value: jobs/config/streaming.yaml and pipelines/settings/job_config.py are the
+one place topic names are set.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyflink.common import JobExecutionResult
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from pipelines.settings.job_config import StreamingJobConfig
+
+    Builder = Callable[[StreamExecutionEnvironment, StreamingJobConfig, str], None]
+
+
+@dataclass(frozen=True)
+class StreamingJob:
+    name: str  # how commands name it
+    title: str  # how their messages call it: "Running the {title} job ..."
+    flink_name: str  # the Flink job's name by default; its checkpoints' folder
+    builder_path: str  # "module:function" of its build_*_pipeline(env, config, bootstrap)
+    reads: tuple[str, ...]  # job config attributes naming the topics it reads
+    writes: tuple[str, ...]  # ... and the topics it writes
+    flow: str  # what `seedance run` says it does, its topics as {topics.spans} etc.
+    uids: tuple[str, ...]  # its operators' uids (its sources' own final-watermark
+    #                        operators add "-final-watermark" to theirs)
+
+    def builder(self) -> Builder:
+        """The job's build function (its module imported now)."""
+        module, function = self.builder_path.split(":")
+        build: Builder = getattr(importlib.import_module(module), function)
+        return build
+
+    def topics(self, config: StreamingJobConfig) -> list[str]:
+        """The topics it reads, then those it writes, each once, as `config` names them."""
+        return unique(attrgetter(path)(config) for path in self.reads + self.writes)
+
+    def describe(self, config: StreamingJobConfig) -> str:
+        """`flow` with the topics of `config`."""
+        return self.flow.format(**{f.name: getattr(config, f.name) for f in fields(config)})
+
+    @property
+    def keeps_accounting(self) -> bool:
+        """It writes running totals (`topics.accounting`) that add up or not."""
+        return "topics.accounting" in self.writes
+
+    def run(self, config: StreamingJobConfig, bootstrap: str, job_name: str | None = None,
+            env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+        """Build and run the job (`pipelines.flink.kafka.run_pipeline`), as `job_name`
+        (default: `flink_name`)."""
+        from pipelines.flink.kafka import run_pipeline
+
+        return run_pipeline(self.builder(), config, bootstrap, job_name or self.flink_name,
+                            env)
+
+
+def unique(names: Iterable[str]) -> list[str]:
+    """`names` in order, each once."""
+    return list(dict.fromkeys(names))
+
+
+ATTRIBUTION = StreamingJob(
+    "attribution", "attribution", "seedance-attribution",
+    "pipelines.flink.attribution_job:build_pipeline",
+    reads=("topics.spans",),
+    writes=("topics.credits", "topics.dead_letter", "topics.late", "topics.conversions",
+            "topics.accounting"),
+    flow="{topics.spans} -> {topics.credits} (dead letters: {topics.dead_letter}, late: "
+         "{topics.late})",
+    uids=("source-otlp-spans", "decode-otlp", "dedup-orders-by-order-id",
+          "attribute-journeys-by-bucket", "fit-data-driven-models-by-period", "count-late",
+          "count-duplicate-orders", "run-accounting", "credits-sink", "dead-letter-sink",
+          "late-events-sink", "conversions-sink", "accounting-sink"))
+
+GPU_COST = StreamingJob(
+    "gpu-cost", "GPU cost", "seedance-gpu-cost",
+    "pipelines.flink.gpu_cost_job:build_gpu_pipeline",
+    reads=("gpu.metrics_topic", "topics.spans"),
+    writes=("gpu.costs_topic", "gpu.metrics_dead_letter", "topics.late"),
+    flow="{gpu.metrics_topic} + {topics.spans} -> {gpu.costs_topic} (dead letters: "
+         "{gpu.metrics_dead_letter})",
+    uids=("source-otlp-metrics", "source-otlp-spans-gpu", "decode-gpu-samples",
+          "decode-gpu-calls", "link-calls-to-gpus", "cost-per-gpu", "gpu-costs-sink",
+          "gpu-dead-letter-sink", "gpu-late-sink"))
+
+ROI = StreamingJob(
+    "roi", "ROI", "seedance-roi",
+    "pipelines.flink.roi_job:build_roi_pipeline",
+    reads=("topics.credits", "topics.conversions", "topics.ad_spend", "gpu.costs_topic"),
+    writes=("topics.roi", "topics.roi_dead_letter"),
+    flow="{topics.credits} + {topics.conversions} + {topics.ad_spend} + {gpu.costs_topic} "
+         "-> {topics.roi} (dead letters: {topics.roi_dead_letter})",
+    uids=(*(f"roi-{step}-{kind}" for step in ("source", "decode", "time")
+            for kind in ("credit", "conversion", "gpu", "spend")),
+          "roi-share-idle-cost", "roi-link-trace-costs", "roi-per-day", "roi-sink",
+          "roi-dead-letter-sink"))
+
+EXPERIMENTS = StreamingJob(
+    "experiments", "experiments", "seedance-experiments",
+    "pipelines.flink.experiments_job:build_experiments_pipeline",
+    reads=("topics.spans", "topics.conversions"),
+    writes=("topics.experiment_exposures", "topics.experiment_conversions",
+            "topics.dead_letter"),
+    flow="{topics.spans} + {topics.conversions} -> {topics.experiment_exposures} + "
+         "{topics.experiment_conversions}",
+    uids=("experiments-source-spans", "experiments-decode-exposures",
+          "experiments-source-conversions", "experiments-decode-conversions",
+          "experiments-conversion-time", "experiments-assign-variants",
+          "experiments-exposures-sink", "experiments-conversions-sink",
+          "experiments-dead-letter-sink"))
+
+# in the order commands list them and the demo runs them (each after the jobs it reads from)
+STREAMING_JOBS: dict[str, StreamingJob] = {
+    job.name: job for job in (ATTRIBUTION, GPU_COST, ROI, EXPERIMENTS)}
+DEFAULT_JOB = ATTRIBUTION.name
+
+
+__all__ = ["ATTRIBUTION", "DEFAULT_JOB", "EXPERIMENTS", "GPU_COST", "ROI", "STREAMING_JOBS",
+           "StreamingJob", "unique"]
