@@ -3,9 +3,14 @@
 - no import cycles among the project's modules (module-level imports);
 - udfs/ and schemas/, the engine-free code, import no engine or client package and nothing
   of pipelines/ or jobs/;
-- no project module is over MAX_LINES lines;
+- pipelines/ never imports jobs/, schemas/ never imports udfs/ (not even in a function);
+- no module of those packages or of bench/ is over MAX_LINES lines;
 - the streaming jobs are named in one registry, pipelines/flink/jobs.py: no other module
-  spells out their Flink job names, lists their names or tests a job against a name.
+  spells out their Flink job names, lists their names or tests a job against a name;
+- DAY_MS is defined in udfs/periods.py alone: every other module (bench/ and tests/ too)
+  imports it;
+- no module of tests/ imports a test module (tests/**/test_*.py): shared helpers live in
+  helper modules of tests/ or a conftest.py.
 
 `python tests/unit/test_architecture.py` prints the cycles, those through imports inside
 functions included.
@@ -23,6 +28,9 @@ PACKAGES = ("jobs", "pipelines", "udfs", "schemas")
 ENGINE_FREE = ("udfs", "schemas")
 ENGINES = ("pyflink", "pyspark", "apache_beam", "kafka", "confluent_kafka", "psycopg")
 MAX_LINES = 400
+# bench/ is no package (its scripts are run, not imported), but its modules are held to the
+# limit too
+SIZE_CHECKED = (*PACKAGES, "bench")
 
 # TEMPORARY: the modules over MAX_LINES when this test was written, being split by their
 # own changes; whoever splits one removes its entry here. Nothing new goes on this list.
@@ -47,6 +55,12 @@ def module_files() -> dict[str, Path]:
                 parts = parts[:-1]
             modules[".".join(parts)] = path
     return modules
+
+
+def python_files(folders: tuple[str, ...]) -> dict[str, Path]:
+    """Every .py file under `folders`, by its path from the root."""
+    return {str(path.relative_to(ROOT)): path for folder in folders
+            for path in sorted((ROOT / folder).rglob("*.py"))}
 
 
 def _imports_in(module: str, path: Path, known: set[str]) -> Iterator[Import]:
@@ -161,8 +175,8 @@ def test_engine_free_code_imports_no_engine_and_no_pipeline() -> None:
 
 
 def test_no_module_over_max_lines() -> None:
-    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines())
-             for path in module_files().values()}
+    sizes = {name: len(path.read_text().splitlines())
+             for name, path in python_files(SIZE_CHECKED).items()}
     too_long = {name: n for name, n in sizes.items()
                 if n > MAX_LINES and name not in OVER_MAX_LINES}
     assert too_long == {}, f"split these modules (at most {MAX_LINES} lines each)"
@@ -238,6 +252,91 @@ def test_the_graph_sees_imports_inside_functions() -> None:
     everything = import_graph(top_level_only=False)
     assert import_graph()["jobs.cli"] <= everything["jobs.cli"]
     assert any(not imp.top_level for imp in all_imports())
+
+
+# --- one home for small shared definitions, layers, tests -------------------------------
+
+DAY_MS_HOME = "udfs/periods.py"
+# TEMPORARY: modules another change is editing, which define DAY_MS still; whoever next
+# changes one imports DAY_MS from udfs.periods and removes its entry. Nothing new goes here.
+DAY_MS_ELSEWHERE = {"pipelines/flink/experiments_job.py"}
+# (importer, imported): top-level packages one must never import, even inside a function
+FORBIDDEN_IMPORTS = {("pipelines", "jobs"), ("schemas", "udfs")}
+
+
+def definitions_of(tree: ast.AST, name: str) -> Iterator[int]:
+    """The lines where `name` is bound by an assignment (at any depth: `X = `, `X: int = `,
+    `a, X = `)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        else:
+            continue
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+               for target in targets for n in ast.walk(target)):
+            yield node.lineno
+
+
+def test_day_ms_is_defined_in_udfs_periods_only() -> None:
+    files = python_files((*SIZE_CHECKED, "tests"))
+    found = [f"{name}:{line}" for name, path in files.items()
+             if name != DAY_MS_HOME and name not in DAY_MS_ELSEWHERE
+             for line in definitions_of(ast.parse(path.read_text(), name), "DAY_MS")]
+    assert found == [], f"import DAY_MS from {DAY_MS_HOME}"
+    assert list(definitions_of(ast.parse(files[DAY_MS_HOME].read_text()), "DAY_MS"))
+
+
+def test_the_definition_check_finds_what_it_is_for() -> None:
+    tree = ast.parse("DAY_MS = 1\nA, DAY_MS = 1, 2\nclass C:\n    DAY_MS: int = 3\n"
+                     "from udfs.periods import DAY_MS\nx = DAY_MS\nd[DAY_MS] = 4\n")
+    assert list(definitions_of(tree, "DAY_MS")) == [1, 2, 4]
+
+
+def test_layers_import_downwards_only() -> None:
+    wrong = [f"{imp.source}:{imp.line} imports {imp.target}" for imp in all_imports()
+             if (imp.source.split(".")[0], imp.target.split(".")[0]) in FORBIDDEN_IMPORTS]
+    assert wrong == []
+
+
+def imported_test_modules(tree: ast.AST, module: str) -> Iterator[str]:
+    """The project's test modules (tests/**/test_*.py) that module `module` (dotted) of
+    tests/ imports, or whose names it imports."""
+    def is_test(name: str) -> bool:
+        return name.startswith("tests.") and name.rsplit(".", 1)[-1].startswith("test_")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (f"{node.lineno}: {a.name}" for a in node.names if is_test(a.name))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[:-node.level]
+                base = ".".join(anchor + ([base] if base else []))
+            if is_test(base):
+                yield f"{node.lineno}: {base}"
+            else:
+                yield from (f"{node.lineno}: {base}.{a.name}" for a in node.names
+                            if is_test(f"{base}.{a.name}"))
+
+
+def test_no_test_module_imports_another() -> None:
+    found = []
+    for name, path in python_files(("tests",)).items():
+        module = ".".join(Path(name).with_suffix("").parts)
+        found += [f"{name}:{use}" for use in imported_test_modules(
+            ast.parse(path.read_text(), name), module)]
+    assert found == [], "share helpers through tests/*.py helper modules or a conftest.py"
+
+
+def test_the_test_import_check_finds_what_it_is_for() -> None:
+    tree = ast.parse("import tests.unit.test_a\nfrom tests.unit.test_b import x\n"
+                     "from tests.unit import test_c\nfrom .test_d import y\n"
+                     "from tests.spans import make_spans\nfrom . import conftest\n"
+                     "from apache_beam.testing.test_pipeline import TestPipeline\n")
+    found = [use.split(":")[0] for use in imported_test_modules(tree, "tests.unit.test_e")]
+    assert found == ["1", "2", "3", "4"]
 
 
 if __name__ == "__main__":
