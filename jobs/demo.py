@@ -12,6 +12,7 @@ import json
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from jobs.commands.verify import verify_warehouse
 from jobs.demo_loop import run_control_loop, runaway_bid
@@ -70,13 +71,15 @@ DEMO_BATCH_BUSY = 0.5
 
 def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
              encoding: str = "otlp_proto", partition_by_trace: bool = False,
-             experiments: tuple[ExperimentPlan, ...] = (), batch_busy: float = 0.0) -> str:
+             experiments: tuple[ExperimentPlan, ...] = (), batch_busy: float = 0.0,
+             client: dict[str, Any] | None = None) -> str:
+    """`client`: kafka-python settings (security: pipelines.kafka.security.for_python)."""
     started = time.monotonic()
     plan = plan_events(users, seed=seed, days=days, experiments=experiments,
                        batch_busy=batch_busy)
     exporter = KafkaSpanExporter(bootstrap, topic, encoding=encoding,
-                                 partition_by_trace=partition_by_trace)
-    raw = producer(bootstrap)
+                                 partition_by_trace=partition_by_trace, **(client or {}))
+    raw = producer(bootstrap, **(client or {}))
     try:
         spans = emit(plan, exporter, lambda payload: raw.send(topic, payload).get(30),
                      seed=seed)
@@ -112,7 +115,7 @@ def publish_spend(bootstrap: str, topic: str, records: list[SpendRecord]) -> Non
     raw = producer(bootstrap)
     try:
         for record in records:
-            raw.send(topic, record.to_json().encode())
+            raw.send(topic, record.to_json().encode(), key=record.key().encode())
         raw.flush()
     finally:
         raw.close()

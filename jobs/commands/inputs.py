@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from jobs.commands.common import (
     BOOTSTRAP_HELP,
@@ -31,6 +32,7 @@ def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                        help="replay at the recorded pace instead of at once")
     probe.add_argument("--topic", default=GpuConfig.metrics_topic)
     probe.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    probe.add_argument("--config", help=f"{CONFIG_HELP} (its Kafka address and security)")
     probe.add_argument("--no-publish", action="store_true", help="print only")
     probe.add_argument("--prices", help="GPU price catalog YAML (default: the examples)")
     probe.add_argument("--warn-mem-bandwidth", type=float, default=90.0, metavar="PCT")
@@ -49,6 +51,7 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
+    gen.add_argument("--config", help=f"{CONFIG_HELP} (its Kafka address and security)")
     gen.add_argument("--experiments", action="store_true",
                      help="expose every user to the demo's two experiments (feature-flag "
                           "spans; one variant earns more, the other experiment changes "
@@ -74,14 +77,24 @@ def add_spend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     spend.set_defaults(func=cmd_spend)
 
 
+def kafka_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The Kafka address (`--bootstrap`, else the config's) and kafka-python settings
+    (the config's `kafka.properties`: SASL, TLS) of a publishing command."""
+    from pipelines.kafka.security import for_python
+
+    config = job_config(args)
+    return (resolve_bootstrap(args.bootstrap, config),
+            for_python(dict(config.kafka.properties)))
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from jobs.demo import DEMO_EXPERIMENTS, generate
 
-    bootstrap = resolve_bootstrap(args.bootstrap)
+    bootstrap, client = kafka_of(args)
     summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
                        encoding=args.encoding, partition_by_trace=args.partition_by_trace,
                        experiments=DEMO_EXPERIMENTS if args.experiments else (),
-                       batch_busy=args.gpu_busy)
+                       batch_busy=args.gpu_busy, client=client)
     print(summary)
     if args.gpu_recording:
         from jobs.demo import DEMO_EXPERIMENTS, write_gpu_recording
@@ -118,8 +131,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
     publish = None
     sink = None
     if not args.no_publish:
-        bootstrap = resolve_bootstrap(args.bootstrap)
-        sink = producer(bootstrap)
+        bootstrap, client = kafka_of(args)
+        sink = producer(bootstrap, **client)
 
         def publish(batch: list) -> None:
             sink.send(args.topic, encode_samples(batch)).get(30)
@@ -146,12 +159,14 @@ def cmd_spend(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     config = job_config(args)
     topic = args.topic or config.topics.ad_spend
-    bootstrap = resolve_bootstrap(args.bootstrap, config)
-    ensure_topics(bootstrap, [topic])
-    out = producer(bootstrap)
+    bootstrap, client = kafka_of(args)
+    ensure_topics(bootstrap, [topic], client=client)
+    out = producer(bootstrap, **client)
     try:
         for record in records:
-            out.send(topic, record.to_json().encode())
+            # keyed by what a restatement replaces: its versions stay in order, in one
+            # partition, as on every result topic
+            out.send(topic, record.to_json().encode(), key=record.key().encode())
         out.flush()
     finally:
         out.close()

@@ -39,6 +39,12 @@ class SpendRecord(NamedTuple):
     def to_json(self) -> str:
         return json.dumps(self._asdict(), separators=(",", ":"))
 
+    def key(self) -> str:
+        """What a later record of the same key replaces (a restated day), as the record's
+        Kafka key: a JSON array of platform, account, campaign and day."""
+        return json.dumps([self.platform, self.account, self.campaign, self.day],
+                          separators=(",", ":"))
+
 
 class SpendError(ValueError):
     """What is wrong with a spend record, naming the field."""

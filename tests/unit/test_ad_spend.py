@@ -107,3 +107,25 @@ def test_text_fields_follow_the_decoders_rule(field, value, reason):
     with pytest.raises(SpendError) as raised:
         validate({**GOOD, field: value})
     assert str(raised.value) == f"field '{field}' {reason}"
+
+
+def test_publishing_commands_use_the_config_s_kafka_security(tmp_path):
+    """`seedance spend publish`, `generate` and `probe` connect with the job config's
+    `kafka.properties` (SASL, TLS), in kafka-python's names, and its address."""
+    import argparse
+
+    import yaml
+
+    from jobs.commands.inputs import kafka_of
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"kafka": {"bootstrap": "broker:9093", "properties": {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
+                            'required username="ingest" password="pw";'}}}))
+    path.chmod(0o600)  # it holds a secret
+    bootstrap, client = kafka_of(argparse.Namespace(config=str(path), bootstrap=None))
+    assert bootstrap == "broker:9093"
+    assert client["security_protocol"] == "SASL_SSL"
+    assert client["sasl_mechanism"] == "SCRAM-SHA-512"
+    assert client["sasl_plain_username"] == "ingest"
