@@ -53,12 +53,12 @@ from pipelines.flink.kafka import (
     run_pipeline,
 )
 from pipelines.settings.job_config import StreamingJobConfig
+from udfs.periods import DAY_MS
 
 log = logging.getLogger(__name__)
 
 DEAD_LETTERS = OutputTag("experiment-dead-letters", Types.STRING())
 CONVERSIONS = OutputTag("experiment-conversions", Types.STRING())
-DAY_MS = 86_400_000
 
 # Between the operators: (user_id, ts_ms, kind, payload)
 #   exposure    (flag_key, variant, trace_id)

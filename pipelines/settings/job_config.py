@@ -20,9 +20,10 @@ from pipelines.settings.sections import ConfigError, build_section
 from pipelines.settings.shared import WAREHOUSE_URL, KafkaSection, WarehouseSection, with_overrides
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.attribution import validate_models
-from udfs.journeys import DAY_MS, JourneyConfig
+from udfs.journeys import JourneyConfig
 from udfs.lifecycle import STAGES, StageWeights
 from udfs.models import ModelParams
+from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
 
 # The YAML lives with the other operator-facing files in jobs/config/.
