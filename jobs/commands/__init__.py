@@ -4,6 +4,7 @@ parser that `jobs.cli` assembles (`add_<command>(sub)`) and implements them (`cm
 - stack: the local Kafka broker and the one-command demo
 - inputs: what is published to Kafka: sample telemetry, GPU samples, ad spend
 - stream: the streaming jobs on Flink, loading their results and the report
+- report: what `seedance report` and the demo print from the warehouse
 - attribute: batch attribution of a file
 - cluster: a standalone Flink cluster and jobs submitted to it
 

@@ -4,6 +4,7 @@ OpenTelemetry SDK), `seedance probe` (GPU samples) and `seedance spend publish` 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,20 +89,25 @@ def kafka_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from jobs.demo import DEMO_EXPERIMENTS, generate
+    from pipelines.sources.generator import plan_events
+    from pipelines.sources.publish import (
+        DEMO_EXPERIMENTS,
+        generated_summary,
+        publish_plan,
+        write_gpu_recording,
+    )
 
     bootstrap, client = kafka_of(args)
-    summary = generate(bootstrap, args.topic, users=args.users, seed=args.seed, days=args.days,
-                       encoding=args.encoding, partition_by_trace=args.partition_by_trace,
+    started = time.monotonic()
+    # one plan: its spans and, with --gpu-recording, the GPU samples of its GPU calls
+    plan = plan_events(args.users, seed=args.seed, days=args.days,
                        experiments=DEMO_EXPERIMENTS if args.experiments else (),
-                       batch_busy=args.gpu_busy, client=client)
-    print(summary)
+                       batch_busy=args.gpu_busy)
+    spans = publish_plan(plan, bootstrap, args.topic, seed=args.seed, encoding=args.encoding,
+                         partition_by_trace=args.partition_by_trace, client=client)
+    print(generated_summary(plan, spans, args.users, args.topic, time.monotonic() - started))
     if args.gpu_recording:
-        from jobs.demo import DEMO_EXPERIMENTS, write_gpu_recording
-
-        count = write_gpu_recording(Path(args.gpu_recording), args.users, args.seed, args.days,
-                                    DEMO_EXPERIMENTS if args.experiments else (),
-                                    args.gpu_busy)
+        count = write_gpu_recording(plan, Path(args.gpu_recording), args.seed)
         print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
               f"(publish them with `seedance probe --replay {args.gpu_recording}`)")
     return 0

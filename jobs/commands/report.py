@@ -1,4 +1,4 @@
-"""What the demo and `seedance report` print from the warehouse: credited revenue per channel
+"""What `seedance report` and the demo print from the warehouse: credited revenue per channel
 and model, ROI per channel, GPU cost per workload, and the experiments' strategy table."""
 
 from __future__ import annotations

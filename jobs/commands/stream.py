@@ -174,7 +174,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from jobs.demo_report import print_gpu_summary, print_summary
+    from jobs.commands.report import print_gpu_summary, print_summary
     from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)

@@ -8,21 +8,16 @@ the experiments' strategy table.
 
 from __future__ import annotations
 
-import json
 import time
-from collections import defaultdict
-from pathlib import Path
-from typing import Any
 
-from jobs.commands.verify import verify_warehouse
-from jobs.demo_loop import run_control_loop, runaway_bid
-from jobs.demo_report import (
+from jobs.commands.report import (
     print_experiments,
     print_gpu_summary,
     print_roi_summary,
     print_summary,
 )
-from pipelines.codec.metrics import encode_samples
+from jobs.commands.verify import verify_warehouse
+from jobs.demo.loop import run_control_loop, runaway_bid
 from pipelines.control.config import OutputsSection
 from pipelines.flink.jobs import (
     ATTRIBUTION,
@@ -33,29 +28,20 @@ from pipelines.flink.jobs import (
     StreamingJob,
     unique,
 )
-from pipelines.kafka.io import count_messages, producer, recreate_topics
+from pipelines.kafka.io import count_messages, recreate_topics
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
-from pipelines.sources.ad_spend import SpendRecord
-from pipelines.sources.generator import (
-    ExperimentPlan,
-    emit,
-    gpu_samples,
-    plan_events,
-    plan_spend,
+from pipelines.sources.generator import plan_events, plan_spend
+from pipelines.sources.publish import (
+    DEMO_EXPERIMENTS,
+    generated_summary,
+    publish_gpu_samples,
+    publish_plan,
+    publish_spend,
 )
-from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
 from pipelines.store.warehouse import Warehouse
-
-# The sample's experiments: a bidding strategy that earns a third more per order than the
-# control (a real lift the strategy table should find) and a checkout copy that changes
-# nothing (an A/A test in effect: "not significant" is the right answer).
-DEMO_EXPERIMENTS = (
-    ExperimentPlan("bidding-strategy", ("control", "v2.3-dynamic-bidding"), revenue_lift=0.35),
-    ExperimentPlan("checkout-copy", ("control", "short-copy")),
-)
 
 # What the demo says it runs each streaming job for (after "Running the Flink <title> job").
 DEMO_STEPS = {ATTRIBUTION.name: " until the sample is consumed",
@@ -67,70 +53,6 @@ CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
 # is a visible share of cost and so is their idle time.
 DEMO_BATCH_BUSY = 0.5
-
-
-def generate(bootstrap: str, topic: str, users: int, seed: int, days: int = 45,
-             encoding: str = "otlp_proto", partition_by_trace: bool = False,
-             experiments: tuple[ExperimentPlan, ...] = (), batch_busy: float = 0.0,
-             client: dict[str, Any] | None = None) -> str:
-    """`client`: kafka-python settings (security: pipelines.kafka.security.for_python)."""
-    started = time.monotonic()
-    plan = plan_events(users, seed=seed, days=days, experiments=experiments,
-                       batch_busy=batch_busy)
-    exporter = KafkaSpanExporter(bootstrap, topic, encoding=encoding,
-                                 partition_by_trace=partition_by_trace, **(client or {}))
-    raw = producer(bootstrap, **(client or {}))
-    try:
-        spans = emit(plan, exporter, lambda payload: raw.send(topic, payload).get(30),
-                     seed=seed)
-    finally:
-        raw.close()
-    kinds: dict[str, int] = defaultdict(int)
-    for event in plan.events:
-        kinds[event.kind] += 1
-    return (f"generated {spans} spans for {users} users to {topic} in "
-            f"{time.monotonic() - started:.1f}s: {kinds['touchpoint']} touchpoints, "
-            f"{kinds['conversion']} orders, {kinds['invalid_conversion']} broken orders, "
-            f"{kinds['exposure']} experiment exposures, "
-            f"{plan.late_count} late touches, {len(plan.malformed)} malformed messages")
-
-
-def publish_gpu_samples(bootstrap: str, topic: str, users: int, seed: int,
-                        days: int = 45, experiments: tuple[ExperimentPlan, ...] = (),
-                        batch_busy: float = 0.0) -> int:
-    """The GPU samples that go with `generate`'s telemetry, as `seedance probe` sends them."""
-    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments,
-                                      batch_busy=batch_busy), seed=seed)
-    raw = producer(bootstrap)
-    try:
-        for start in range(0, len(samples), 500):
-            raw.send(topic, encode_samples(samples[start:start + 500])).get(30)
-    finally:
-        raw.close()
-    return len(samples)
-
-
-def publish_spend(bootstrap: str, topic: str, records: list[SpendRecord]) -> None:
-    """Spend records (the plan's daily spend, a restatement) to the ad spend topic."""
-    raw = producer(bootstrap)
-    try:
-        for record in records:
-            raw.send(topic, record.to_json().encode(), key=record.key().encode())
-        raw.flush()
-    finally:
-        raw.close()
-
-
-def write_gpu_recording(path: Path, users: int, seed: int, days: int = 45,
-                        experiments: tuple[ExperimentPlan, ...] = (),
-                        batch_busy: float = 0.0) -> int:
-    """The same GPU samples as a recording for `seedance probe --replay`."""
-    samples = gpu_samples(plan_events(users, seed=seed, days=days, experiments=experiments,
-                                      batch_busy=batch_busy), seed=seed)
-    with path.open("w") as out:
-        for sample in samples:
-            out.write(json.dumps(sample._asdict()) + "\n")
-    return len(samples)
 
 
 def _step(text: str) -> float:
@@ -172,13 +94,14 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
-        print("    " + generate(info.bootstrap, topics.spans, users=users, seed=seed,
-                                 experiments=DEMO_EXPERIMENTS, batch_busy=DEMO_BATCH_BUSY))
-        samples = publish_gpu_samples(info.bootstrap, gpu.metrics_topic, users, seed,
-                                      experiments=DEMO_EXPERIMENTS, batch_busy=DEMO_BATCH_BUSY)
-        print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
+        # one plan: its spans, the GPU samples of its GPU calls and its daily spend
         plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS,
                            batch_busy=DEMO_BATCH_BUSY)
+        spans = publish_plan(plan, info.bootstrap, topics.spans, seed=seed)
+        print("    " + generated_summary(plan, spans, users, topics.spans,
+                                         time.monotonic() - t))
+        samples = publish_gpu_samples(plan, info.bootstrap, gpu.metrics_topic, seed)
+        print(f"    and {samples} GPU samples to {gpu.metrics_topic}")
         spend = plan_spend(plan, seed=seed)  # the plan's daily spend, then the incident
         incident = runaway_bid(plan, spend)
         publish_spend(info.bootstrap, topics.ad_spend, spend + incident)
