@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipelines.backfill.archive import SCHEMAS, write_tables  # noqa: E402
 from pipelines.sources.generator import CHANNEL_WEIGHTS, CHANNELS  # noqa: E402
+from schemas.rows import AD_SPEND, GPU_CALL_COST  # noqa: E402
 from udfs.periods import DAY_MS, day_of  # noqa: E402
 
 START_MS = 1_790_812_800_000  # 2026-10-01 UTC
@@ -136,11 +137,9 @@ def write_archive(root: Path, warehouse: Path, events: int, days: int, seed: int
                          np.round(rng.uniform(0.001, 0.02, gpu.sum()), 5), strict=True)))
         print(f"  archive: {total:,} events written", flush=True)
     with Warehouse(f"sqlite:///{warehouse}") as wh:
-        wh.executemany("INSERT INTO ad_spend VALUES (?, ?, ?, ?, ?, ?)",
-                       [("ads", "1", campaign, day, round(count * 2.5, 2), "USD")
-                        for (campaign, day), count in spend.items()])
-        wh.executemany("INSERT INTO gpu_call_costs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                       "?, ?)", costs)
+        wh.insert(AD_SPEND, [("ads", "1", campaign, day, round(count * 2.5, 2), "USD")
+                             for (campaign, day), count in spend.items()])
+        wh.insert(GPU_CALL_COST, costs)
     print(f"  warehouse inputs: {len(spend):,} spend rows, {len(costs):,} GPU call costs")
     return total
 

@@ -26,19 +26,11 @@ import pandas as pd
 
 from pipelines.backfill.config import BackfillConfig, load_backfill_config
 from pipelines.backfill.frames import BackfillWindow, ComputedDays
-from pipelines.backfill.roi import (
-    CREDIT_ROW,
-    ORDER_COST_ROW,
-    ROI_ROW,
-    SPEND_COLUMNS,
-    UNALLOCATED_ROW,
-    credit_rows,
-    loaded_costs,
-    roi_rows,
-)
+from pipelines.backfill.roi import SPEND_COLUMNS, credit_rows, loaded_costs, roi_rows
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.kafka.security import for_python
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
+from pipelines.store.backfill import finished_days, forget_run, write_day
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.compute_loading import IDLE_COLUMNS
 from udfs.periods import DAY_MS
@@ -82,11 +74,6 @@ def day_range(date_from: str, date_to: str) -> list[str]:
     return [(first + timedelta(days=i)).isoformat() for i in range((last - first).days + 1)]
 
 
-def finished_days(warehouse: Warehouse, run_id: str) -> dict[str, str]:
-    return dict(warehouse.query("SELECT day, finished_at FROM backfill_runs WHERE run_id = ?",
-                                (run_id,)))
-
-
 def read_spend(warehouse: Warehouse, days: list[str], currency: str) -> pd.DataFrame:
     rows = warehouse.query(
         "SELECT platform, account, campaign, day, amount FROM ad_spend WHERE currency = ? "
@@ -113,41 +100,6 @@ def read_costs(warehouse: Warehouse, window: BackfillWindow) -> pd.DataFrame:
         "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first, until)),
         columns=IDLE_COLUMNS).astype({"ts_ms": "int64", "cost": float})
     return loaded_costs(calls, idle)
-
-
-def _insert(table: str, columns: tuple[str, ...]) -> str:
-    return (f"INSERT INTO {table} ({', '.join(columns)}) "
-            f"VALUES ({', '.join('?' for _ in columns)})")
-
-
-def write_day(warehouse: Warehouse, day: str, credits: list[tuple[object, ...]],
-              roi: list[tuple[object, ...]], unallocated: list[tuple[object, ...]],
-              progress_row: tuple[object, ...],
-              before_commit: Callable[[str], None] | None = None,
-              orders: list[tuple[object, ...]] | None = None) -> None:
-    """Replace one day's partition of the result tables, and mark it done, atomically."""
-    with warehouse.transaction():
-        warehouse.execute("DELETE FROM attribution_credits WHERE conversion_date = ?", (day,))
-        warehouse.execute("DELETE FROM roi_daily WHERE day = ?", (day,))
-        warehouse.execute("DELETE FROM roi_unallocated WHERE day = ?", (day,))
-        warehouse.execute("DELETE FROM order_costs WHERE day = ?", (day,))
-        if orders:
-            warehouse.executemany(_insert("order_costs", ORDER_COST_ROW), orders)
-        if credits:
-            warehouse.executemany(_insert("attribution_credits", CREDIT_ROW), credits)
-        if roi:
-            warehouse.executemany(_insert("roi_daily", ROI_ROW), roi)
-        if unallocated:
-            warehouse.executemany(_insert("roi_unallocated", UNALLOCATED_ROW), unallocated)
-        warehouse.execute(
-            "INSERT INTO backfill_runs (run_id, day, source, engine, credits, roi_rows, "
-            "unallocated_rows, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id, day) DO UPDATE SET source = excluded.source, "
-            "engine = excluded.engine, credits = excluded.credits, "
-            "roi_rows = excluded.roi_rows, unallocated_rows = excluded.unallocated_rows, "
-            "finished_at = excluded.finished_at", progress_row)
-        if before_commit:
-            before_commit(day)  # tests simulate a crash here: the day must roll back
 
 
 def compute_days(request: BackfillRequest, window: BackfillWindow, settings: ComputeSettings,
@@ -204,7 +156,7 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     try:
         warehouse.apply_ddl(BACKFILL_DDL)
         if request.restart:
-            warehouse.execute("DELETE FROM backfill_runs WHERE run_id = ?", (run_id,))
+            forget_run(warehouse, run_id)
         done = finished_days(warehouse, run_id)
         todo = [d for d in days if d not in done]
         for day in days:

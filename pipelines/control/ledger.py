@@ -74,14 +74,10 @@ class Ledger:
     def claim(self, row: Row, values: dict[str, Any]) -> bool:
         """Insert one CONTROL_* row only if its key is not there yet (one statement: of two
         processes claiming the same key, one wins); publish it if it was. False: taken."""
-        names = row.names
-        inserted = self.warehouse.execute(
-            f"INSERT INTO {row.table} ({', '.join(names)}) VALUES "
-            f"({', '.join('?' for _ in names)}) ON CONFLICT ({', '.join(row.key)}) DO NOTHING",
-            [values[name] for name in names])
+        inserted = self.warehouse.claim(row, tuple(values[name] for name in row.names))
         if inserted:
             self.publisher.publish(KINDS[row.name], str(values[row.key[0]]), values)
-        return bool(inserted)
+        return inserted
 
     def _rows(self, row: Row, where: str = "", params: tuple[object, ...] = (),
               order: str = "") -> list[dict[str, Any]]:

@@ -284,3 +284,26 @@ class Warehouse(TopicLoading, Summaries):
     def store(self, row: Row, rows: Iterable[tuple[object, ...]]) -> None:
         """Upsert rows of a declared layout (schemas/rows.py) into its table, by its key."""
         self.upsert(row.table, row.names, len(row.key), rows)
+
+    def insert(self, row: Row, rows: Iterable[tuple[object, ...]]) -> None:
+        """Insert rows of a declared layout; a key already there is an error."""
+        self.executemany(f"INSERT INTO {row.table} ({', '.join(row.names)}) "
+                         f"VALUES ({', '.join('?' for _ in row.names)})", rows)
+
+    def claim(self, row: Row, values: tuple[object, ...]) -> bool:
+        """Insert one row of a declared layout only if its key is not there yet (one
+        statement: of two processes claiming the same key, one wins). False: taken."""
+        names = row.names
+        return bool(self.execute(
+            f"INSERT INTO {row.table} ({', '.join(names)}) VALUES "
+            f"({', '.join('?' for _ in names)}) ON CONFLICT ({', '.join(row.key)}) DO NOTHING",
+            values))
+
+    def delete(self, row: Row, columns: tuple[str, ...], values: tuple[object, ...]) -> int:
+        """Delete the rows of a declared layout's table whose `columns` (its own) hold
+        `values`; returns how many."""
+        unknown = [c for c in columns if c not in row.names]
+        if unknown or not columns:
+            raise ValueError(f"{row.table} has no columns {unknown or columns}")
+        return self.execute(f"DELETE FROM {row.table} WHERE "
+                            + " AND ".join(f"{c} = ?" for c in columns), values)

@@ -10,7 +10,9 @@
 - DAY_MS is defined in udfs/periods.py alone: every other module (bench/ and tests/ too)
   imports it;
 - no module of tests/ imports a test module (tests/**/test_*.py): shared helpers live in
-  helper modules of tests/ or a conftest.py.
+  helper modules of tests/ or a conftest.py;
+- no SQL that writes (INSERT, UPDATE, DELETE, ON CONFLICT, CREATE in string literals)
+  outside pipelines/store/ and pipelines/reconcile/store.py (tests/ not checked).
 
 `python tests/unit/test_architecture.py` prints the cycles, those through imports inside
 functions included.
@@ -19,6 +21,7 @@ functions included.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -336,6 +339,46 @@ def test_the_test_import_check_finds_what_it_is_for() -> None:
                      "from apache_beam.testing.test_pipeline import TestPipeline\n")
     found = [use.split(":")[0] for use in imported_test_modules(tree, "tests.unit.test_e")]
     assert found == ["1", "2", "3", "4"]
+
+
+# The warehouse is written through pipelines/store/ (and the reconciliation's own tables
+# through pipelines/reconcile/store.py): no SQL that writes anywhere else
+SQL_WRITERS = ("pipelines/store/", "pipelines/reconcile/store.py")
+SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|ON\s+CONFLICT|"
+                       r"CREATE\s+(TEMP\w*\s+|UNIQUE\s+)?(TABLE|INDEX|VIEW))\b", re.I)
+
+
+def sql_writes(tree: ast.AST) -> Iterator[str]:
+    """Where a module's string literals (f-strings' literal parts joined) write SQL."""
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+             for v in node.values}
+    for node in ast.walk(tree):
+        if id(node) in parts:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value for v in node.values
+                           if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if SQL_WRITE.search(text):
+            yield f"{node.lineno}: {text[:60]!r}"
+
+
+def test_sql_writes_only_in_the_store() -> None:
+    found = [f"{name}:{use}" for name, path in python_files(SIZE_CHECKED).items()
+             if not name.startswith(SQL_WRITERS)
+             for use in sql_writes(ast.parse(path.read_text(), name))]
+    assert found == [], "write the warehouse through pipelines/store/ (schemas/rows.py rows)"
+
+
+def test_the_sql_write_check_finds_what_it_is_for() -> None:
+    tree = ast.parse("a = 'INSERT INTO t VALUES (?)'\nb = f'DELETE FROM {t} WHERE x = ?'\n"
+                     "c = 'update t set x = 1'\nd = 'CREATE TABLE IF NOT EXISTS t (x INT)'\n"
+                     "e = f'INSERT INTO {t} VALUES (?) ' f'ON CONFLICT ({k}) DO NOTHING'\n"
+                     "f = 'SELECT x FROM t WHERE updated = 1'\ng = 'the deleted rows'\n")
+    assert [use.split(":")[0] for use in sql_writes(tree)] == ["1", "2", "3", "4", "5"]
 
 
 if __name__ == "__main__":

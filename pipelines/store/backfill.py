@@ -1,0 +1,46 @@
+"""The backfill's writes (jobs/backfill.py): one transaction per day replaces the day's
+rows of attribution_credits (by conversion_date), roi_daily, roi_unallocated and
+order_costs and records the day in backfill_runs (schemas/rows.py BACKFILL_RUN), so a day
+listed there is complete and a run started again with the same run id skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pipelines.store.warehouse import Warehouse
+from schemas import rows
+
+Rows = list[tuple[object, ...]]
+
+
+def finished_days(warehouse: Warehouse, run_id: str) -> dict[str, str]:
+    """The days run `run_id` finished, with when."""
+    return dict(warehouse.query(
+        f"SELECT day, finished_at FROM {rows.BACKFILL_RUN.table} WHERE run_id = ?",
+        (run_id,)))
+
+
+def forget_run(warehouse: Warehouse, run_id: str) -> None:
+    """Forget the days run `run_id` finished (--restart: they are done again)."""
+    warehouse.delete(rows.BACKFILL_RUN, ("run_id",), (run_id,))
+
+
+def write_day(warehouse: Warehouse, day: str, credits: Rows, roi: Rows, unallocated: Rows,
+              progress_row: tuple[object, ...],
+              before_commit: Callable[[str], None] | None = None,
+              orders: Rows | None = None) -> None:
+    """Replace one day's partition of the result tables, and mark it done (a BACKFILL_RUN
+    row), atomically."""
+    with warehouse.transaction():
+        warehouse.delete(rows.ATTRIBUTION_CREDITS, ("conversion_date",), (day,))
+        warehouse.delete(rows.ROI_DAILY, ("day",), (day,))
+        warehouse.delete(rows.ROI_UNALLOCATED, ("day",), (day,))
+        warehouse.delete(rows.ORDER_COST, ("day",), (day,))
+        for row, values in ((rows.ORDER_COST, orders), (rows.ATTRIBUTION_CREDITS, credits),
+                            (rows.ROI_DAILY, roi), (rows.ROI_UNALLOCATED, unallocated)):
+            if values:
+                warehouse.insert(row, values)
+        warehouse.store(rows.BACKFILL_RUN, [progress_row])
+        if before_commit:
+            before_commit(day)  # tests simulate a crash here: the day must roll back
