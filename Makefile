@@ -10,7 +10,7 @@ setup-dev:
 demo: setup
 	@.venv/bin/seedance demo
 
-# a failed run ends with the failed tests' names, so that the last lines of a log say which
+# a failed run ends with the failed tests' names, so that a log's last lines say which failed
 test: setup-dev
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy

@@ -17,7 +17,7 @@ from jobs.commands.common import (
     positive_int,
 )
 from pipelines.kafka.address import resolve_bootstrap
-from pipelines.settings.job_config import GpuConfig, TopicsConfig
+from pipelines.settings.job_config import GpuConfig, StreamingJobConfig, TopicsConfig
 
 
 def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -31,7 +31,8 @@ def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     probe.add_argument("--count", type=int, default=None, help="stop after N scrapes")
     probe.add_argument("--realtime", action="store_true",
                        help="replay at the recorded pace instead of at once")
-    probe.add_argument("--topic", default=GpuConfig.metrics_topic)
+    probe.add_argument("--topic", help="default: gpu.metrics_topic of the config "
+                                        f"({GpuConfig.metrics_topic})")
     probe.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     probe.add_argument("--config", help=f"{CONFIG_HELP} (its Kafka address and security)")
     probe.add_argument("--no-publish", action="store_true", help="print only")
@@ -47,7 +48,8 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--users", type=positive_int, default=1000)
     gen.add_argument("--seed", type=int, default=7)
     gen.add_argument("--days", type=positive_int, default=45)
-    gen.add_argument("--topic", default=TopicsConfig.spans)
+    gen.add_argument("--topic", help="default: topics.spans of the config "
+                                      f"({TopicsConfig.spans})")
     gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
@@ -78,12 +80,13 @@ def add_spend(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     spend.set_defaults(func=cmd_spend)
 
 
-def kafka_of(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+def kafka_of(args: argparse.Namespace, config: StreamingJobConfig | None = None
+             ) -> tuple[str, dict[str, Any]]:
     """The Kafka address (`--bootstrap`, else the config's) and kafka-python settings
     (the config's `kafka.properties`: SASL, TLS) of a publishing command."""
     from pipelines.kafka.security import for_python
 
-    config = job_config(args)
+    config = config or job_config(args)
     return (resolve_bootstrap(args.bootstrap, config),
             for_python(dict(config.kafka.properties)))
 
@@ -97,15 +100,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_gpu_recording,
     )
 
-    bootstrap, client = kafka_of(args)
+    config = job_config(args)
+    topic = args.topic or config.topics.spans
+    bootstrap, client = kafka_of(args, config)
     started = time.monotonic()
     # one plan: its spans and, with --gpu-recording, the GPU samples of its GPU calls
     plan = plan_events(args.users, seed=args.seed, days=args.days,
                        experiments=DEMO_EXPERIMENTS if args.experiments else (),
                        batch_busy=args.gpu_busy)
-    spans = publish_plan(plan, bootstrap, args.topic, seed=args.seed, encoding=args.encoding,
+    spans = publish_plan(plan, bootstrap, topic, seed=args.seed, encoding=args.encoding,
                          partition_by_trace=args.partition_by_trace, client=client)
-    print(generated_summary(plan, spans, args.users, args.topic, time.monotonic() - started))
+    print(generated_summary(plan, spans, args.users, topic, time.monotonic() - started))
     if args.gpu_recording:
         count = write_gpu_recording(plan, Path(args.gpu_recording), args.seed)
         print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "
@@ -136,12 +141,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
         scrapes = nvml_source(args.interval, args.count)
     publish = None
     sink = None
+    config = job_config(args)
+    topic = args.topic or config.gpu.metrics_topic
     if not args.no_publish:
-        bootstrap, client = kafka_of(args)
+        bootstrap, client = kafka_of(args, config)
         sink = producer(bootstrap, **client)
 
         def publish(batch: list) -> None:
-            sink.send(args.topic, encode_samples(batch)).get(30)
+            sink.send(topic, encode_samples(batch)).get(30)
 
     try:
         samples, warnings = run_probe(scrapes, catalog, publish, limits)
@@ -150,7 +157,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     finally:
         if sink is not None:
             sink.close()
-    target = "not published" if args.no_publish else f"published to {args.topic}"
+    target = "not published" if args.no_publish else f"published to {topic}"
     print(f"{samples} samples {target}; {warnings} warnings")
     return 0
 
@@ -165,7 +172,7 @@ def cmd_spend(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from None
     config = job_config(args)
     topic = args.topic or config.topics.ad_spend
-    bootstrap, client = kafka_of(args)
+    bootstrap, client = kafka_of(args, config)
     ensure_topics(bootstrap, [topic], client=client)
     out = producer(bootstrap, **client)
     try:

@@ -60,8 +60,12 @@ class KafkaInputs:
                     log.warning("skipped %s[%d]@%d: %s", record.topic, record.partition,
                                 record.offset, error)
                     if self.reject is not None:
-                        self.reject(record.topic, record.partition, record.offset,
-                                    f"{type(error).__name__}: {error}", record.value)
+                        try:
+                            self.reject(record.topic, record.partition, record.offset,
+                                        f"{type(error).__name__}: {error}", record.value)
+                        except Exception as failed:  # noqa: BLE001 - logged above already
+                            log.warning("could not set %s[%d]@%d aside: %s", record.topic,
+                                        record.partition, record.offset, failed)
                     continue
                 count += 1
         except ReadStalled:

@@ -83,7 +83,9 @@ def parse_paging(query: Mapping[str, Sequence[str]]) -> Paging:
     for name, values in query.items():
         if name.startswith(PARAM) and values:
             text = values[0].strip()
-            if not (text.isascii() and text.isdigit()) or int(text) < 1:
-                raise FilterError(f"'{name}' must be a page number (1 or more), got {text!r}")
+            # at most 9 digits: int() of thousands of digits raises, and no table has more
+            if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+                shown = text if len(text) <= 20 else text[:20] + "…"
+                raise FilterError(f"'{name}' must be a page number (1 or more), got {shown!r}")
             pages[name.removeprefix(PARAM)] = int(text)
     return Paging(pages=pages)

@@ -40,14 +40,18 @@ def _kafka_properties(config: StreamingJobConfig) -> dict[str, str]:
     return for_flink(dict(config.kafka.properties))
 
 
+# build_source's signal for records that are no OTLP: framed for their place alone
+PLACE_ONLY = "NONE"
+
+
 def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
                  group_suffix: str = "", framed_max_future_ms: int | None = None,
                  signal: str = "TRACES") -> KafkaSource:
     """Each record's value as bytes; with `framed_max_future_ms`, each record framed
     (pipelines.codec.frame: partition, offset, event time, null values kept; times further
     ahead of the clock than that are not event time) with the event time of its `signal`
-    (TRACES: the newest span start, METRICS: the newest data point; NONE: no event time,
-    the frame only says where the record came from)."""
+    (TRACES: the newest span start, METRICS: the newest data point; PLACE_ONLY: no event
+    time, the frame only says where the record came from)."""
     starting = {
         "earliest": KafkaOffsetsInitializer.earliest(),
         "latest": KafkaOffsetsInitializer.latest(),

@@ -47,7 +47,13 @@ from pyflink.datastream.state import (
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.frame import unframe
 from pipelines.flink.jobs import ROI
-from pipelines.flink.kafka import build_sink, build_source, keyed_line, run_pipeline
+from pipelines.flink.kafka import (
+    PLACE_ONLY,
+    build_sink,
+    build_source,
+    keyed_line,
+    run_pipeline,
+)
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
 from pipelines.flink.roi_support import (
     DEAD_LETTERS,
@@ -67,6 +73,10 @@ from udfs.ratios import GROSS_MARGIN, MIN_COST
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
 
 
+class UnusableInput(ValueError):
+    """An input record the job cannot use, said plainly (its dead letter's reason)."""
+
+
 class DecodeInputs(ProcessFunction):  # type: ignore[misc]
     """One message of one input topic -> items; unusable messages -> dead letters."""
 
@@ -79,18 +89,19 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
         self.fully_loaded = fully_loaded
 
     def process_element(self, record: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
-        framed = unframe(record)  # the record's place, for its dead letter
-        value = framed.value
+        partition = offset = None
+        value: bytes | None = record
         try:
+            framed = unframe(record)  # the record's place, for its dead letter
+            partition, offset, value = framed.partition, framed.offset, framed.value
             if not value:
-                raise SpendError("empty message (no value)")
+                raise UnusableInput("empty message (no value)")
             yield from self._items(value)
-        except SpendError as error:
-            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value, framed.partition,
-                                            framed.offset)
+        except (SpendError, UnusableInput) as error:
+            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value, partition, offset)
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
             yield DEAD_LETTERS, dead_letter(self.topic, f"unreadable row: {error!r}", value,
-                                            framed.partition, framed.offset)
+                                            partition, offset)
 
     def _items(self, value: bytes) -> Iterator[Item]:
         if self.kind == "spend":
@@ -301,7 +312,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     for kind, topic in inputs:
         # framed with each record's partition and offset (no event time: the items carry
         # theirs), so that a dead letter says where its input is
-        raw = env.from_source(build_source(config, bootstrap, topic, "-roi", 0, "NONE"),
+        raw = env.from_source(build_source(config, bootstrap, topic, "-roi",
+                                           framed_max_future_ms=0, signal=PLACE_ONLY),
                               WatermarkStrategy.no_watermarks(), f"{kind}-source") \
             .uid(f"roi-source-{kind}")
         decoded = raw.process(DecodeInputs(kind, topic, settings.currency,

@@ -228,3 +228,14 @@ def test_compute_tables_page_and_the_chart_sums_every_day(tmp_path: Path) -> Non
     exported = csv_rows(app, "compute_by_workload")
     assert len(exported) == 600
     assert sum(float(r["loaded_cost"]) for r in exported) == pytest.approx(1_800)
+
+
+@pytest.mark.parametrize("page", ["0", "-1", "two", "1" * 5000, "1" * 10])
+def test_a_page_number_that_is_none_is_a_clear_refusal(page):
+    """Not a 500: a number past what int() reads (thousands of digits) included."""
+    from pipelines.dashboard.filters import FilterError
+    from pipelines.dashboard.paging import parse_paging
+
+    with pytest.raises(FilterError, match="must be a page number"):
+        parse_paging({"page.roi_by_day": [page]})
+    assert parse_paging({"page.roi_by_day": ["3"]}).pages == {"roi_by_day": 3}

@@ -49,6 +49,12 @@ def test_a_row_the_job_cannot_use_is_a_dead_letter_with_its_place(kind, value, r
     assert reason in str(letter["reason"])
 
 
+def test_a_record_that_is_no_frame_is_a_dead_letter_too():
+    decoder = DecodeInputs("spend", "spend-topic", "USD")
+    letter = dead_letter(list(decoder.process_element(b"short", None)))
+    assert letter["source"] == "spend-topic" and "framed record" in str(letter["reason"])
+
+
 def test_good_rows_become_items():
     (spend,) = decoded("spend", json.dumps(SPEND).encode())
     assert spend[:2] == ("spend", "2026-10-01")

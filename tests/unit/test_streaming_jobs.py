@@ -141,10 +141,46 @@ def test_the_demo_runs_every_job_under_its_own_names() -> None:
         "seedance-demo-experiments"]
 
 
-def test_cli_topic_defaults_are_the_job_configs() -> None:
-    config, cli = load_config(), build_parser()
-    assert cli.parse_args(["generate"]).topic == config.topics.spans == "otlp_spans"
-    assert cli.parse_args(["probe"]).topic == config.gpu.metrics_topic == "otlp_metrics"
+def test_cli_topic_defaults_are_the_job_configs(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`generate` and `probe` publish to the topics of `--config` (the shipped names
+    without it), unless `--topic` names one."""
+    import yaml
+
+    from jobs.cli import main
+    from pipelines.kafka import io
+    from pipelines.sources import publish
+
+    sent: list[str] = []
+    monkeypatch.setattr(publish, "publish_plan", lambda plan, bootstrap, topic, **_: (
+        sent.append(topic), 0)[1])
+
+    class Producer:
+        def send(self, topic: str, value: bytes) -> Producer:
+            sent.append(topic)
+            return self
+
+        def get(self, timeout: float) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(io, "producer", lambda *args, **kwargs: Producer())
+    recording = tmp_path / "samples.jsonl"
+    assert main(["generate", "--users", "20", "--days", "2", "--bootstrap", "k:1",
+                 "--gpu-recording", str(recording)]) == 0
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump({"topics": {"spans": "spans_v2"},
+                                      "gpu": {"metrics_topic": "metrics_v2"}}))
+    for command in (["generate", "--users", "2", "--days", "2"],
+                    ["probe", "--replay", str(recording)]):
+        assert main([*command, "--bootstrap", "k:1", "--config", str(config)]) == 0
+        assert main([*command, "--bootstrap", "k:1", "--config", str(config),
+                     "--topic", "mine"]) == 0
+    assert sent[0] == load_config().topics.spans == "otlp_spans"
+    assert set(sent[1:3]) == {"spans_v2", "mine"}
+    assert {t for t in sent[3:] if t != "mine"} == {"metrics_v2"} and "mine" in sent[3:]
 
 
 def test_the_control_loop_reads_the_job_configs_topics_unless_it_names_its_own() -> None:
