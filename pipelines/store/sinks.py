@@ -1,0 +1,204 @@
+"""A sink per warehouse table, and one per result topic (the model: a sink is `write(batch)`).
+
+`TableSink` writes rows of one schemas/rows.py declaration: upserted by the row's key,
+withdrawn keys deleted; `KeyGroupSink` replaces whole key groups (a conversion's credits
+under a model); `EarliestSink` keeps the earliest row per key (a user's first exposure).
+The topic sinks turn a batch of a result topic's messages into those tables' rows; the
+loader (pipelines/store/loading.py) calls them inside the transaction that stores the
+Kafka offsets, so rows and offsets commit together.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pipelines.codec import credit_messages
+from pipelines.sources.ad_spend import SpendError
+from pipelines.sources.ad_spend import parse_message as parse_spend
+from schemas import rows
+from schemas.rows import Row
+from udfs.periods import day_of
+
+if TYPE_CHECKING:
+    from pipelines.store.warehouse import Warehouse
+
+Rows = list[tuple[object, ...]]
+_RATIOS = ("roas", "margin_roi")
+_CASTS: dict[str, Callable[[Any], Any]] = {"bigint": int, "double": float}
+_CREDIT_CASTS = [(c.name, _CASTS.get(c.type)) for c in rows.ATTRIBUTION_CREDITS.columns]
+
+
+def credit_rows(message: bytes) -> Rows:
+    """A credits-topic message (a JSON table of rows) -> rows of attribution_credits."""
+    return [credit_row(data) for data in credit_messages.decode(message)]
+
+
+def credit_row(data: dict[str, Any]) -> tuple[object, ...]:
+    """A credit row (rows.CREDIT, as a dict) -> a row of attribution_credits."""
+    values = {**data, "stage": data.get("stage", "unknown"),
+              "conversion_date": day_of(data["conversion_ts_ms"])}
+    return tuple(cast(values[name]) if cast else values[name] for name, cast in _CREDIT_CASTS)
+
+
+def last_per_key(rows: Rows, keys: int) -> Rows:
+    """One row per key, the last one (a batch may hold a key twice; one statement can't)."""
+    return list({row[:keys]: row for row in rows}.values())
+
+
+class TableSink:
+    """One declared table: `write(batch)` upserts the rows by the row's key."""
+
+    def __init__(self, warehouse: Warehouse, row: Row) -> None:
+        self.warehouse, self.row = warehouse, row
+
+    def write(self, batch: Rows) -> None:
+        self.warehouse.store(self.row, batch)
+
+    def withdraw(self, keys: Rows) -> None:
+        """Delete the rows of these keys (the key columns' values)."""
+        key = self.row.key
+        self.warehouse.executemany(f"DELETE FROM {self.row.table} WHERE "
+                                   + " AND ".join(f"{k} = ?" for k in key), keys)
+
+
+class KeyGroupSink(TableSink):
+    """`write_groups(groups)`: the rows whose first `width` key columns are a group's are
+    replaced by the group's rows (a group may shrink)."""
+
+    def __init__(self, warehouse: Warehouse, row: Row, width: int) -> None:
+        super().__init__(warehouse, row)
+        self.width = width
+
+    def write_groups(self, groups: dict[tuple[object, ...], Rows]) -> None:
+        self.warehouse.replace_groups(self.row, self.width, groups)
+
+
+class EarliestSink(TableSink):
+    """`write(batch)` keeps per key the row with the smallest `column`: a later row never
+    replaces an earlier one."""
+
+    def __init__(self, warehouse: Warehouse, row: Row, column: str) -> None:
+        super().__init__(warehouse, row)
+        self.column = column
+
+    def write(self, batch: Rows) -> None:
+        names, keys, table = self.row.names, len(self.row.key), self.row.table
+        self.warehouse.executemany(
+            f"INSERT INTO {table} ({', '.join(names)}) VALUES "
+            f"({', '.join('?' for _ in names)}) ON CONFLICT ({', '.join(names[:keys])}) DO "
+            f"UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in names[keys:])} WHERE "
+            f"excluded.{self.column} < {table}.{self.column}", batch)
+
+
+# -- the result topics ----------------------------------------------------------------------
+class CreditsSink:
+    """The credits topic: a conversion's rows under a model replace all it had (pipelines/
+    codec/credit_messages.py): of a batch, the last message's rows per (model, order_id)."""
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.credits = KeyGroupSink(warehouse, rows.ATTRIBUTION_CREDITS, 2)
+
+    def write(self, messages: list[bytes]) -> None:
+        self.credits.write_groups(
+            {key: [credit_row(row) for row in group]
+             for key, group in credit_messages.latest_groups(messages).items()})
+
+
+class GpuCostsSink:
+    """The gpu_costs topic: kind call and idle rows (the rest, e.g. unobserved, skipped)."""
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.calls = TableSink(warehouse, rows.GPU_CALL_COST)
+        self.idle = TableSink(warehouse, rows.GPU_IDLE_COST)
+
+    def write(self, messages: list[bytes]) -> None:
+        calls, idle = [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "call":
+                calls.append(tuple(row[c] for c in rows.GPU_CALL_COST.names))
+            elif row["kind"] == "idle":
+                idle.append(tuple(row[c] for c in rows.GPU_IDLE_COST.names))
+        self.calls.write(calls)
+        self.idle.write(idle)
+
+
+class RoiSink:
+    """The ROI topic: roi_daily, roi_unallocated and order_costs rows; a day reported again
+    within one batch: the later row wins, as in the topic."""
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.roi = TableSink(warehouse, rows.ROI_DAILY)
+        self.unallocated = TableSink(warehouse, rows.ROI_UNALLOCATED)
+        self.orders = TableSink(warehouse, rows.ORDER_COST)
+
+    def write(self, messages: list[bytes]) -> None:
+        roi, unallocated, orders = [], [], []
+        for message in messages:
+            row = json.loads(message)
+            if row["kind"] == "roi":
+                # (ratios absent from rows written before they existed)
+                roi.append((*(row[c] if c not in _RATIOS else row.get(c)
+                              for c in rows.ROI_DAILY.names), bool(row.get("withdrawn"))))
+            elif row["kind"] == "unallocated":
+                unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
+            elif row["kind"] == "order_cost":
+                orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
+        self.orders.write(last_per_key(orders, len(rows.ORDER_COST.key)))
+        # a withdrawn key (no credit left there after a correction) is deleted
+        keys = len(rows.ROI_DAILY.key)
+        latest_roi = last_per_key(roi, keys)
+        self.roi.write([row[:-1] for row in latest_roi if not row[-1]])
+        self.roi.withdraw([row[:keys] for row in latest_roi if row[-1]])
+        keys = len(rows.ROI_UNALLOCATED.key)
+        amount = rows.ROI_UNALLOCATED.names.index("amount")
+        latest = last_per_key(unallocated, keys)
+        self.unallocated.write([row for row in latest if row[amount] != 0])
+        # amount 0: a day reported again withdrew that key (its cost found a conversion)
+        self.unallocated.withdraw([row[:keys] for row in latest if row[amount] == 0])
+
+
+class SpendSink:
+    """The ad_spend topic as the ROI job used it: invalid records and other currencies
+    (which it dead-letters) are left out."""
+
+    def __init__(self, warehouse: Warehouse, currency: str) -> None:
+        self.spend = TableSink(warehouse, rows.AD_SPEND)
+        self.currency = currency
+
+    def write(self, messages: list[bytes]) -> None:
+        spend = []
+        for message in messages:
+            try:
+                record = parse_spend(message)
+            except SpendError:
+                continue
+            if record.currency == self.currency:
+                spend.append(tuple(getattr(record, c) for c in rows.AD_SPEND.names))
+        self.spend.write(last_per_key(spend, len(rows.AD_SPEND.key)))
+
+
+class ExperimentsSink:
+    """Either experiments topic: exposure rows and conversion rows, told by their fields;
+    a user's FIRST exposure is the one kept: a later row for the same user and flag (the
+    job forgot them after its retention and saw them again) never replaces it."""
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.exposures = EarliestSink(warehouse, rows.EXPERIMENT_EXPOSURE, "first_exposure_ms")
+        self.conversions = TableSink(warehouse, rows.EXPERIMENT_CONVERSION)
+
+    def write(self, messages: list[bytes]) -> None:
+        exposures, conversions = [], []
+        for message in messages:
+            row = json.loads(message)
+            if "order_id" in row:
+                conversions.append(tuple(row[c] for c in rows.EXPERIMENT_CONVERSION.names))
+            else:
+                exposures.append(tuple(row[c] for c in rows.EXPERIMENT_EXPOSURE.names))
+        first = rows.EXPERIMENT_EXPOSURE.names.index("first_exposure_ms")
+        newest_first = sorted(exposures, key=lambda r: -int(str(r[first])))
+        self.exposures.write(last_per_key(newest_first, len(rows.EXPERIMENT_EXPOSURE.key)))
+        self.conversions.write(last_per_key(conversions,
+                                            len(rows.EXPERIMENT_CONVERSION.key)))
