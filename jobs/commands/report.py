@@ -4,6 +4,7 @@ and model, ROI per channel, GPU cost per workload, and the experiments' strategy
 from __future__ import annotations
 
 from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.store import summaries
 from pipelines.store.experiments import experiment_inputs, store_results
 from pipelines.store.warehouse import Warehouse
 from udfs import ratios
@@ -15,7 +16,7 @@ def _short(model: str) -> str:
 
 
 def print_summary(warehouse: Warehouse) -> None:
-    summary = warehouse.channel_summary()
+    summary = summaries.channel_summary(warehouse)
     models = sorted({row[0] for row in summary})
     channels = sorted({row[1] for row in summary})
     revenue = {(m, c): rev for m, c, _, rev in summary}
@@ -27,10 +28,10 @@ def print_summary(warehouse: Warehouse) -> None:
         print(f"{channel:16}" + "".join(f"{revenue.get((m, channel), 0.0):14,.2f}"
                                         for m in models))
     print("-" * len(header))
-    totals = {m: (o, c, r) for m, o, c, r in warehouse.totals()}
+    totals = {m: (o, c, r) for m, o, c, r in summaries.totals(warehouse)}
     print(f"{'total':16}" + "".join(f"{totals[m][2]:14,.2f}" for m in models))
     print(f"{'conversions':16}" + "".join(f"{totals[m][1]:14,.2f}" for m in models))
-    stages = warehouse.stage_summary()
+    stages = summaries.stage_summary(warehouse)
     print("Orders by lifecycle stage: " + ", ".join(
         f"{stage} {orders}" for model, stage, orders, _ in stages if model == models[0]))
 
@@ -38,7 +39,7 @@ def print_summary(warehouse: Warehouse) -> None:
 def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_click", "linear",
                                                                       "shapley", "markov")
                       ) -> None:
-    rows = warehouse.roi_summary("channel")
+    rows = summaries.roi_summary(warehouse, "channel")
     if not rows:
         return
     print("\nRevenue / cost per channel over the whole period, cost = ad spend + GPU compute "
@@ -75,7 +76,7 @@ def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_cli
 
 
 def print_gpu_summary(warehouse: Warehouse) -> None:
-    summary = warehouse.gpu_cost_summary()
+    summary = summaries.gpu_cost_summary(warehouse)
     print("\nGPU compute cost per workload")
     for namespace, workload, seconds, usd in summary["per_workload"]:  # type: ignore[union-attr]
         print(f"  {namespace + '/' if namespace else ''}{workload:24} {seconds:10.1f} GPU-s "

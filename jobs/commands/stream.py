@@ -175,13 +175,14 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from jobs.commands.report import print_gpu_summary, print_summary
+    from pipelines.store import summaries
     from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     warehouse = Warehouse(config.warehouse.url)
     try:
-        has_credits = bool(warehouse.totals())
-        has_gpu_costs = bool(warehouse.gpu_cost_summary()["interval_usd"])
+        has_credits = bool(summaries.totals(warehouse))
+        has_gpu_costs = bool(summaries.gpu_cost_summary(warehouse)["interval_usd"])
         if has_credits:
             print_summary(warehouse)
         if has_gpu_costs:

@@ -4,7 +4,7 @@ The embedded default is a SQLite file; production uses PostgreSQL (same tables, 
 portable DDL in schemas/sql/warehouse.sql, whose rows schemas/rows.py declares). This module
 is the connection, the DDL and the dialect-neutral API (query, execute, transaction,
 upsert by key); `Warehouse` also loads the result topics (pipelines/store/loading.py:
-idempotent and exactly-once end to end) and prints summaries (pipelines/store/summaries.py).
+idempotent and exactly-once end to end). Its summaries are pipelines/store/summaries.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import psycopg
 
 from pipelines.settings.paths import PROJECT_ROOT, state_home
 from pipelines.store.loading import TopicLoading
-from pipelines.store.summaries import Summaries
 from schemas.rows import Row
 
 DDL = PROJECT_ROOT / "schemas" / "sql" / "warehouse.sql"
@@ -121,7 +120,7 @@ def _plain(value: object) -> object:
     return value
 
 
-class Warehouse(TopicLoading, Summaries):
+class Warehouse(TopicLoading):
     """The warehouse tables on SQLite (`sqlite:///path`) or PostgreSQL
     (`postgresql://user@host:port/db`; password from the URL or PGPASSWORD).
 

@@ -10,6 +10,7 @@ import math
 from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.generator import Plan
+from pipelines.store import summaries
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, S, credit_rows, messages, order, touch
 from tests.roi_inputs import cpu_hog
@@ -59,7 +60,8 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
 
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
     warehouse.load_credits(kafka, config.topics.credits)
-    totals = {model: (orders_, revenue_) for model, orders_, _, revenue_ in warehouse.totals()}
+    totals = {model: (orders_, revenue_)
+              for model, orders_, _, revenue_ in summaries.totals(warehouse)}
     assert {m: (n, round(r, 6)) for m, (n, r) in totals.items()} == {
         m: (USERS, round(v, 6)) for m, v in revenue.items()}
     warehouse.close()

@@ -10,6 +10,7 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import count_messages
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, plan_events
+from pipelines.store import summaries
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, D, H, S, credit_key, credit_rows, messages, order, publish, touch
 from tests.reference import TEST_HORIZON_MS, reference_credits, reference_journeys
@@ -104,7 +105,8 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
     assert warehouse.load_credits(kafka, job_config.topics.credits) == messages_out
     assert warehouse.load_credits(kafka, job_config.topics.credits) == 0  # resumes
     assert warehouse.query("SELECT COUNT(*) FROM attribution_credits") == [(len(EXPECTED),)]
-    totals = {model: (orders, conv, rev) for model, orders, conv, rev in warehouse.totals()}
+    totals = {model: (orders, conv, rev)
+              for model, orders, conv, rev in summaries.totals(warehouse)}
     for model in ("last_click", "linear"):
         orders, conversions, revenue = totals[model]
         assert orders == 6 and math.isclose(conversions, 6.0)

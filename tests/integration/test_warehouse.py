@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from pipelines.kafka.io import producer
+from pipelines.store import summaries
 from pipelines.store.warehouse import DDL, Warehouse, WarehouseError, redacted_url
 
 T0 = 1_788_220_800_000  # 2026-09-01T00:00:00Z
@@ -133,18 +134,18 @@ def test_summaries(warehouse_url):
     with Warehouse(warehouse_url) as warehouse:
         warehouse.upsert_credits(CREDITS)
         warehouse.upsert_gpu_costs(GPU_COSTS)
-        assert warehouse.totals() == [("last_click", 3, 3.0, approx(100.5)),
-                                      ("linear", 3, 3.0, approx(100.5))]
-        assert warehouse.channel_summary() == [
+        assert summaries.totals(warehouse) == [("last_click", 3, 3.0, approx(100.5)),
+                                               ("linear", 3, 3.0, approx(100.5))]
+        assert summaries.channel_summary(warehouse) == [
             ("last_click", "search", 1.0, 60.0), ("last_click", "social", 1.0, 25.0),
             ("last_click", "(unattributed)", 1.0, 15.5),
             ("linear", "search", 0.75, 45.0), ("linear", "social", 1.0, 25.0),
             ("linear", "(unattributed)", 1.0, 15.5), ("linear", "email", 0.25, 15.0)]
-        assert warehouse.stage_summary() == [
+        assert summaries.stage_summary(warehouse) == [
             ("last_click", "new", 1, 60.0), ("last_click", "repeat", 1, 25.0),
             ("last_click", "unknown", 1, 15.5), ("linear", "new", 1, approx(60.0)),
             ("linear", "repeat", 1, 25.0), ("linear", "unknown", 1, 15.5)]
-        gpu = warehouse.gpu_cost_summary()
+        gpu = summaries.gpu_cost_summary(warehouse)
     assert gpu == {
         "per_workload": [("ml", "ranker", 11.5, approx(0.023)), ("ml", "recsys", 10.0, 0.01)],
         "top_traces": [("t1", "user-t1", approx(0.02)), ("t3", "user-t3", 0.01),
@@ -163,8 +164,9 @@ def test_summaries(warehouse_url):
 
 def test_empty_warehouse_summaries(warehouse_url):
     with Warehouse(warehouse_url) as warehouse:
-        gpu = warehouse.gpu_cost_summary()
-        assert warehouse.totals() == [] and warehouse.channel_summary() == []
+        gpu = summaries.gpu_cost_summary(warehouse)
+        assert summaries.totals(warehouse) == []
+        assert summaries.channel_summary(warehouse) == []
     assert (gpu["allocated_usd"], gpu["idle_usd"], gpu["interval_usd"]) == (0.0, 0.0, 0.0)
     assert gpu["fallback_priced_rows"] == 0 and gpu["idle_shared"] == []
 
