@@ -85,9 +85,19 @@ def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
     unless its last record was read behind the head of its log (then after
     `event_time.backlog_idleness_s`: its reader may be busy elsewhere)."""
     event_time = config.event_time
+    idleness_ms = int(event_time.idleness_s * 1000)
+    backlog_idleness_ms = int(event_time.backlog_idleness_s * 1000)
+    if config.input.bounded:
+        # a bounded run reads to known ends: no partition is idle, only not read yet. Marked
+        # idle, it would let a subtask that finished first (its final watermark) take the
+        # watermark to the end of time while this one's data still waits: then nothing
+        # after it would ever be stepped
+        idleness_ms = backlog_idleness_ms = NEVER_IDLE_MS
     return WatermarkStrategy(_job_classes().io.seedance.flink.LagAwareWatermarks(
-        int(event_time.max_out_of_orderness_s * 1000), int(event_time.idleness_s * 1000),
-        int(event_time.backlog_idleness_s * 1000)))
+        int(event_time.max_out_of_orderness_s * 1000), idleness_ms, backlog_idleness_ms))
+
+
+NEVER_IDLE_MS = 100 * 365 * 86_400_000  # a century: longer than any run
 
 
 def from_kafka(env: StreamExecutionEnvironment, source: KafkaSource,

@@ -118,3 +118,19 @@ def test_a_partition_read_behind_its_head_is_not_taken_for_an_idle_one():
     quiet = _job_classes().io.seedance.flink.LagAwareWatermarks(
         300_000, 10_000, 300_000).createWatermarkGenerator(None)
     assert not quiet.idleAt(t) and quiet.idleAt(t + 10_000)  # nothing read: as Flink's
+
+
+def test_a_bounded_run_takes_no_partition_for_idle():
+    """A bounded run (a catch-up to known ends): a partition not read yet, or silent while
+    its reader is elsewhere, is never idle -- a subtask that finished first would otherwise
+    take the watermark to the end of time while its data still waits."""
+    from pipelines.flink.kafka import otlp_event_time
+    from pipelines.settings.job_config import StreamingJobConfig
+
+    t = 1_790_000_000_000
+    config = StreamingJobConfig().replace("event_time", idleness_s=0.5)
+    for bounded, idle in ((True, False), (False, True)):
+        strategy = otlp_event_time(config.replace("input", bounded=bounded))
+        generator = strategy._j_watermark_strategy.createWatermarkGenerator(None)
+        assert not generator.idleAt(t)  # nothing read yet
+        assert generator.idleAt(t + 400_000) is idle  # past the backlog idleness (300 s)
