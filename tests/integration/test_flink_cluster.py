@@ -114,9 +114,19 @@ def first_half_running(kafka, cluster, config, config_file, values) -> tuple[str
     return job, half
 
 
-def publishing_slowly(kafka: str, topic: str, values: list[bytes]) -> threading.Thread:
-    """A thread that publishes `values` in order, 10 every 0.2 s (about 10 s for the
-    telemetry fixture), `values[i]` to partition i % PARTITIONS; started."""
+def checkpointed(cluster: StandaloneFlink, job: str, count: int,
+                 timeout_s: float = 180.0) -> None:
+    """Until the job has completed `count` checkpoints in all."""
+    deadline = time.monotonic() + timeout_s
+    while cluster.completed_checkpoints(job) < count:
+        assert time.monotonic() < deadline, f"{job}: not {count} checkpoints in {timeout_s} s"
+        time.sleep(1)
+
+
+def publishing_slowly(kafka: str, topic: str, values: list[bytes],
+                      pause_s: float = 0.2) -> threading.Thread:
+    """A thread that publishes `values` in order, 10 every `pause_s` (about 10 s for the
+    telemetry fixture at 0.2 s), `values[i]` to partition i % PARTITIONS; started."""
     def publish_slowly() -> None:
         out = producer(kafka)
         try:
@@ -124,7 +134,7 @@ def publishing_slowly(kafka: str, topic: str, values: list[bytes]) -> threading.
                 out.send(topic, value, partition=i % PARTITIONS)
                 if i % 10 == 9:
                     out.flush()
-                    time.sleep(0.2)
+                    time.sleep(pause_s)
             out.flush()
         finally:
             out.close()
@@ -158,9 +168,7 @@ def test_a_taskmanager_killed_at_a_random_point_beside_a_cpu_hog_loses_and_repea
             time.sleep(1)
         assert cluster.restarts(job) >= 1, "the job never noticed the lost TaskManager"
         cluster.wait_for_job(job, ("RUNNING",))
-        checkpoints = cluster.completed_checkpoints(job)
-        while cluster.completed_checkpoints(job) < checkpoints + 2:  # running, checkpointing
-            time.sleep(1)
+        checkpointed(cluster, job, cluster.completed_checkpoints(job) + 2)  # running again
         wait_until_consumed(kafka, config)
         drain(cluster, job, tmp_path / "final")
     assert_reference_results(kafka, config, plan)
@@ -226,11 +234,12 @@ def savepoint_offsets(savepoint: str, topic: str) -> dict[int, int]:
     return offsets
 
 
-@pytest.mark.parametrize("drain_after_s", [1.5, 4.0])
+@pytest.mark.parametrize("drain_after_s", [0.0, 4.0])
 def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
         kafka, cluster, job_config, topic, tmp_path, telemetry, drain_after_s):
-    """A drain while the input is still arriving, at two points: the job ends where its
-    source stands (its offsets committed with the final savepoint), and what it committed
+    """A drain while the input is still arriving (about 20 s of it), at two points after the
+    first credits are committed: the job ends where its source stands (the offsets in its
+    final savepoint), and what it committed
     is the batch reference over exactly the events of the messages it read, row for row,
     shapley and markov included -- nothing the final watermark released is missing,
     nothing of what came after is there."""
@@ -238,8 +247,9 @@ def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
     config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
     job = cluster.submit("attribution", config_file, kafka)
     cluster.wait_for_job(job, ("RUNNING",))
-    publisher = publishing_slowly(kafka, config.topics.spans, values)
+    publisher = publishing_slowly(kafka, config.topics.spans, values, pause_s=0.4)
     try:
+        wait_for_credits(kafka, config.topics.credits)
         time.sleep(drain_after_s)
         savepoint = drain(cluster, job, tmp_path / "final")
     finally:
@@ -263,8 +273,7 @@ def test_a_savepoint_restores_at_another_parallelism_and_loses_nothing(
                             tmp_path / "job-rescaled.yaml")
     job = cluster.submit("attribution", rescaled, kafka, savepoint=savepoint)
     cluster.wait_for_job(job, ("RUNNING",))
-    while cluster.completed_checkpoints(job) < 2:
-        time.sleep(1)
+    checkpointed(cluster, job, 2)
     wait_until_consumed(kafka, config)
     drain(cluster, job, tmp_path / "final")
     assert_reference_results(kafka, config, plan)
@@ -351,7 +360,7 @@ def test_the_roi_job_stopped_and_resumed_mid_stream_equals_the_backfill(
     job = cluster.submit("roi", config_file, kafka)
     cluster.wait_for_job(job, ("RUNNING",))
     deadline = time.monotonic() + 120
-    while not read_all(kafka, roi_topic) and time.monotonic() < deadline:
+    while not list(read_all(kafka, roi_topic)) and time.monotonic() < deadline:
         time.sleep(1)
     savepoint = cluster.stop_with_savepoint(job, tmp_path / "savepoints")
     send(1)
