@@ -123,14 +123,17 @@ def checkpointed(cluster: StandaloneFlink, job: str, count: int,
         time.sleep(1)
 
 
-def publishing_slowly(kafka: str, topic: str, values: list[bytes],
-                      pause_s: float = 0.2) -> threading.Thread:
+def publishing_slowly(kafka: str, topic: str, values: list[bytes], pause_s: float = 0.2,
+                      stop: threading.Event | None = None) -> threading.Thread:
     """A thread that publishes `values` in order, 10 every `pause_s` (about 10 s for the
-    telemetry fixture at 0.2 s), `values[i]` to partition i % PARTITIONS; started."""
+    telemetry fixture at 0.2 s), `values[i]` to partition i % PARTITIONS, until `stop` is
+    set; started."""
     def publish_slowly() -> None:
         out = producer(kafka)
         try:
             for i, value in enumerate(values):
+                if stop is not None and stop.is_set():
+                    break
                 out.send(topic, value, partition=i % PARTITIONS)
                 if i % 10 == 9:
                     out.flush()
@@ -237,7 +240,7 @@ def savepoint_offsets(savepoint: str, topic: str) -> dict[int, int]:
 @pytest.mark.parametrize("drain_after_s", [0.0, 4.0])
 def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
         kafka, cluster, job_config, topic, tmp_path, telemetry, drain_after_s):
-    """A drain while the input is still arriving (about 20 s of it), at two points after the
+    """A drain while the input is still arriving (30 s of it), at two points after the
     first credits are committed: the job ends where its source stands (the offsets in its
     final savepoint), and what it committed
     is the batch reference over exactly the events of the messages it read, row for row,
@@ -247,12 +250,14 @@ def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
     config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
     job = cluster.submit("attribution", config_file, kafka)
     cluster.wait_for_job(job, ("RUNNING",))
-    publisher = publishing_slowly(kafka, config.topics.spans, values, pause_s=0.4)
+    stop = threading.Event()  # the rest is never published: the drain is mid-stream
+    publisher = publishing_slowly(kafka, config.topics.spans, values, pause_s=0.6, stop=stop)
     try:
         wait_for_credits(kafka, config.topics.credits)
         time.sleep(drain_after_s)
         savepoint = drain(cluster, job, tmp_path / "final")
     finally:
+        stop.set()
         publisher.join()
     read_to = savepoint_offsets(savepoint, config.topics.spans)
     assert sorted(read_to) == list(range(PARTITIONS))
