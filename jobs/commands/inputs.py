@@ -163,8 +163,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 
 def cmd_spend(args: argparse.Namespace) -> int:
-    from pipelines.kafka.io import ensure_topics, producer
+    from pipelines.kafka.io import ensure_topics
     from pipelines.sources.ad_spend import SpendError, read_csv
+    from pipelines.sources.publish import publish_spend
 
     try:
         records = read_csv(Path(args.file))
@@ -174,15 +175,7 @@ def cmd_spend(args: argparse.Namespace) -> int:
     topic = args.topic or config.topics.ad_spend
     bootstrap, client = kafka_of(args, config)
     ensure_topics(bootstrap, [topic], client=client)
-    out = producer(bootstrap, **client)
-    try:
-        for record in records:
-            # keyed by what a restatement replaces: its versions stay in order, in one
-            # partition, as on every result topic
-            out.send(topic, record.to_json().encode(), key=record.key().encode())
-        out.flush()
-    finally:
-        out.close()
+    publish_spend(bootstrap, topic, records, client)
     days = sorted({r.day for r in records})
     span = f"{days[0]} .. {days[-1]}" if days else "no days"
     print(f"published {len(records)} spend records ({span}) to {topic}")
