@@ -30,13 +30,7 @@ from tests.dashboard_warehouse import roi_row
 
 @pytest.fixture
 def server(url: str, warehouse: Warehouse) -> Iterator[str]:
-    served = app_module.make_dashboard_server(url, "127.0.0.1", 0)
-    threading.Thread(target=served.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{served.server_port}"
-    finally:
-        served.shutdown()
-        served.server_close()
+    yield from _serve(url)
 
 
 def get(address: str, path: str, host: str | None = None) -> tuple[int, dict[str, str], bytes]:
