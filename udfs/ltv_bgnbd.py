@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import betaln, digamma, expit, gammaln, hyp2f1
 
-from udfs.ltv_fit import group_by, maximise
+from udfs.ltv_fit import dot, group_by, maximise
 from udfs.ltv_summaries import CustomerSummaries
 
 _START = np.array([1.0, 1.0, 1.0, 1.0])
@@ -125,7 +125,7 @@ def discounted_if_alive(model: BgNbd, edges: np.ndarray, factors: np.ndarray,
         hi = min(dx.size, lo + chunk)
         cumulative = _if_alive(model, edges[:, None], dx[None, lo:hi], dage[None, lo:hi])
         increments = np.diff(cumulative, axis=0, prepend=0.0)
-        out[lo:hi] = factors @ increments
+        out[lo:hi] = np.einsum("k,kn->n", factors, increments)  # no BLAS: see ltv_fit.dot
     return out if index is None else out[index]
 
 
@@ -173,31 +173,30 @@ class _Likelihood:
         r, alpha, a, b = (float(v) for v in theta)
         xs, wx = self.xs, self.wx
         # per distinct x: ln A1 + ln A2
-        ll = float(np.dot(wx, gammaln(r + xs) + betaln(a, b + xs)))
+        ll = dot(wx, gammaln(r + xs) + betaln(a, b + xs))
         ll += self.total * (-gammaln(r) + r * np.log(alpha) - betaln(a, b))
-        g_r = float(np.dot(wx, digamma(r + xs))) + self.total * (np.log(alpha) - digamma(r))
+        g_r = dot(wx, digamma(r + xs)) + self.total * (np.log(alpha) - digamma(r))
         g_alpha = self.total * r / alpha
         psi_ab = digamma(a + b)
-        g_a = float(np.dot(wx, psi_ab - digamma(a + b + xs)))
-        g_b = float(np.dot(wx, digamma(b + xs) - digamma(a + b + xs)
-                           + psi_ab - digamma(b)))
+        g_a = dot(wx, psi_ab - digamma(a + b + xs))
+        g_b = dot(wx, digamma(b + xs) - digamma(a + b + xs) + psi_ab - digamma(b))
         # x = 0: ln A3 = -r ln(alpha + T)
         log_t0 = np.log(alpha + self.age0)
-        ll -= r * float(np.dot(self.w0, log_t0))
-        g_r -= float(np.dot(self.w0, log_t0))
-        g_alpha -= r * float(np.dot(self.w0, 1.0 / (alpha + self.age0)))
+        ll -= r * dot(self.w0, log_t0)
+        g_r -= dot(self.w0, log_t0)
+        g_alpha -= r * dot(self.w0, 1.0 / (alpha + self.age0))
         # x > 0: ln A3 + softplus(ln A4 - ln A3)
         w, x1 = self.w1, self.x1
         rx = r + x1
         log_t, log_tx = np.log(alpha + self.age1), np.log(alpha + self.tx1)
         bx1 = b + x1 - 1.0
         d = np.log(a) - np.log(bx1) + rx * (log_t - log_tx)
-        ll += float(np.dot(w, -rx * log_t + np.logaddexp(0.0, d)))
+        ll += dot(w, -rx * log_t + np.logaddexp(0.0, d))
         s = w * expit(d)  # weight x share of the A4 term
         inv_t, inv_tx = 1.0 / (alpha + self.age1), 1.0 / (alpha + self.tx1)
-        g_r += float(np.dot(s, log_t - log_tx) - np.dot(w, log_t))
-        g_alpha += float(np.dot(s, rx * (inv_t - inv_tx)) - np.dot(w, rx * inv_t))
+        g_r += dot(s, log_t - log_tx) - dot(w, log_t)
+        g_alpha += dot(s, rx * (inv_t - inv_tx)) - dot(w, rx * inv_t)
         g_a += float(s.sum()) / a
-        g_b -= float(np.dot(s, 1.0 / bx1))
+        g_b -= dot(s, 1.0 / bx1)
         gradient = np.array([g_r, g_alpha, g_a, g_b])
         return -ll / self.total, -gradient / self.total

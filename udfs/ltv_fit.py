@@ -70,6 +70,13 @@ def _good(result: Any, on_logs: Callable[[np.ndarray], tuple[float, np.ndarray]]
     return bool(np.max(np.abs(gradient)) < 1e-6)
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """sum(a * b), without BLAS: a threaded BLAS splits long dot products over threads, and
+    on a busy machine waiting for them costs milliseconds per call (einsum's own loop does
+    not thread)."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def group_by(values: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray,
                                                              np.ndarray]:
     """The distinct values, each row's index among them, and the weight summed per value."""

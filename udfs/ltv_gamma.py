@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma, gammaln
 
-from udfs.ltv_fit import group_by, maximise
+from udfs.ltv_fit import dot, group_by, maximise
 from udfs.ltv_summaries import CustomerSummaries
 
 _START = np.array([1.0, 1.0, 1.0])
@@ -96,22 +96,22 @@ class _Likelihood:
         self.w, self.x, self.m = w, x, m
         self.xm = x * m
         # sum w x (ln m + ln x): the part of (px - 1) ln m + px ln x that moves with p
-        self.p_slope = float(np.dot(w, x * (np.log(m) + np.log(x))))
-        self.log_m = float(np.dot(w, np.log(m)))
+        self.p_slope = dot(w, x * (np.log(m) + np.log(x)))
+        self.log_m = dot(w, np.log(m))
 
     def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         p, q, v = (float(t) for t in theta)
         xs, wx = self.xs, self.wx
         pxq = p * xs + q
-        ll = float(np.dot(wx, gammaln(pxq) - gammaln(p * xs)))
+        ll = dot(wx, gammaln(pxq) - gammaln(p * xs))
         ll += self.total * (q * np.log(v) - gammaln(q)) + p * self.p_slope - self.log_m
-        g_p = float(np.dot(wx, xs * (digamma(pxq) - digamma(p * xs)))) + self.p_slope
-        g_q = float(np.dot(wx, digamma(pxq))) + self.total * (np.log(v) - digamma(q))
+        g_p = dot(wx, xs * (digamma(pxq) - digamma(p * xs))) + self.p_slope
+        g_q = dot(wx, digamma(pxq)) + self.total * (np.log(v) - digamma(q))
         g_v = self.total * q / v
         log_vxm = np.log(v + self.xm)
         coef = p * self.x + q
-        ll -= float(np.dot(self.w, coef * log_vxm))
-        g_p -= float(np.dot(self.w, self.x * log_vxm))
-        g_q -= float(np.dot(self.w, log_vxm))
-        g_v -= float(np.dot(self.w, coef / (v + self.xm)))
+        ll -= dot(self.w, coef * log_vxm)
+        g_p -= dot(self.w, self.x * log_vxm)
+        g_q -= dot(self.w, log_vxm)
+        g_v -= dot(self.w, coef / (v + self.xm))
         return -ll / self.total, -np.array([g_p, g_q, g_v]) / self.total
