@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from pipelines.control.ledger import iso
     from pipelines.control.metrics import ControlMetrics
     from pipelines.reconcile.alerts import redacted
+    from pipelines.store.loading import reject
     from pipelines.store.warehouse import redacted_url
 
     control, job = _configs(args)
@@ -111,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             warehouse = service.ledger.warehouse
             inputs = KafkaInputs(bootstrap, control, service.state, client,
-                                 reject=partial(warehouse.reject, "control"))
+                                 reject=partial(reject, warehouse, "control"))
         except KafkaError as error:
             raise CliError(f"Kafka at {bootstrap}: {error}") from None
         stack.callback(inputs.close)

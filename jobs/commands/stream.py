@@ -141,19 +141,21 @@ FOLLOW_POLL_S = 2.0  # seedance load --follow: between two passes over the topic
 
 def cmd_load(args: argparse.Namespace) -> int:
     from pipelines.kafka.security import for_python
+    from pipelines.store.loading import TopicLoader
     from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
-    warehouse = Warehouse(config.warehouse.url, for_python(dict(config.kafka.properties)))
+    warehouse = Warehouse(config.warehouse.url)
+    loader = TopicLoader(warehouse, for_python(dict(config.kafka.properties)))
 
     def load_all() -> tuple[int, int, int, int, int]:
         topics = config.topics
-        return (warehouse.load_credits(bootstrap, topics.credits),
-                warehouse.load_gpu_costs(bootstrap, config.gpu.costs_topic),
-                warehouse.load_roi(bootstrap, topics.roi),
-                warehouse.load_spend(bootstrap, topics.ad_spend, config.roi.currency),
-                sum(warehouse.load_experiments(bootstrap, topic) for topic in (
+        return (loader.load_credits(bootstrap, topics.credits),
+                loader.load_gpu_costs(bootstrap, config.gpu.costs_topic),
+                loader.load_roi(bootstrap, topics.roi),
+                loader.load_spend(bootstrap, topics.ad_spend, config.roi.currency),
+                sum(loader.load_experiments(bootstrap, topic) for topic in (
                     topics.experiment_exposures, topics.experiment_conversions)))
 
     try:

@@ -41,6 +41,7 @@ from pipelines.sources.publish import (
 )
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 
 # What the demo says it runs each streaming job for (after "Running the Flink <title> job").
@@ -123,13 +124,14 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
 
         t = _step("Loading credits, GPU costs, spend, ROI and experiments into the warehouse")
         warehouse = Warehouse(config.warehouse.url)
-        warehouse.load_credits(info.bootstrap, topics.credits)
+        loader = TopicLoader(warehouse)
+        loader.load_credits(info.bootstrap, topics.credits)
         (rows,), = warehouse.query("SELECT COUNT(*) FROM attribution_credits")
-        warehouse.load_gpu_costs(info.bootstrap, gpu.costs_topic)
-        warehouse.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
-        warehouse.load_roi(info.bootstrap, topics.roi)
+        loader.load_gpu_costs(info.bootstrap, gpu.costs_topic)
+        loader.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
+        loader.load_roi(info.bootstrap, topics.roi)
         for topic in (topics.experiment_exposures, topics.experiment_conversions):
-            warehouse.load_experiments(info.bootstrap, topic)
+            loader.load_experiments(info.bootstrap, topic)
         _done(t)
         dead = count_messages(info.bootstrap, topics.dead_letter)
         late = count_messages(info.bootstrap, topics.late)

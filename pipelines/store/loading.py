@@ -1,11 +1,13 @@
-"""The warehouse's loading of the result topics: each topic's messages as rows of its table
-(schemas/rows.py), read from Kafka up to the end (or followed) with exactly-once effect.
+"""The loading of the result topics into the warehouse: each topic's messages as rows of its
+table (schemas/rows.py), read from Kafka up to the end (or followed) with exactly-once
+effect.
 
-The loader reads with read_committed and stores the next Kafka offset in the same database
-transaction as the rows (the kafka_offsets table), so a crash never loses or doubles; rows
-are upserted by key, so loading again changes nothing. Each topic's batch is written by its
-sink (pipelines/store/sinks.py) in that transaction. `TopicLoading` gives `Warehouse` these
-methods (`warehouse.load_credits(bootstrap, topic)`, ...).
+`TopicLoader(warehouse, client)` reads with read_committed and stores the next Kafka offset
+in the same database transaction as the rows (the kafka_offsets table), so a crash never
+loses or doubles; rows are upserted by key, so loading again changes nothing. Each topic's
+batch is written by its sink (pipelines/store/sinks.py) in that transaction. A message that
+cannot be stored is set aside in load_rejects (`reject`, which the control loop's inputs
+use too).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
@@ -27,10 +29,8 @@ from pipelines.store.sinks import (
     RoiSink,
     SpendSink,
 )
+from pipelines.store.warehouse import Warehouse
 from schemas import rows
-
-if TYPE_CHECKING:
-    from pipelines.store.warehouse import Warehouse
 
 LOADER = "warehouse-loader"  # the consumer name kafka_offsets keeps the offsets under
 
@@ -52,83 +52,49 @@ def reject_row(consumer: str, topic: str, partition: int, offset: int, reason: s
             datetime.now(UTC).isoformat(timespec="seconds"))
 
 
-class TopicLoading:
-    """`Warehouse`'s methods that write the result topics' messages into its tables."""
+def reject(warehouse: Warehouse, consumer: str, topic: str, partition: int, offset: int,
+           reason: str, payload: bytes | None) -> None:
+    """Set one message aside in load_rejects (again: the same place is one row)."""
+    warehouse.store(rows.LOAD_REJECT,
+                    [reject_row(consumer, topic, partition, offset, reason, payload)])
 
-    def _load_one_by_one(self: Warehouse, records: list[Any],
-                         apply: Callable[[list[bytes]], None], consumer: str,
-                         offsets: list[tuple[object, ...]]) -> None:
-        """A batch that could not be stored, message by message: each in a savepoint of one
-        transaction with the offsets; a message that still fails is set aside in
-        load_rejects with its place and the reason, and the loading goes on."""
-        rejected = []
-        with self.transaction():
-            for record in records:
-                try:
-                    with self.transaction():
-                        apply([record.value])
-                except UNSTORABLE as error:
-                    rejected.append(reject_row(consumer, record.topic, record.partition,
-                                               record.offset, f"{type(error).__name__}: "
-                                               f"{error}", record.value))
-            self.store(rows.LOAD_REJECT, rejected)
-            self.store(rows.KAFKA_OFFSET, offsets)
-        for row in rejected:
-            log.warning("set aside %s[%s]@%s in load_rejects: %s", row[1], row[2], row[3],
-                        row[4])
 
-    def reject(self: Warehouse, consumer: str, topic: str, partition: int, offset: int,
-               reason: str, payload: bytes | None) -> None:
-        """Set one message aside in load_rejects (again: the same place is one row)."""
-        self.store(rows.LOAD_REJECT,
-                   [reject_row(consumer, topic, partition, offset, reason, payload)])
+class TopicLoader:
+    """Writes the result topics' messages into a warehouse's tables, each topic through its
+    sink; `client`: kafka-python settings of its consumers (security:
+    kafka_security.for_python)."""
 
-    # a batch of one topic's messages written by its sink (pipelines/store/sinks.py)
-    def upsert_credits(self: Warehouse, messages: list[bytes]) -> None:
-        CreditsSink(self).write(messages)
+    def __init__(self, warehouse: Warehouse, client: dict[str, Any] | None = None) -> None:
+        self.warehouse = warehouse
+        self.client: dict[str, Any] = dict(client or {})
 
-    def upsert_gpu_costs(self: Warehouse, messages: list[bytes]) -> None:
-        GpuCostsSink(self).write(messages)
+    def load_credits(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, CreditsSink(self.warehouse).write, follow=follow)
 
-    def upsert_roi(self: Warehouse, messages: list[bytes]) -> None:
-        RoiSink(self).write(messages)
+    def load_gpu_costs(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, GpuCostsSink(self.warehouse).write, follow=follow)
 
-    def upsert_spend(self: Warehouse, messages: list[bytes], currency: str) -> None:
-        SpendSink(self, currency).write(messages)
+    def load_roi(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, RoiSink(self.warehouse).write, follow=follow)
 
-    def upsert_experiments(self: Warehouse, messages: list[bytes]) -> None:
-        ExperimentsSink(self).write(messages)
-
-    def load_experiments(self: Warehouse, bootstrap: str, topic: str,
-                         follow: bool = False) -> int:
-        return self.load_from_kafka(bootstrap, topic, ExperimentsSink(self).write,
-                                    follow=follow)
-
-    def load_roi(self: Warehouse, bootstrap: str, topic: str, follow: bool = False) -> int:
-        return self.load_from_kafka(bootstrap, topic, RoiSink(self).write, follow=follow)
-
-    def load_spend(self: Warehouse, bootstrap: str, topic: str, currency: str = "USD",
+    def load_spend(self, bootstrap: str, topic: str, currency: str = "USD",
                    follow: bool = False) -> int:
-        return self.load_from_kafka(bootstrap, topic, SpendSink(self, currency).write,
-                                    follow=follow)
+        return self.load(bootstrap, topic, SpendSink(self.warehouse, currency).write,
+                         follow=follow)
 
-    def load_credits(self: Warehouse, bootstrap: str, topic: str, follow: bool = False) -> int:
-        return self.load_from_kafka(bootstrap, topic, CreditsSink(self).write, follow=follow)
+    def load_experiments(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, ExperimentsSink(self.warehouse).write,
+                         follow=follow)
 
-    def load_gpu_costs(self: Warehouse, bootstrap: str, topic: str,
-                       follow: bool = False) -> int:
-        return self.load_from_kafka(bootstrap, topic, GpuCostsSink(self).write, follow=follow)
-
-    def load_from_kafka(self: Warehouse, bootstrap: str, topic: str,
-                        apply: Callable[[list[bytes]], None],
-                        consumer: str = LOADER, follow: bool = False,
-                        idle_timeout_s: float = 30.0,
-                        progress: Callable[[int], None] | None = None) -> int:
+    def load(self, bootstrap: str, topic: str, apply: Callable[[list[bytes]], None],
+             consumer: str = LOADER, follow: bool = False, idle_timeout_s: float = 30.0,
+             progress: Callable[[int], None] | None = None) -> int:
         """Load `topic` up to its end (or forever with follow) through `apply`, which writes
         a batch of messages; returns the number of messages loaded. It resumes from the
         offsets stored under `consumer`; `idle_timeout_s`: the TopicReader's stop rule
         (pipelines/kafka/reader.py), a load gives up only after that long without progress."""
-        stored = dict(self.query(
+        warehouse = self.warehouse
+        stored = dict(warehouse.query(
             "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
             (consumer, topic)))
         loaded = 0
@@ -139,9 +105,9 @@ class TopicLoading:
             offsets = [(consumer, topic, tp.partition, offset)
                        for tp, offset in batch.next_offsets.items()]
             try:
-                with self.transaction():  # rows and offsets commit together
+                with warehouse.transaction():  # rows and offsets commit together
                     apply([r.value for r in records])
-                    self.store(rows.KAFKA_OFFSET, offsets)
+                    warehouse.store(rows.KAFKA_OFFSET, offsets)
             except UNSTORABLE:
                 self._load_one_by_one(records, apply, consumer, offsets)
             loaded += len(records)
@@ -149,7 +115,28 @@ class TopicLoading:
                 progress(loaded)
 
         with TopicReader(bootstrap, topic, Offsets(stored), idle_timeout_s=idle_timeout_s,
-                         max_records=10_000, client=self.kafka_client,
-                         what="loading") as reader:
+                         max_records=10_000, client=self.client, what="loading") as reader:
             reader.read(write, follow=follow)
         return loaded
+
+    def _load_one_by_one(self, records: list[Any], apply: Callable[[list[bytes]], None],
+                         consumer: str, offsets: list[tuple[object, ...]]) -> None:
+        """A batch that could not be stored, message by message: each in a savepoint of one
+        transaction with the offsets; a message that still fails is set aside in
+        load_rejects with its place and the reason, and the loading goes on."""
+        warehouse = self.warehouse
+        rejected = []
+        with warehouse.transaction():
+            for record in records:
+                try:
+                    with warehouse.transaction():
+                        apply([record.value])
+                except UNSTORABLE as error:
+                    rejected.append(reject_row(consumer, record.topic, record.partition,
+                                               record.offset, f"{type(error).__name__}: "
+                                               f"{error}", record.value))
+            warehouse.store(rows.LOAD_REJECT, rejected)
+            warehouse.store(rows.KAFKA_OFFSET, offsets)
+        for row in rejected:
+            log.warning("set aside %s[%s]@%s in load_rejects: %s", row[1], row[2], row[3],
+                        row[4])

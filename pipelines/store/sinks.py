@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipelines.codec import credit_messages
 from pipelines.sources.ad_spend import SpendError
 from pipelines.sources.ad_spend import parse_message as parse_spend
+from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from schemas.rows import Row
 from udfs.periods import day_of
-
-if TYPE_CHECKING:
-    from pipelines.store.warehouse import Warehouse
 
 Rows = list[tuple[object, ...]]
 _RATIOS = ("roas", "margin_roi")

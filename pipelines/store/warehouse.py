@@ -3,8 +3,10 @@
 The embedded default is a SQLite file; production uses PostgreSQL (same tables, same
 portable DDL in schemas/sql/warehouse.sql, whose rows schemas/rows.py declares). This module
 is the connection, the DDL and the dialect-neutral API (query, execute, transaction,
-upsert by key); `Warehouse` also loads the result topics (pipelines/store/loading.py:
-idempotent and exactly-once end to end). Its summaries are pipelines/store/summaries.py.
+upsert by key). What uses it takes a `Warehouse`: the result topics are loaded by
+pipelines/store/loading.py (`TopicLoader`: idempotent and exactly-once end to end), each
+table is written through its sink (pipelines/store/sinks.py), the summaries are
+pipelines/store/summaries.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from urllib.parse import urlsplit
 import psycopg
 
 from pipelines.settings.paths import PROJECT_ROOT, state_home
-from pipelines.store.loading import TopicLoading
 from schemas.rows import Row
 
 DDL = PROJECT_ROOT / "schemas" / "sql" / "warehouse.sql"
@@ -120,7 +121,7 @@ def _plain(value: object) -> object:
     return value
 
 
-class Warehouse(TopicLoading):
+class Warehouse:
     """The warehouse tables on SQLite (`sqlite:///path`) or PostgreSQL
     (`postgresql://user@host:port/db`; password from the URL or PGPASSWORD).
 
@@ -128,10 +129,8 @@ class Warehouse(TopicLoading):
     of plain Python values, statements outside `transaction()` commit on their own.
     """
 
-    def __init__(self, url: str = "", kafka_client: dict[str, Any] | None = None) -> None:
+    def __init__(self, url: str = "") -> None:
         self.url = url or default_url()
-        # kafka-python settings of the loader's consumers (security: kafka_security.for_python)
-        self.kafka_client: dict[str, Any] = dict(kafka_client or {})
         self.path: Path | None = None  # the SQLite file, None on PostgreSQL
         self._depth = 0  # open transaction() blocks
         self._conn: Any

@@ -29,6 +29,7 @@ from pipelines.kafka.io import ensure_topics, producer
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan, plan_events
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from schemas.records import Conversion, Touchpoint
 from schemas.rows import GPU_CALL_COST
@@ -155,8 +156,9 @@ def warehouse_for(streamed: Streamed, kafka: str, url: str) -> StreamingJobConfi
     read (the backfill's cost inputs)."""
     config = streamed.config.replace("warehouse", url=url)
     with Warehouse(url) as warehouse:
-        warehouse.load_spend(kafka, config.topics.ad_spend, config.roi.currency)
-        warehouse.load_gpu_costs(kafka, config.gpu.costs_topic)
+        loader = TopicLoader(warehouse)
+        loader.load_spend(kafka, config.topics.ad_spend, config.roi.currency)
+        loader.load_gpu_costs(kafka, config.gpu.costs_topic)
     return config
 
 

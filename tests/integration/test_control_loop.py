@@ -25,6 +25,7 @@ from pipelines.control.signing import verify_request
 from pipelines.control.state import ControlState
 from pipelines.kafka.io import producer, read_all
 from pipelines.settings.sections import Secret
+from pipelines.store.loading import reject
 from pipelines.store.warehouse import Warehouse
 from tests.control_inputs import (
     HOT,
@@ -145,7 +146,7 @@ def test_bad_roi_rows_are_skipped_with_their_place_and_never_stop_the_loop(
         for _start in range(2):  # a restart reads the topic again
             state = ControlState(config)
             inputs = KafkaInputs(kafka, config, state,
-                                 reject=partial(warehouse.reject, "control"))
+                                 reject=partial(reject, warehouse, "control"))
             caplog.clear()
             try:
                 with caplog.at_level("WARNING", logger="seedance.control"):

@@ -11,6 +11,7 @@ from pipelines.flink.attribution_job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.generator import Plan
 from pipelines.store import summaries
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, S, credit_rows, messages, order, touch
 from tests.roi_inputs import cpu_hog
@@ -59,7 +60,7 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
     assert sorted(c["order_id"] for c in conversions) == sorted(f"o{i}" for i in range(USERS))
 
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    warehouse.load_credits(kafka, config.topics.credits)
+    TopicLoader(warehouse).load_credits(kafka, config.topics.credits)
     totals = {model: (orders_, revenue_)
               for model, orders_, _, revenue_ in summaries.totals(warehouse)}
     assert {m: (n, round(r, 6)) for m, (n, r) in totals.items()} == {

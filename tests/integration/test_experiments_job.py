@@ -25,6 +25,7 @@ from pipelines.sources.generator import (
     plan_events,
     plan_spend,
 )
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import messages, publish
 
@@ -112,10 +113,11 @@ def test_first_exposure_wins_and_later_orders_count(kafka, flink, job_config, to
         "experiment_conversions": config.topics.experiment_conversions,
         "roi": config.topics.roi}, "warehouse": {"url": url}}))
     with Warehouse(url) as warehouse:
+        loader = TopicLoader(warehouse)
         for topic_name in (config.topics.experiment_exposures,
                            config.topics.experiment_conversions):
-            warehouse.load_experiments(kafka, topic_name)
-        warehouse.load_roi(kafka, config.topics.roi)
+            loader.load_experiments(kafka, topic_name)
+        loader.load_roi(kafka, config.topics.roi)
     capsys.readouterr()
     last_order_day = datetime.fromtimestamp(max(e.ts_ns for e in orders) / 1e9,
                                             UTC).strftime("%Y-%m-%d")

@@ -11,6 +11,7 @@ from pipelines.kafka.io import count_messages
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, plan_events
 from pipelines.store import summaries
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, D, H, S, credit_key, credit_rows, messages, order, publish, touch
 from tests.reference import TEST_HORIZON_MS, reference_credits, reference_journeys
@@ -102,8 +103,9 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
     messages_out = count_messages(kafka, job_config.topics.credits)
     assert 0 < messages_out < 6  # orders closed by one watermark share a message
-    assert warehouse.load_credits(kafka, job_config.topics.credits) == messages_out
-    assert warehouse.load_credits(kafka, job_config.topics.credits) == 0  # resumes
+    loader = TopicLoader(warehouse)
+    assert loader.load_credits(kafka, job_config.topics.credits) == messages_out
+    assert loader.load_credits(kafka, job_config.topics.credits) == 0  # resumes
     assert warehouse.query("SELECT COUNT(*) FROM attribution_credits") == [(len(EXPECTED),)]
     totals = {model: (orders, conv, rev)
               for model, orders, conv, rev in summaries.totals(warehouse)}

@@ -13,6 +13,7 @@ from pipelines.flink.gpu_cost_job import run_gpu_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.store import summaries
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from schemas.gpu import GpuSample, load_catalog
 from schemas.records import GpuCall
@@ -115,7 +116,7 @@ def test_gpu_cost_per_call_and_idle_matches_the_reference(kafka, flink, gpu_conf
 
     # into the warehouse: per workload and per trace, totals conserved
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    assert warehouse.load_gpu_costs(kafka, config.gpu.costs_topic) == len(rows)
+    assert TopicLoader(warehouse).load_gpu_costs(kafka, config.gpu.costs_topic) == len(rows)
     summary = summaries.gpu_cost_summary(warehouse)
     warehouse.close()
     assert math.isclose(summary["allocated_usd"] + summary["idle_usd"], summary["interval_usd"],

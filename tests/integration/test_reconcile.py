@@ -30,6 +30,7 @@ from pipelines.reconcile.config import (
     load_reconcile_config,
 )
 from pipelines.reconcile.store import ReconcileStore
+from pipelines.store.sinks import CreditsSink, GpuCostsSink
 from pipelines.store.warehouse import Warehouse
 
 pytestmark = pytest.mark.integration
@@ -134,8 +135,8 @@ def seed_ours(url: str, revenue_currency: str = "USD") -> None:
             "trace_id": f"t{h}", "span_id": f"s{h}", "workload": "ranker", "pod": "ranker-0",
             "namespace": "ml", "user_id": "u"} for h in range(24)]
     with Warehouse(url) as wh:
-        wh.upsert_credits(messages)
-        wh.upsert_gpu_costs([json.dumps(g).encode() for g in gpu])
+        CreditsSink(wh).write(messages)
+        GpuCostsSink(wh).write([json.dumps(g).encode() for g in gpu])
         wh.upsert("ad_spend", ("platform", "account", "campaign", "day", "amount", "currency"),
                   4, [("google_ads", ACCOUNT, "111", DAY, 500.0, "USD"),
                       ("google_ads", ACCOUNT, "222", DAY, 300.0, "USD")])

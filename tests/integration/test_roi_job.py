@@ -8,6 +8,7 @@ import pytest
 
 from pipelines.flink.attribution_job import run_job
 from pipelines.flink.roi_job import run_roi_job
+from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import latest, messages, publish, send
 from tests.roi_scenario import DAY, SCENARIO, T0
@@ -108,8 +109,9 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
         (config.topics.ad_spend, 0, offset) for offset in (4, 5, 6)]
 
     warehouse = Warehouse(f"sqlite:///{tmp_path / 'wh.db'}")
-    warehouse.load_roi(kafka, config.topics.roi)
-    warehouse.load_spend(kafka, config.topics.ad_spend)
+    loader = TopicLoader(warehouse)
+    loader.load_roi(kafka, config.topics.roi)
+    loader.load_spend(kafka, config.topics.ad_spend)
     (row,) = warehouse.query("SELECT revenue, ad_spend, compute_cost, roi FROM roi_daily WHERE "
                              "model = 'last_click' AND day = ? AND dimension = 'channel' AND "
                              "key = 'display'", (DAY,))

@@ -13,6 +13,8 @@ import pytest
 
 from pipelines.kafka.io import producer
 from pipelines.store import summaries
+from pipelines.store.loading import TopicLoader
+from pipelines.store.sinks import CreditsSink, GpuCostsSink
 from pipelines.store.warehouse import DDL, Warehouse, WarehouseError, redacted_url
 
 T0 = 1_788_220_800_000  # 2026-09-01T00:00:00Z
@@ -97,17 +99,18 @@ def send(bootstrap: str, topic: str, messages: list[bytes]) -> None:
 
 def test_loading_the_same_messages_twice_gives_the_same_rows(warehouse_url):
     with Warehouse(warehouse_url) as warehouse:
-        warehouse.upsert_credits(CREDITS)
-        warehouse.upsert_credits(CREDITS)
+        credits, gpu_costs = CreditsSink(warehouse), GpuCostsSink(warehouse)
+        credits.write(CREDITS)
+        credits.write(CREDITS)
         assert warehouse.query(SELECT_CREDITS) == CREDIT_ROWS
 
         # a restated message replaces its row instead of adding one
-        warehouse.upsert_credits([credit("linear", "o2", 0, "social", 1.0, 27.5, "repeat", 1)])
+        credits.write([credit("linear", "o2", 0, "social", 1.0, 27.5, "repeat", 1)])
         assert warehouse.query(
             "SELECT COUNT(*), SUM(revenue) FROM attribution_credits WHERE model = ?",
             ("linear",)) == [(4, 103.0)]
-        warehouse.upsert_gpu_costs(GPU_COSTS)
-        warehouse.upsert_gpu_costs(GPU_COSTS)
+        gpu_costs.write(GPU_COSTS)
+        gpu_costs.write(GPU_COSTS)
         assert warehouse.query("SELECT COUNT(*) FROM gpu_call_costs") == [(4,)]
         assert warehouse.query("SELECT gpu_uuid, interval_end_ms FROM gpu_idle_costs "
                                "ORDER BY gpu_uuid, interval_end_ms") == [
@@ -122,8 +125,9 @@ def test_a_corrected_conversion_replaces_all_its_rows_under_that_model(warehouse
     """A late touch re-credits o1; a later message has all of o1's linear rows, fewer than
     before: the rows it lacks go, other models' and orders' rows stay."""
     with Warehouse(warehouse_url) as warehouse:
-        warehouse.upsert_credits(CREDITS)
-        warehouse.upsert_credits([credit("linear", "o1", 0, "search", 1.0, 60.0, "repeat")])
+        credits = CreditsSink(warehouse)
+        credits.write(CREDITS)
+        credits.write([credit("linear", "o1", 0, "search", 1.0, 60.0, "repeat")])
         rows = warehouse.query(SELECT_CREDITS)
     assert [row for row in rows if row[:2] == ("linear", "o1")] == [
         ("linear", "o1", 0, "2026-09-01", "search", 1.0, 60.0, "repeat")]
@@ -132,8 +136,8 @@ def test_a_corrected_conversion_replaces_all_its_rows_under_that_model(warehouse
 
 def test_summaries(warehouse_url):
     with Warehouse(warehouse_url) as warehouse:
-        warehouse.upsert_credits(CREDITS)
-        warehouse.upsert_gpu_costs(GPU_COSTS)
+        CreditsSink(warehouse).write(CREDITS)
+        GpuCostsSink(warehouse).write(GPU_COSTS)
         assert summaries.totals(warehouse) == [("last_click", 3, 3.0, approx(100.5)),
                                                ("linear", 3, 3.0, approx(100.5))]
         assert summaries.channel_summary(warehouse) == [
@@ -176,11 +180,12 @@ def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
     name = topic("credits")
     send(kafka, name, CREDITS[:4])
     with Warehouse(warehouse_url) as warehouse:
-        assert warehouse.load_credits(kafka, name) == 4
-        assert warehouse.load_credits(kafka, name) == 0
+        assert TopicLoader(warehouse).load_credits(kafka, name) == 4
+        assert TopicLoader(warehouse).load_credits(kafka, name) == 0
     send(kafka, name, CREDITS[4:])
     with Warehouse(warehouse_url) as restarted:
-        assert restarted.load_credits(kafka, name) == 2
+        loader = TopicLoader(restarted)
+        assert loader.load_credits(kafka, name) == 2
         assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
         offsets = "SELECT consumer, topic, partition, next_offset FROM kafka_offsets"
         assert restarted.query(offsets) == [("warehouse-loader", name, 0, 6)]
@@ -191,22 +196,22 @@ def test_load_from_kafka_resumes_from_the_offsets_stored_with_the_rows(
         send(kafka, name, restated)
 
         def write_then_fail(batch: list[bytes]) -> None:
-            restarted.upsert_credits(batch)
+            CreditsSink(restarted).write(batch)
             raise RuntimeError("the disk is full")
 
         with pytest.raises(RuntimeError, match="the disk is full"):
-            restarted.load_from_kafka(kafka, name, write_then_fail)
+            loader.load(kafka, name, write_then_fail)
         assert restarted.query(offsets) == [("warehouse-loader", name, 0, 6)]
         assert restarted.query(SELECT_CREDITS) == CREDIT_ROWS
 
         # the next load picks up exactly those two messages
-        assert restarted.load_credits(kafka, name) == 2
+        assert loader.load_credits(kafka, name) == 2
         assert restarted.query(offsets) == [("warehouse-loader", name, 0, 8)]
         assert restarted.query("SELECT COUNT(*), SUM(revenue) FROM attribution_credits "
                                "WHERE model = ?", ("last_click",)) == [(4, 119.5)]
         # another consumer name keeps its own offsets and starts from the beginning
-        assert restarted.load_from_kafka(kafka, name, restarted.upsert_credits,
-                                         consumer="second-loader") == 8
+        assert loader.load(kafka, name, CreditsSink(restarted).write,
+                           consumer="second-loader") == 8
 
 
 def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
@@ -222,7 +227,8 @@ def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
     bad = [json.dumps(nul).encode(), json.dumps(missing).encode(), b"{not json"]
     send(kafka, name, CREDITS[:3] + bad + CREDITS[3:])
     with Warehouse(warehouse_url) as warehouse:
-        assert warehouse.load_credits(kafka, name) == 9
+        loader = TopicLoader(warehouse)
+        assert loader.load_credits(kafka, name) == 9
         assert warehouse.query(SELECT_CREDITS) == (
             CREDIT_ROWS if warehouse.dialect == "postgresql" else
             # SQLite stores a NUL: only the two others are refused there
@@ -239,7 +245,7 @@ def test_a_message_the_database_refuses_is_set_aside_and_the_rest_loaded(
             assert "NUL" in reasons[0]
         assert base64.b64decode(rejects[-1][4]) == b"{not json"
         assert warehouse.query("SELECT next_offset FROM kafka_offsets") == [(9,)]
-        assert warehouse.load_credits(kafka, name) == 0
+        assert loader.load_credits(kafka, name) == 0
 
 
 def test_a_transaction_that_raises_leaves_nothing_behind(warehouse_url):
@@ -249,7 +255,7 @@ def test_a_transaction_that_raises_leaves_nothing_behind(warehouse_url):
               "(SELECT COUNT(*) FROM kafka_offsets)")
     with Warehouse(warehouse_url) as warehouse:
         with pytest.raises(RuntimeError, match="boom"), warehouse.transaction():
-            warehouse.upsert_credits(CREDITS)
+            CreditsSink(warehouse).write(CREDITS)
             assert warehouse.execute(insert_offset, ("c", "t", 0, 5)) == 1
             assert warehouse.query(counts) == [(7, 1)]  # visible inside the block
             raise RuntimeError("boom")
@@ -312,7 +318,7 @@ def test_a_loader_that_may_not_create_tables_uses_the_existing_ones(postgres):
             owner.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "
                           "public TO loader")
         with Warehouse(as_loader) as loader:
-            loader.upsert_credits(CREDITS)
+            CreditsSink(loader).write(CREDITS)
             assert loader.query(SELECT_CREDITS) == CREDIT_ROWS
     finally:
         admin.execute("DROP DATABASE restricted WITH (FORCE)")
