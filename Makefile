@@ -10,13 +10,13 @@ setup-dev:
 demo: setup
 	@.venv/bin/seedance demo
 
-# a failed run ends with the failed tests' names, so that a log's last lines say which failed
+# a failed run ends with the failed tests' names and reasons (tests/conftest.py), so that a
+# log's last lines say which failed and why
 test: setup-dev
 	@.venv/bin/ruff check .
 	@.venv/bin/mypy
-	@.venv/bin/python -m pytest || { rc=$$?; .venv/bin/python -c 'import json; \
-	  print("failed:", *json.load(open(".pytest_cache/v/cache/lastfailed")), sep="\n  ")' \
-	  2>/dev/null; exit $$rc; }
+	@.venv/bin/python -m pytest || { rc=$$?; echo "failed:"; \
+	  sed 's/^/  /' .pytest_cache/failure-reasons.txt 2>/dev/null; exit $$rc; }
 
 lint: setup-dev
 	@.venv/bin/ruff check .

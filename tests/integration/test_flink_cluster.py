@@ -91,11 +91,16 @@ def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) 
                 for c in reference_credits(plan, config.attribution.models, REFIT_S)}
     rows = credit_rows(kafka, config.topics.credits)
     got = {credit_key(r): r["revenue"] for r in rows}
-    assert len(rows) == len(got), "a credit is repeated"
-    assert got.keys() == expected.keys()
-    assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
+    assert len(rows) == len(got), f"{len(rows) - len(got)} credits are repeated"
+    missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
+    assert not missing and not extra, (
+        f"{len(missing)} credits missing (orders {sorted({k[1] for k in missing})[:8]}), "
+        f"{len(extra)} extra (orders {sorted({k[1] for k in extra})[:8]}) "
+        f"of {len(expected)}")
+    changed = [k for k in expected if not math.isclose(got[k], expected[k], rel_tol=1e-9)]
+    assert not changed, f"{len(changed)} credits changed, e.g. {changed[:3]}"
     late = messages(kafka, config.topics.late)
-    assert len(late) == late_beyond(plan, TEST_HORIZON_MS)
+    assert len(late) == late_beyond(plan, TEST_HORIZON_MS), "late events"
 
 
 def drain(cluster: StandaloneFlink, job: str, folder: Path) -> str:
