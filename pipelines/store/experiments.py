@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
+from pipelines.store.sinks import KeyGroupSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from udfs.periods import day_of
@@ -75,6 +76,9 @@ def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
     in the data does not keep its old row. Returns how many rows were written."""
     computed_at = datetime.now(UTC).isoformat(timespec="seconds")
     frame = stats.assign(computed_at=computed_at,
+                         # the group's TEXT columns
+                         flag_key=stats.flag_key.astype(str),
+                         window_end=stats.window_end.astype(str),
                          control_variant=stats.control_variant.fillna("").astype(str),
                          significant=stats.significant.fillna(False).astype(bool),
                          srm=stats.srm.fillna(False).astype(bool),
@@ -82,12 +86,7 @@ def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
                          note=stats.note.fillna("").astype(str))
     values = [tuple(_value(row[name]) for name in rows.EXPERIMENT_RESULT.names)
               for _, row in frame.iterrows()]
-    with warehouse.transaction():
-        warehouse.executemany(
-            "DELETE FROM experiment_results WHERE flag_key = ? AND window_end = ?",
-            sorted({(str(f), str(w)) for f, w in
-                    zip(frame.flag_key, frame.window_end, strict=True)}))
-        warehouse.store(rows.EXPERIMENT_RESULT, values)
+    KeyGroupSink(warehouse, rows.EXPERIMENT_RESULT, ("flag_key", "window_end")).replace(values)
     return len(values)
 
 

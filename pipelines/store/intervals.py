@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
+from pipelines.store.sinks import KeyGroupSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 
@@ -58,14 +59,11 @@ def store_intervals(warehouse: Warehouse, intervals: pd.DataFrame, level: float,
     computed_at = computed_at or datetime.now(UTC).isoformat(timespec="seconds")
     frame = intervals.rename(columns={"conversion_date": "period"}).assign(
         level=float(level), seed=int(seed), computed_at=computed_at)
+    frame = frame.astype({"model": str, "period": str})  # the group's TEXT columns
     names = rows.CREDIT_INTERVAL.names
     values = [tuple(v.item() if isinstance(v, np.generic) else v for v in row)
               for row in frame[list(names)].itertuples(index=False, name=None)]
-    with warehouse.transaction():
-        warehouse.executemany("DELETE FROM credit_intervals WHERE model = ? AND period = ?",
-                              sorted({(str(m), str(p)) for m, p in
-                                      zip(frame.model, frame.period, strict=True)}))
-        warehouse.store(rows.CREDIT_INTERVAL, values)
+    KeyGroupSink(warehouse, rows.CREDIT_INTERVAL, ("model", "period")).replace(values)
     return len(values)
 
 

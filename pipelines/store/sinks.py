@@ -1,8 +1,9 @@
 """A sink per warehouse table, and one per result topic (the model: a sink is `write(batch)`).
 
 `TableSink` writes rows of one schemas/rows.py declaration: upserted by the row's key,
-withdrawn keys deleted; `KeyGroupSink` replaces whole key groups (a conversion's credits
-under a model); `EarliestSink` keeps the earliest row per key (a user's first exposure).
+withdrawn keys deleted; `KeyGroupSink` replaces whole groups of keys (a conversion's
+credits under a model, an experiment's results for a window, a model's credit intervals
+for a day); `EarliestSink` keeps the earliest row per key (a user's first exposure).
 The topic sinks turn a batch of a result topic's messages into those tables' rows; the
 loader (pipelines/store/loading.py) calls them inside the transaction that stores the
 Kafka offsets, so rows and offsets commit together.
@@ -56,21 +57,38 @@ class TableSink:
 
     def withdraw(self, keys: Rows) -> None:
         """Delete the rows of these keys (the key columns' values)."""
-        key = self.row.key
+        self._delete(self.row.key, keys)
+
+    def _delete(self, columns: tuple[str, ...], values: Rows) -> None:
+        """Delete the rows whose `columns` hold one of `values`."""
         self.warehouse.executemany(f"DELETE FROM {self.row.table} WHERE "
-                                   + " AND ".join(f"{k} = ?" for k in key), keys)
+                                   + " AND ".join(f"{c} = ?" for c in columns), values)
 
 
 class KeyGroupSink(TableSink):
-    """`write_groups(groups)`: the rows whose first `width` key columns are a group's are
-    replaced by the group's rows (a group may shrink)."""
+    """A table whose rows are replaced a group at a time: `group` names some of the key
+    columns, and `write_groups(groups)` replaces the rows holding a group's values in them
+    by the group's rows, in one transaction (a group may shrink)."""
 
-    def __init__(self, warehouse: Warehouse, row: Row, width: int) -> None:
+    def __init__(self, warehouse: Warehouse, row: Row, group: tuple[str, ...]) -> None:
         super().__init__(warehouse, row)
-        self.width = width
+        if not group or not set(group) <= set(row.key):
+            raise ValueError(f"{row.table}: a group is some of the key columns {row.key}, "
+                             f"not {group}")
+        self.group = group
 
     def write_groups(self, groups: dict[tuple[object, ...], Rows]) -> None:
-        self.warehouse.replace_groups(self.row, self.width, groups)
+        with self.warehouse.transaction():
+            self._delete(self.group, list(groups))
+            self.write([values for group in groups.values() for values in group])
+
+    def replace(self, batch: Rows) -> None:
+        """Replace each group of the batch's rows by those rows."""
+        at = [self.row.names.index(column) for column in self.group]
+        groups: dict[tuple[object, ...], Rows] = {}
+        for values in batch:
+            groups.setdefault(tuple(values[i] for i in at), []).append(values)
+        self.write_groups(groups)
 
 
 class EarliestSink(TableSink):
@@ -96,7 +114,7 @@ class CreditsSink:
     codec/credit_messages.py): of a batch, the last message's rows per (model, order_id)."""
 
     def __init__(self, warehouse: Warehouse) -> None:
-        self.credits = KeyGroupSink(warehouse, rows.ATTRIBUTION_CREDITS, 2)
+        self.credits = KeyGroupSink(warehouse, rows.ATTRIBUTION_CREDITS, ("model", "order_id"))
 
     def write(self, messages: list[bytes]) -> None:
         self.credits.write_groups(

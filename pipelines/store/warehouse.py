@@ -270,15 +270,6 @@ class Warehouse:
             f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
             f"ON CONFLICT ({', '.join(columns[:keys])}) {action}", rows)
 
-    def replace_groups(self, row: Row, width: int,
-                       groups: dict[tuple[object, ...], list[tuple[object, ...]]]) -> None:
-        """Replace whole groups of rows: the rows whose first `width` key columns are a
-        group's are deleted, the group's rows stored (a group may shrink)."""
-        names = row.names[:width]
-        where = " AND ".join(f"{name} = ?" for name in names)
-        self.executemany(f"DELETE FROM {row.table} WHERE {where}", list(groups))
-        self.store(row, [values for group in groups.values() for values in group])
-
     def store(self, row: Row, rows: Iterable[tuple[object, ...]]) -> None:
         """Upsert rows of a declared layout (schemas/rows.py) into its table, by its key."""
         self.upsert(row.table, row.names, len(row.key), rows)
