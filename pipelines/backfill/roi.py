@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ORDER_COST, ROI_DAILY, ROI_UNALLOCATED
+from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY
 from udfs.compute_loading import idle_shares
 from udfs.periods import DAY_MS, day_of
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
@@ -31,8 +31,6 @@ SPEND_COLUMNS = list(AD_SPEND.without("currency").names)  # spend of one currenc
 # Warehouse column orders (schemas/rows.py, the tables of schemas/sql/warehouse.sql)
 CREDIT_ROW = ATTRIBUTION_CREDITS.names
 ROI_ROW = ROI_DAILY.names
-UNALLOCATED_ROW = ROI_UNALLOCATED.names
-ORDER_COST_ROW = ORDER_COST.names
 
 
 def _days(ts_ms: pd.Series) -> np.ndarray:
