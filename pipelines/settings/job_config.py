@@ -18,6 +18,7 @@ from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
 from pipelines.settings.shared import WAREHOUSE_URL, KafkaSection, WarehouseSection, with_overrides
+from pipelines.settings.topics import TopicsConfig
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.attribution import validate_models
 from udfs.journeys import JourneyConfig
@@ -29,22 +30,6 @@ from udfs.settings import ComputeSettings
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
 ENV_OVERRIDES = (WAREHOUSE_URL,)  # applied by load_config before the config is built
-
-
-
-@dataclass(frozen=True)
-class TopicsConfig:
-    spans: str = "otlp_spans"
-    credits: str = "attribution_credits"
-    dead_letter: str = "otlp_spans_dlq"
-    late: str = "late_events"
-    conversions: str = "conversions"
-    ad_spend: str = "ad_spend"
-    roi_dead_letter: str = "roi_inputs_dlq"
-    roi: str = "roi_daily"
-    accounting: str = "run_accounting"
-    experiment_exposures: str = "experiment_exposures"
-    experiment_conversions: str = "experiment_conversions"
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from pipelines.codec.otlp import request_to_json
+from pipelines.settings.topics import TopicsConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC = "otlp_spans"
+DEFAULT_TOPIC = TopicsConfig.spans  # the job config's default spans topic
 # The broker's default message.max.bytes is ~1 MB; stay under it with room for headers.
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
 
