@@ -191,7 +191,10 @@ def test_no_module_over_max_lines() -> None:
 JOB_REGISTRY = "pipelines/flink/jobs.py"
 # constants equal to a job's Flink name that are not one
 NOT_JOB_NAMES = {
-    # input.group_id's default, the attribution job's consumer group (named like the job)
+    # input.group_id's default, the attribution job's consumer group (named like the job,
+    # but a Kafka identity with committed offsets: renaming the job must not move them; and
+    # the registry imports the job config, so the config importing the registry would close
+    # a circle)
     ("pipelines/settings/job_config.py", "seedance-attribution"),
     # flink_configuration's default (the registry's run imports pipelines.flink.kafka);
     # tests/unit/test_streaming_jobs.py keeps it the registry's
