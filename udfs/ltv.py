@@ -116,10 +116,10 @@ class LtvModel:
 
 def fit_model(summaries: CustomerSummaries, period_days: float,
               fitted_through_day: float) -> LtvModel:
-    """BG/NBD and Gamma-Gamma fitted on the summaries (collapsed first: same fit, faster)."""
+    """BG/NBD and Gamma-Gamma fitted on the summaries (identical rows merged first: the
+    same fit, faster)."""
     rows = summaries.collapsed()
-    purchases = BgNbd.fit(rows)
-    return LtvModel(purchases=purchases, spend=GammaGamma.fit(rows),
+    return LtvModel(purchases=BgNbd.fit(rows.by_purchases()[0]), spend=GammaGamma.fit(rows),
                     period_days=float(period_days), customers=rows.customers(),
                     fitted_through_day=float(fitted_through_day))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy.special import betaln, digamma, expit, gammaln, hyp2f1
 
 from udfs.ltv_fit import dot, group_by, maximise
@@ -142,14 +143,16 @@ def _if_alive(model: BgNbd, t: np.ndarray, x: np.ndarray, age: np.ndarray) -> np
 def _distinct_pairs(x: np.ndarray, age: np.ndarray,
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The distinct (x, T) pairs and each row's index among them (None: rows as they are,
-    when hardly any pair repeats)."""
-    xs, ix = np.unique(x, return_inverse=True)
-    ages, iage = np.unique(age, return_inverse=True)
-    codes, index = np.unique(ix.ravel().astype(np.int64) * ages.size + iage.ravel(),
-                             return_inverse=True)
+    when hardly any pair repeats). Hashing (pandas' factorize) rather than sorting: a
+    million rows take tens of milliseconds."""
+    x_code, xs = pd.factorize(x)
+    age_code, ages = pd.factorize(age)
+    index, codes = pd.factorize(x_code.astype(np.int64) * ages.size + age_code)
     if codes.size > x.size // 2:
         return x, age, None
-    return xs[codes // ages.size], ages[codes % ages.size], index.ravel()
+    codes = np.asarray(codes)
+    return (np.asarray(xs)[codes // ages.size], np.asarray(ages)[codes % ages.size],
+            np.asarray(index))
 
 
 class _Likelihood:

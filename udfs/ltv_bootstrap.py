@@ -3,7 +3,8 @@
 Each round draws as many customers as the data holds, with replacement: one multinomial
 draw of counts over the collapsed rows (a row standing for w customers is picked with
 probability w / total), which is the classic resample at the cost of the distinct rows.
-Both models are refitted on every round, warm-started from the point fit. Intervals are
+Both models are refitted on every round, warm-started from the point fit; the purchase model
+on the distinct (x, t_x, T) rows, fewer than the distinct (x, t_x, T, m) rows. Intervals are
 percentile intervals.
 """
 
@@ -28,7 +29,8 @@ def bootstrap_draws(summaries: CustomerSummaries, rounds: int = 200,
     total = rows.customers()
     if total <= 0:
         raise ValueError("bootstrap_intervals needs at least one customer")
-    purchases = BgNbd.fit(rows)
+    purchase_rows, purchase_group = rows.by_purchases()
+    purchases = BgNbd.fit(purchase_rows)
     has_spend = spenders(rows).customers() > 0
     spend = GammaGamma.fit(rows) if has_spend else None
     rng = np.random.default_rng(seed)
@@ -37,7 +39,10 @@ def bootstrap_draws(summaries: CustomerSummaries, rounds: int = 200,
     for k in range(rounds):
         counts = rng.multinomial(size, rows.weight / total).astype(np.float64)
         drawn = rows.with_weight(counts).take(counts > 0)
-        draws[k, :4] = BgNbd.fit(drawn, start=purchases).params()
+        purchase_counts = np.bincount(purchase_group, weights=counts,
+                                      minlength=len(purchase_rows))
+        drawn_purchases = purchase_rows.with_weight(purchase_counts).take(purchase_counts > 0)
+        draws[k, :4] = BgNbd.fit(drawn_purchases, start=purchases).params()
         if spend is not None and spenders(drawn).customers() > 0:
             draws[k, 4:] = GammaGamma.fit(drawn, start=spend).params()
     return {name: draws[:, i] for i, name in enumerate(PARAMETERS)}

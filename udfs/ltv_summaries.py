@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 _COLUMNS = ("frequency", "recency", "age", "monetary", "weight")
 
@@ -87,21 +88,22 @@ class CustomerSummaries:
     def collapsed(self) -> CustomerSummaries:
         """Identical (x, t_x, T, m) rows merged into one, their weights summed.
 
-        Rows of weight 0 are dropped. The order of the result is sorted by (x, t_x, T, m).
+        Rows of weight 0 are dropped; the merged rows keep the order of their first rows.
         """
-        keep = self.weight > 0
-        columns = [c[keep] for c in (self.frequency, self.recency, self.age, self.monetary)]
-        weight = self.weight[keep]
-        if weight.size == 0:
-            return self.take(keep)
-        order = np.lexsort(columns[::-1])
-        columns = [c[order] for c in columns]
-        starts = np.ones(weight.size, dtype=bool)
-        starts[1:] = np.any([c[1:] != c[:-1] for c in columns], axis=0)
-        first = np.flatnonzero(starts)
-        summed = np.add.reduceat(weight[order], first)
-        x, t_x, age, monetary = (c[first] for c in columns)
-        return CustomerSummaries(x, t_x, age, monetary, summed)
+        positive = self.weight > 0
+        rows = self if bool(positive.all()) else self.take(positive)
+        first, group = _groups((rows.frequency, rows.recency, rows.age, rows.monetary))
+        return rows.take(first).with_weight(
+            np.bincount(group, weights=rows.weight, minlength=first.size))
+
+    def by_purchases(self) -> tuple[CustomerSummaries, np.ndarray]:
+        """The distinct (x, t_x, T) rows with their summed weights (monetary 0: what the
+        purchase models see), and which of them each row of these summaries is."""
+        first, group = _groups((self.frequency, self.recency, self.age))
+        merged = CustomerSummaries(self.frequency[first], self.recency[first], self.age[first],
+                                   np.zeros(first.size),
+                                   np.bincount(group, weights=self.weight, minlength=first.size))
+        return merged, group
 
     def rounded(self, resolution: float) -> CustomerSummaries:
         """t_x and T rounded to multiples of `resolution` periods (e.g. 1/7: the day when
@@ -111,6 +113,22 @@ class CustomerSummaries:
         recency = np.round(self.recency / resolution) * resolution
         age = np.maximum(np.round(self.age / resolution) * resolution, recency)
         return CustomerSummaries(self.frequency, recency, age, self.monetary, self.weight)
+
+
+def _groups(columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows equal in all columns: each group's first row (groups in order of first
+    appearance) and each row's group. Grouped by hashing (pandas' factorize, column by
+    column), not by sorting: a million rows take a fraction of a second."""
+    size = columns[0].size
+    code = np.zeros(size, dtype=np.int64)
+    for column in columns:
+        column_code, distinct = pd.factorize(column)
+        code, _ = pd.factorize(code * distinct.size + column_code)
+    # codes are numbered in order of first appearance: a row is its group's first where its
+    # code exceeds every code before it
+    seen = np.maximum.accumulate(code) if size else code
+    first = np.flatnonzero(code > np.concatenate(([-1], seen[:-1])))
+    return first, code
 
 
 def summaries_from_transactions(customer: np.ndarray, day: np.ndarray, amount: np.ndarray,

@@ -98,6 +98,22 @@ def test_collapsed_summaries_give_the_same_fit_and_likelihood(
         full.log_likelihood(doubled), rel=1e-12)
 
 
+def test_collapse_merges_identical_rows_and_sums_their_weights() -> None:
+    rows = CustomerSummaries.of(np.array([1.0, 1.0, 0.0, 1.0, 1.0]),
+                                np.array([2.0, 2.0, 0.0, 2.0, 2.0]), np.full(5, 5.0),
+                                monetary=np.array([3.0, 4.0, 0.0, 3.0, 3.0]),
+                                weight=np.array([1.0, 2.0, 1.0, 0.0, 0.5]))
+    merged = rows.collapsed()
+    assert sorted(zip(merged.frequency, merged.monetary, merged.weight, strict=True)) == [
+        (0.0, 0.0, 1.0), (1.0, 3.0, 1.5), (1.0, 4.0, 2.0)]  # weight 0: dropped
+    purchases, group = rows.by_purchases()
+    np.testing.assert_array_equal(purchases.monetary, 0.0)
+    assert sorted(zip(purchases.frequency, purchases.weight, strict=True)) == [
+        (0.0, 1.0), (1.0, 3.5)]
+    np.testing.assert_array_equal(purchases.frequency[group], rows.frequency)
+    assert len(CustomerSummaries.of(np.zeros(0), np.zeros(0), np.zeros(0)).collapsed()) == 0
+
+
 def test_alive_and_expected_purchases_of_a_customer_without_repeats(
         cdnow_model: LtvModel) -> None:
     fit = cdnow_model.purchases
