@@ -33,6 +33,9 @@ from pipelines.settings.paths import PROJECT_ROOT, state_home
 
 FLINK_HOME = Path(pyflink.__file__).resolve().parent
 ENTRY = PROJECT_ROOT / "jobs" / "flink_entry.py"
+# `flink run` (a JVM and the job's Python plan) and `flink stop` (a savepoint, and with
+# --drain every window the final watermark closes) take a minute or more on a busy machine
+CLIENT_TIMEOUT_S = 300
 
 
 class ClusterError(RuntimeError):
@@ -199,7 +202,7 @@ class StandaloneFlink:
             args += ["--fromSavepoint", savepoint]
         args += ["--python", str(ENTRY), "--streaming-job", job, "--config", str(config_file),
                  "--bootstrap", bootstrap]
-        done = self._run(args, timeout_s=180)
+        done = self._run(args, timeout_s=CLIENT_TIMEOUT_S)
         found = re.search(r"JobID ([0-9a-f]{32})", done.stdout)
         if not found:
             raise ClusterError(f"flink run did not report a job id:\n{done.stdout[-3000:]}"
@@ -251,7 +254,7 @@ class StandaloneFlink:
                           "canonical", "--savepointPath", folder.resolve().as_uri(),
                           *(["--drain"] if drain else []),
                           "--jobmanager", f"127.0.0.1:{info.rest_port}", job_id],
-                         timeout_s=180)
+                         timeout_s=CLIENT_TIMEOUT_S)
         found = re.search(r"Savepoint completed\. Path: (\S+)", done.stdout)
         if not found:
             raise ClusterError(f"flink stop gave no savepoint:\n{done.stdout[-3000:]}")
