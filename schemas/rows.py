@@ -9,6 +9,7 @@ a copy of the layout (schemas/row_layout.py says how).
 
 from __future__ import annotations
 
+from schemas.ltv_rows import CUSTOMER_LTV, LTV_CALIBRATION, LTV_RETURN, LTV_ROWS  # noqa: F401
 from schemas.row_layout import (  # noqa: F401 (Column and Row are part of this module's API)
     PANDAS_DTYPES,
     SPARK_TYPES,
@@ -368,5 +369,5 @@ ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSIO
                          ORDER_COST,
                          EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
                          CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
-                         CONTROL_VERIFICATION)
+                         CONTROL_VERIFICATION, *LTV_ROWS)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

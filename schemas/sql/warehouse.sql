@@ -256,3 +256,62 @@ CREATE TABLE IF NOT EXISTS control_verifications (
     verified_at     TEXT             NOT NULL,
     PRIMARY KEY (action_id)
 );
+
+-- Lifetime value (pipelines/ltv/report.py; definitions in docs/ltv-return.md). Each refresh
+-- replaces the tables. Every customer's summary and score as of a day:
+CREATE TABLE IF NOT EXISTS customer_ltv (
+    user_id               TEXT             NOT NULL,
+    as_of_day             TEXT             NOT NULL,  -- YYYY-MM-DD (UTC)
+    frequency             DOUBLE PRECISION NOT NULL,  -- x: repeat purchase days
+    recency_days          DOUBLE PRECISION NOT NULL,  -- t_x, in days
+    age_days              DOUBLE PRECISION NOT NULL,  -- T, in days
+    monetary              DOUBLE PRECISION NOT NULL,  -- mean value of the repeat days
+    p_alive               DOUBLE PRECISION NOT NULL,
+    expected_purchases    DOUBLE PRECISION NOT NULL,  -- in the horizon
+    expected_order_value  DOUBLE PRECISION NOT NULL,
+    predicted_ltv         DOUBLE PRECISION NOT NULL,  -- over the horizon
+    segment               TEXT             NOT NULL,  -- low | mid | high | top
+    horizon_days          BIGINT           NOT NULL,
+    fitted_through_day    TEXT             NOT NULL,
+    PRIMARY KEY (user_id)
+);
+
+-- The customers each channel or campaign acquired (credited first orders) per attribution
+-- model: CAC, first-order ROI and ROI on their predicted value over the horizon, payback.
+CREATE TABLE IF NOT EXISTS ltv_return (
+    model                 TEXT             NOT NULL,
+    dimension             TEXT             NOT NULL,  -- channel | campaign
+    key                   TEXT             NOT NULL,
+    customers             DOUBLE PRECISION NOT NULL,
+    acquisition_cost      DOUBLE PRECISION NOT NULL,
+    first_order_revenue   DOUBLE PRECISION NOT NULL,
+    predicted_value       DOUBLE PRECISION NOT NULL,
+    predicted_value_low   DOUBLE PRECISION,
+    predicted_value_high  DOUBLE PRECISION,
+    cac                   DOUBLE PRECISION,
+    ltv_roi               DOUBLE PRECISION,
+    ltv_roi_low           DOUBLE PRECISION,
+    ltv_roi_high          DOUBLE PRECISION,
+    first_order_roi       DOUBLE PRECISION,
+    payback_days          BIGINT,  -- null: not paid back within the horizon
+    horizon_days          BIGINT           NOT NULL,
+    as_of_day             TEXT             NOT NULL,
+    currency              TEXT             NOT NULL,
+    gross_margin          DOUBLE PRECISION NOT NULL,
+    level                 DOUBLE PRECISION NOT NULL,
+    computed_at           TEXT             NOT NULL,
+    PRIMARY KEY (model, dimension, key)
+);
+
+-- The purchase model against a holdout, by calibration-period frequency (the last bucket:
+-- that frequency and above).
+CREATE TABLE IF NOT EXISTS ltv_calibration (
+    frequency            BIGINT           NOT NULL,
+    customers            BIGINT           NOT NULL,
+    predicted_purchases  DOUBLE PRECISION NOT NULL,
+    actual_purchases     DOUBLE PRECISION NOT NULL,
+    calibration_end      TEXT             NOT NULL,
+    holdout_end          TEXT             NOT NULL,
+    computed_at          TEXT             NOT NULL,
+    PRIMARY KEY (frequency)
+);
