@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from udfs.ltv_bgnbd import BgNbd, discounted_if_alive
+from udfs.ltv_bgnbd import BgNbd
 from udfs.ltv_bootstrap import bootstrap_draws, bootstrap_intervals
 from udfs.ltv_gamma import GammaGamma
+from udfs.ltv_pareto import ParetoNbd
 from udfs.ltv_summaries import CustomerSummaries, summaries_from_transactions
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "CustomerSummaries",
     "GammaGamma",
     "LtvModel",
+    "ParetoNbd",
     "bootstrap_draws",
     "bootstrap_intervals",
     "fit_model",
@@ -35,7 +37,7 @@ __all__ = [
 MODEL_NAME = "bg/nbd+gamma-gamma"
 
 
-def lifetime_value(purchases: BgNbd, spend: GammaGamma, summaries: CustomerSummaries,
+def lifetime_value(purchases: BgNbd | ParetoNbd, spend: GammaGamma, summaries: CustomerSummaries,
                    horizon: float, discount_rate: float = 0.0, step: float = 1.0) -> np.ndarray:
     """Expected value of each customer's purchases in (0, horizon] periods after T.
 
@@ -57,7 +59,7 @@ def lifetime_value(purchases: BgNbd, spend: GammaGamma, summaries: CustomerSumma
     edges[-1] = horizon
     factors = (1.0 + discount_rate) ** -edges
     x, age = summaries.frequency, summaries.age
-    purchases_if_alive = discounted_if_alive(purchases, edges, factors, x, age)
+    purchases_if_alive = purchases.discounted_if_alive(edges, factors, x, age)
     return np.asarray(purchases.probability_alive(summaries) * purchases_if_alive
                       * spend.expected_order_value(summaries))
 

@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 from scipy.special import betaln, digamma, expit, gammaln, hyp2f1
 
-from udfs.ltv_fit import dot, group_by, maximise
+from udfs.ltv_fit import distinct_pairs, dot, group_by, maximise
 from udfs.ltv_summaries import CustomerSummaries
 
 _START = np.array([1.0, 1.0, 1.0, 1.0])
@@ -80,6 +79,11 @@ class BgNbd:
         x, age = summaries.frequency, summaries.age
         return _alive(self, x, summaries.recency, age) * expected_if_alive(self, t, x, age)
 
+    def discounted_if_alive(self, edges: np.ndarray, factors: np.ndarray, x: np.ndarray,
+                            age: np.ndarray) -> np.ndarray:
+        """sum_k factors[k] (E[Y(edges[k])] - E[Y(edges[k-1])]) given active at T."""
+        return discounted_if_alive(self, edges, factors, x, age)
+
     def expected_purchases_new(self, t: float | np.ndarray) -> np.ndarray:
         """E[X(t)]: expected repeat purchases in (0, t] of a customer just acquired (eq. 9)."""
         t = np.asarray(t, dtype=np.float64)
@@ -119,7 +123,7 @@ def discounted_if_alive(model: BgNbd, edges: np.ndarray, factors: np.ndarray,
     """
     if x.size == 0:
         return np.zeros(x.shape)
-    dx, dage, index = _distinct_pairs(x, age)
+    dx, dage, index = distinct_pairs(x, age)
     out = np.empty(dx.size)
     chunk = max(1, _CELLS // max(1, edges.size))
     for lo in range(0, dx.size, chunk):
@@ -138,21 +142,6 @@ def _if_alive(model: BgNbd, t: np.ndarray, x: np.ndarray, age: np.ndarray) -> np
     # then has small parameters and no (1-z)^(r+x) underflow for large x
     tail = (1.0 - z) ** (a - 1.0) * hyp2f1(a + b - 1.0 - r, a - 1.0, a + b + x - 1.0, z)
     return np.asarray((a + b + x - 1.0) / (a - 1.0) * (1.0 - tail))
-
-
-def _distinct_pairs(x: np.ndarray, age: np.ndarray,
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The distinct (x, T) pairs and each row's index among them (None: rows as they are,
-    when hardly any pair repeats). Hashing (pandas' factorize) rather than sorting: a
-    million rows take tens of milliseconds."""
-    x_code, xs = pd.factorize(x)
-    age_code, ages = pd.factorize(age)
-    index, codes = pd.factorize(x_code.astype(np.int64) * ages.size + age_code)
-    if codes.size > x.size // 2:
-        return x, age, None
-    codes = np.asarray(codes)
-    return (np.asarray(xs)[codes // ages.size], np.asarray(ages)[codes % ages.size],
-            np.asarray(index))
 
 
 class _Likelihood:

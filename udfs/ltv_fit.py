@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import minimize
 
 # log-parameters stay within e^-LOG_BOUND .. e^LOG_BOUND: far outside any sensible fit, and
@@ -83,3 +84,18 @@ def group_by(values: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.nda
     distinct, index = np.unique(values, return_inverse=True)
     index = index.ravel()
     return distinct, index, np.bincount(index, weights=weight, minlength=distinct.size)
+
+
+def distinct_pairs(x: np.ndarray, age: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The distinct (x, T) pairs (or any two columns) and each row's index among them
+    (None: rows as they are, when hardly any pair repeats). Hashing (pandas' factorize)
+    rather than sorting: a million rows take tens of milliseconds."""
+    x_code, xs = pd.factorize(x)
+    age_code, ages = pd.factorize(age)
+    index, codes = pd.factorize(x_code.astype(np.int64) * ages.size + age_code)
+    if codes.size > x.size // 2:
+        return x, age, None
+    codes = np.asarray(codes)
+    return (np.asarray(xs)[codes // ages.size], np.asarray(ages)[codes % ages.size],
+            np.asarray(index))

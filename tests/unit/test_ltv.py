@@ -15,6 +15,7 @@ from udfs.ltv import (
     CustomerSummaries,
     GammaGamma,
     LtvModel,
+    ParetoNbd,
     fit_model,
     lifetime_value,
     summaries_from_transactions,
@@ -76,6 +77,31 @@ def test_bgnbd_reproduces_fader_hardie_lee_2005(
 def test_gamma_gamma_reproduces_fader_hardie_2013(cdnow_model: LtvModel) -> None:
     spend = cdnow_model.spend
     assert (round(spend.p, 2), round(spend.q, 2), round(spend.v, 2)) == (6.25, 3.74, 15.44)
+
+
+def test_pareto_nbd_reproduces_the_published_cdnow_fit(
+        cdnow: tuple[np.ndarray, CustomerSummaries], cdnow_model: LtvModel) -> None:
+    summaries = cdnow[1]
+    fit = ParetoNbd.fit(summaries.collapsed())
+    published = {"r": 0.553, "alpha": 10.578, "s": 0.606, "beta": 11.669}
+    assert {name: round(getattr(fit, name), 3) for name in published} == published
+    assert fit.log_likelihood(summaries) == pytest.approx(-9595.0, abs=0.05)
+    # the formulas agree across the two forms of A0 (alpha >= beta and alpha < beta)
+    below, above = ParetoNbd(0.5, 10.0 - 1e-9, 0.6, 10.0), ParetoNbd(0.5, 10.0 + 1e-9, 0.6, 10.0)
+    assert below.log_likelihood(summaries) == pytest.approx(above.log_likelihood(summaries),
+                                                            abs=1e-6)
+    np.testing.assert_allclose(below.probability_alive(summaries),
+                               above.probability_alive(summaries), rtol=1e-7)
+    # a new customer: E[Y(t) | 0, 0, 0] = E[X(t)]; with no repeat since T, alive < 1
+    fresh = CustomerSummaries.of(np.zeros(2), np.zeros(2), np.array([0.0, 20.0]))
+    assert fit.expected_purchases(39.0, fresh)[0] == pytest.approx(
+        float(fit.expected_purchases_new(39.0)), rel=1e-9)
+    assert fit.probability_alive(fresh)[0] == pytest.approx(1.0)
+    assert fit.probability_alive(fresh)[1] < 1.0
+    # its lifetime value plugs into the same spend model
+    value = lifetime_value(fit, cdnow_model.spend, summaries, horizon=52.0)
+    np.testing.assert_allclose(value, fit.expected_purchases(52.0, summaries)
+                               * cdnow_model.spend.expected_order_value(summaries), rtol=1e-10)
 
 
 def test_collapsed_summaries_give_the_same_fit_and_likelihood(
