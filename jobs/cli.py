@@ -18,6 +18,7 @@ from jobs.commands import (
     experiments,
     inputs,
     intervals,
+    ltv,
     stack,
     stream,
     verify,
@@ -38,7 +39,7 @@ USER_ERRORS = (CliError, ConfigError, StackError, OSError, ValueError)
 COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
             inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
             stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
-            cluster.add_cluster, add_control,
+            ltv.add_ltv, cluster.add_cluster, add_control,
             reconcile.add_parser, verify.add_verify, backfill.add_parsers)
 
 
