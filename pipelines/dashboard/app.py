@@ -1,7 +1,7 @@
 """The dashboard as a WSGI application, served by waitress.
 
 Routes: `/` (to the ROI view), `/<view>` (HTML: roi, models, stages, reconciliation,
-alerts, experiments, control, compute; each table a page of at most 200 rows at a time,
+alerts, experiments, control, compute, lifetime; each table a page of at most 200 rows at a time,
 `?page.<table>=N`), `/csv/<table>.csv` (every row of a table, same filters),
 `/healthz` (the warehouse answers). Read-only: only GET and HEAD. Every response carries
 security headers (a Content-Security-Policy without script, nosniff, no framing, no
@@ -50,7 +50,9 @@ TABLE_VIEWS = {
     "control_decisions": "control", "control_actions": "control",
     "control_verifications": "control", "compute_by_workload": "compute",
     "compute_unit_cost": "compute", "compute_per_conversion": "compute",
-    "compute_pool_busy": "compute", "compute_unshared": "compute"}
+    "compute_pool_busy": "compute", "compute_unshared": "compute",
+    "ltv_by_channel": "lifetime", "ltv_by_campaign": "lifetime",
+    "ltv_segments": "lifetime", "ltv_calibration": "lifetime"}
 
 
 WORKERS = 4  # threads running the app (each with one warehouse connection)

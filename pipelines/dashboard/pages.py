@@ -279,7 +279,30 @@ def _compute_charts(view: View) -> list[str]:
                                  ("share of idle", [totals[n][1] for n in names])])]
 
 
+def _ltv_charts(view: View) -> list[str]:
+    """First-order ROI beside LTV ROI per channel, the customers per segment and the
+    calibration (predicted against actual holdout purchases by calibration frequency)."""
+    out = []
+    channel = view.table("ltv_by_channel").rows
+    if channel:
+        title, channel = _first("First-order ROI and LTV ROI per channel", channel)
+        out.append(charts.grouped_bars(title, [r[0] for r in channel],
+                                       [("first-order ROI", [r[5] for r in channel]),
+                                        ("LTV ROI", [r[7][0] for r in channel])]))
+    segments = view.table("ltv_segments").rows
+    if segments:
+        out.append(charts.bar_chart("Customers per LTV segment",
+                                    [(r[0], r[1]) for r in segments]))
+    calibration = view.table("ltv_calibration").rows
+    if calibration:
+        out.append(charts.line_chart(
+            "Holdout purchases per customer by purchases in calibration",
+            [r[0] for r in calibration], [("predicted", [r[2] for r in calibration]),
+                                          ("actual", [r[3] for r in calibration])]))
+    return out
+
+
 CHARTS = {"roi": _roi_charts, "models": _models_charts, "stages": _stages_charts,
           "reconciliation": _recon_charts, "alerts": lambda view: [],
           "experiments": _experiments_charts, "control": lambda view: [],
-          "compute": _compute_charts}
+          "compute": _compute_charts, "lifetime": _ltv_charts}

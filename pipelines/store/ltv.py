@@ -1,0 +1,101 @@
+"""The warehouse side of lifetime value: the orders, costs and spend the LTV report reads,
+and the sinks of its tables (customer_ltv, ltv_return, ltv_calibration), each replaced
+whole by a refresh, in one transaction.
+
+Frames come back in the column layouts of udfs/ltv_return.py, days as whole UTC day
+numbers (days since the epoch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from pipelines.store.sinks import TableSink
+from pipelines.store.warehouse import Warehouse
+from schemas import rows
+from schemas.rows import Row
+from udfs.ltv_return import COST_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS
+from udfs.periods import DAY_MS, day_start_ms
+
+
+def credit_frame(warehouse: Warehouse) -> pd.DataFrame:
+    """Every credit row (attribution_credits) in udfs.ltv_return's CREDIT_COLUMNS; `day` is
+    the order's UTC day number."""
+    found = warehouse.query(
+        "SELECT model, order_id, user_id, conversion_ts_ms, stage, channel, campaign, credit, "
+        "revenue, currency FROM attribution_credits ORDER BY model, order_id, touch_index")
+    frame = pd.DataFrame(found, columns=["model", "order_id", "user_id", "ts", "stage",
+                                         "channel", "campaign", "credit", "revenue",
+                                         "currency"])
+    frame = frame.astype({"ts": "int64", "credit": "float64", "revenue": "float64"})
+    frame["day"] = frame.pop("ts") // DAY_MS
+    return frame[list(CREDIT_COLUMNS)]
+
+
+def order_cost_frame(warehouse: Warehouse) -> pd.DataFrame:
+    """Each order's allocated ad spend and compute per model (order_costs)."""
+    found = warehouse.query("SELECT model, order_id, ad_spend, compute_cost FROM order_costs "
+                            "ORDER BY model, order_id")
+    return pd.DataFrame(found, columns=list(COST_COLUMNS)).astype(
+        {"ad_spend": "float64", "compute_cost": "float64"})
+
+
+def spend_frame(warehouse: Warehouse) -> pd.DataFrame:
+    """Ad spend per campaign and UTC day number, over platforms and accounts (ad_spend)."""
+    found = warehouse.query("SELECT day, campaign, SUM(amount) FROM ad_spend "
+                            "GROUP BY day, campaign ORDER BY day, campaign")
+    return pd.DataFrame([(day_start_ms(str(day)) // DAY_MS, campaign, float(amount))
+                         for day, campaign, amount in found], columns=list(SPEND_COLUMNS))
+
+
+def plain_rows(row: Row, frame: pd.DataFrame) -> list[tuple[object, ...]]:
+    """The frame's rows in `row`'s column order as plain Python values (numpy numbers to
+    int and float, NaN and missing values to None)."""
+    columns = [(frame[c.name].tolist(), c.type) for c in row.columns]
+    return [tuple(_plain(values[i], kind) for values, kind in columns)
+            for i in range(len(frame))]
+
+
+def _plain(value: Any, kind: str) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if kind == "double":
+        return float(value)
+    if kind == "bigint":
+        return int(value)
+    if kind == "boolean":
+        return bool(value)
+    return str(value)
+
+
+class ReplacedTable(TableSink):
+    """A table a refresh replaces whole: `replace_all(batch)` deletes every row and writes
+    the batch, in one transaction (a reader sees the old table or the new one)."""
+
+    def replace_all(self, batch: list[tuple[object, ...]]) -> int:
+        with self.warehouse.transaction():
+            self.warehouse.execute(f"DELETE FROM {self.row.table}")
+            if batch:
+                self.write(batch)
+        return len(batch)
+
+
+def write_customer_ltv(warehouse: Warehouse, frame: pd.DataFrame) -> int:
+    """customer_ltv := the frame (the CUSTOMER_LTV columns); the number of rows."""
+    return ReplacedTable(warehouse, rows.CUSTOMER_LTV).replace_all(
+        plain_rows(rows.CUSTOMER_LTV, frame))
+
+
+def write_ltv_return(warehouse: Warehouse, frame: pd.DataFrame) -> int:
+    """ltv_return := the frame (the LTV_RETURN columns); the number of rows."""
+    return ReplacedTable(warehouse, rows.LTV_RETURN).replace_all(
+        plain_rows(rows.LTV_RETURN, frame))
+
+
+def write_ltv_calibration(warehouse: Warehouse, frame: pd.DataFrame) -> int:
+    """ltv_calibration := the frame (the LTV_CALIBRATION columns); the number of rows."""
+    return ReplacedTable(warehouse, rows.LTV_CALIBRATION).replace_all(
+        plain_rows(rows.LTV_CALIBRATION, frame))
