@@ -18,6 +18,7 @@ from jobs.commands.common import (
 )
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import GpuConfig, StreamingJobConfig, TopicsConfig
+from pipelines.sources.repeat_buying import REPEAT_BUYING_PRESETS
 
 
 def add_probe(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -63,6 +64,10 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                      help="add an hourly batch job that keeps each sample GPU this busy on "
                           "average, e.g. 0.5 as in `make demo` (default 0: ranking calls "
                           "only)")
+    gen.add_argument("--repeat-buying", choices=sorted(REPEAT_BUYING_PRESETS),
+                     help="follow each first order by repeat orders from a known buying "
+                          "process per acquisition channel (BG/NBD purchases, Gamma-Gamma "
+                          "values; `demo`: the demo's, see pipelines/sources/repeat_buying.py)")
     gen.add_argument("--gpu-recording", metavar="FILE",
                      help="also write GPU samples for the generated GPU calls (JSON lines, "
                           "for `seedance probe --replay`)")
@@ -107,7 +112,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # one plan: its spans and, with --gpu-recording, the GPU samples of its GPU calls
     plan = plan_events(args.users, seed=args.seed, days=args.days,
                        experiments=DEMO_EXPERIMENTS if args.experiments else (),
-                       batch_busy=args.gpu_busy)
+                       batch_busy=args.gpu_busy,
+                       repeat_buying=REPEAT_BUYING_PRESETS[args.repeat_buying]
+                       if args.repeat_buying else None)
     spans = publish_plan(plan, bootstrap, topic, seed=args.seed, encoding=args.encoding,
                          partition_by_trace=args.partition_by_trace, client=client)
     print(generated_summary(plan, spans, args.users, topic, time.monotonic() - started))

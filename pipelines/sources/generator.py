@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from pipelines.sources.ad_spend import SpendRecord
+from pipelines.sources.repeat_buying import DIRECT, Order, RepeatBuying
 from schemas import telemetry as attr
 from schemas.gpu import GpuSample
 
@@ -87,13 +88,15 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
                 late_fraction: float = 0.01, malformed_messages: int = 3,
                 jitter_s: float = 120.0,
                 experiments: tuple[ExperimentPlan, ...] = (),
-                batch_busy: float = 0.0) -> Plan:
+                batch_busy: float = 0.0, repeat_buying: RepeatBuying | None = None) -> Plan:
     """A deterministic population: converters, repeat buyers, window-shoppers, direct buyers.
 
     Events are emitted in time order with up to `jitter_s` of disorder; `late_fraction`
     of touches are held back to the very end (far behind the watermark: late data).
     `experiments` adds exposures (and their lift); without them the plan is what it was.
     `batch_busy` adds a batch workload that keeps each GPU that busy on average (0: none).
+    `repeat_buying` follows each first order by repeat orders from a known process (per
+    acquisition channel, `pipelines/sources/repeat_buying.py`) instead of second cycles.
     """
     rng = random.Random(seed)
     start_ns = int(start.timestamp()) * 1_000_000_000
@@ -105,7 +108,7 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
         user = f"user-{index:06d}"
         persona = rng.random()
         at = start_ns + int(rng.random() * span_ns * 0.8)
-        cycles = 2 if persona < 0.15 else 1
+        cycles = 2 if persona < 0.15 and repeat_buying is None else 1
         converts = persona < 0.6
         for _cycle in range(cycles):
             direct = converts and rng.random() < 0.05
@@ -119,14 +122,21 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
                 at += int(rng.expovariate(1 / (1.5 * DAY_NS)))
             if converts:
                 at += int(rng.random() * 6 * HOUR_NS)
-                order_seq += 1
                 revenue = round(rng.lognormvariate(4.0, 0.6), 2)
                 # One order in ~200 is broken at the source (negative amount): it must be
                 # dead-lettered with the reason, not counted.
                 kind = "invalid_conversion" if rng.random() < 0.005 else "conversion"
-                plan.events.append(PlannedEvent(kind, user, at, order_id=f"order-{order_seq:07d}",
-                                                revenue=-revenue if kind != "conversion"
-                                                else revenue))
+                orders = [Order(at, revenue)] if repeat_buying is None else repeat_buying.orders(
+                    user, channel if touches else DIRECT, at, end_ns, revenue, seed)
+                for order in orders:  # the first order, then any repeat orders
+                    order_seq += 1
+                    if order.touch:  # a retargeting touch before a repeat order
+                        plan.events.append(PlannedEvent("touchpoint", user, order.touch[2],
+                                                        *order.touch[:2]))
+                    value = -order.revenue if kind != "conversion" else order.revenue
+                    plan.events.append(PlannedEvent(kind, user, order.ts_ns, revenue=value,
+                                                    order_id=f"order-{order_seq:07d}"))
+                    kind = "conversion"
             at += int((5 + rng.random() * 35) * DAY_NS)
     plan.events = [e for e in plan.events if e.ts_ns < end_ns]
     for experiment in experiments:
