@@ -105,6 +105,12 @@ def score_customers(model: LtvModel, ids: np.ndarray, summaries: CustomerSummari
         order_value = model.spend.expected_order_value(summaries)
         value = model.lifetime_value(summaries, horizon, discount_rate)
         alive = model.purchases.probability_alive(summaries)
+        if not np.all(np.isfinite(value)):
+            bad = int(np.flatnonzero(~np.isfinite(value))[0])
+            raise ValueError(
+                f"the model gives customer {str(ids[bad])!r} (x={summaries.frequency[bad]:g}, "
+                f"t_x={summaries.recency[bad]:g}, T={summaries.age[bad]:g}) no finite value: "
+                f"{model.purchases}, {model.spend}")
     else:
         purchases = order_value = value = alive = np.zeros(0)
     return pd.DataFrame({

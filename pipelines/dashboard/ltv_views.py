@@ -92,7 +92,8 @@ def _calibration_table(warehouse: Warehouse) -> Table:
             if found else "")
     return Table("ltv_calibration", "Calibration: predicted against actual holdout purchases",
                  CALIBRATION_COLUMNS, rows, note=note,
-                 empty="No calibration yet: `seedance ltv evaluate` writes it.")
+                 empty="No calibration yet: a holdout check of the warehouse's orders writes "
+                       "it (refresh_calibration, pipelines/ltv/report.py).")
 
 
 def ltv_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:

@@ -19,6 +19,8 @@ from typing import Protocol
 
 import pandas as pd
 
+from pipelines.ltv.evaluate import Evaluation, evaluate, holdout_window
+from pipelines.ltv.transactions import transactions_from_warehouse
 from pipelines.store.ltv import (
     credit_frame,
     order_cost_frame,
@@ -170,3 +172,20 @@ def store_calibration(warehouse: Warehouse, rows: Iterable[FrequencyCounts],
     return write_ltv_calibration(warehouse, frame.assign(
         calibration_end=day_of(int(calibration_end) * DAY_MS),
         holdout_end=day_of(int(holdout_end) * DAY_MS), computed_at=computed_at))
+
+
+def refresh_calibration(warehouse: Warehouse, calibration_weeks: float | None = None,
+                        holdout_weeks: float | None = None,
+                        calibration_end: float | None = None,
+                        attribution_model: str = "last_click",
+                        period_days: float = 7.0) -> Evaluation:
+    """The holdout check of `seedance ltv evaluate` on the warehouse's orders (credited by
+    `attribution_model`; the window as pipelines.ltv.evaluate.holdout_window takes it,
+    calibration_end a UTC day number), stored in ltv_calibration (the dashboard's
+    calibration chart); the evaluation."""
+    transactions = transactions_from_warehouse(warehouse, attribution_model)
+    window = holdout_window(transactions, calibration_weeks, holdout_weeks, calibration_end)
+    result = evaluate(transactions, window, period_days)
+    store_calibration(warehouse, result.comparison.by_frequency(), window.calibration_end,
+                      window.holdout_end)
+    return result

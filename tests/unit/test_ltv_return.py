@@ -14,7 +14,7 @@ import pytest
 from scipy.special import hyp2f1
 
 from pipelines.codec import credit_messages
-from pipelines.ltv.report import refresh_ltv, store_calibration
+from pipelines.ltv.report import refresh_calibration, refresh_ltv, store_calibration
 from pipelines.store.ltv import (
     credit_frame,
     write_customer_ltv,
@@ -401,3 +401,30 @@ def test_store_calibration(url: str):
                                       Row(7, 3, 6.1, 5.0)], end, end + 91) == 2
         assert wh.query("SELECT * FROM ltv_calibration ORDER BY frequency")[1][:6] == \
             (7, 3, 6.1, 5.0, "2026-06-30", "2026-09-29")
+
+
+def test_refresh_calibration_stores_the_holdout_check(url: str):
+    orders = simulated(400, 7)
+    with Warehouse(url) as wh:
+        load(wh, orders)
+        result = refresh_calibration(wh, calibration_weeks=26, holdout_weeks=17)
+        stored = wh.query("SELECT * FROM ltv_calibration ORDER BY frequency")
+        expected = result.comparison.by_frequency()
+        assert [r[:4] for r in stored] == [
+            (e.frequency, e.customers, pytest.approx(e.mean_predicted),
+             pytest.approx(e.mean_actual)) for e in expected]
+        assert sum(r[1] for r in stored) == len(result.comparison.ids)
+        first = day_start_ms("2026-01-01") + int(orders.day.min()) * DAY_MS
+        assert stored[0][4:6] == (day_of(first + 181 * DAY_MS),
+                                  day_of(first + (181 + 17 * 7) * DAY_MS))
+
+
+def test_a_model_without_finite_values_is_named():
+    class Broken(LtvModel):
+        def lifetime_value(self, summaries, horizon, discount_rate=0.0, step=1.0):
+            return np.full(len(summaries), np.nan)
+
+    broken = Broken(MODEL.purchases, MODEL.spend, 7.0, 10.0, 0.0)
+    with pytest.raises(ValueError, match="'a' .* no finite value: BgNbd"):
+        score_customers(broken, np.array(["a"]), CustomerSummaries.of([0.0], [0.0], [18.0]),
+                        364)
