@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.commands.common import CliError, positive_int
+from jobs.commands.ltv_return import add_return
 
 if TYPE_CHECKING:
     from pipelines.ltv.transactions import Transactions
@@ -72,6 +73,7 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           help="holdout period after it (default: up to the last "
                                "transaction's day)")
     evaluate.set_defaults(func=cmd_evaluate)
+    add_return(commands)
 
 
 def _add_input(command: argparse.ArgumentParser) -> None:

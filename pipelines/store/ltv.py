@@ -99,3 +99,11 @@ def write_ltv_calibration(warehouse: Warehouse, frame: pd.DataFrame) -> int:
     """ltv_calibration := the frame (the LTV_CALIBRATION columns); the number of rows."""
     return ReplacedTable(warehouse, rows.LTV_CALIBRATION).replace_all(
         plain_rows(rows.LTV_CALIBRATION, frame))
+
+
+def ltv_return_frame(warehouse: Warehouse) -> pd.DataFrame:
+    """The ltv_return table (its LTV_RETURN columns), by model, dimension and key."""
+    names = list(rows.LTV_RETURN.names)
+    found = warehouse.query(f"SELECT {', '.join(names)} FROM ltv_return "
+                            "ORDER BY model, dimension, key")
+    return pd.DataFrame(found, columns=names)

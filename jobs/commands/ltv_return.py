@@ -1,0 +1,114 @@
+"""`seedance ltv return`: the warehouse's LTV refresh (pipelines/ltv/report.py) -- every
+customer scored into customer_ltv, the LTV-based return per attribution model, channel and
+campaign into ltv_return, and with --calibration-weeks the holdout check into
+ltv_calibration -- then the channels' return printed beside their first-order ROI
+(docs/ltv-return.md)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from jobs.commands.common import CliError, positive_int
+
+
+def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "return", help="score the warehouse's customers (customer_ltv) and compute the "
+                       "LTV-based return per model, channel and campaign (ltv_return)")
+    p.add_argument("--warehouse", metavar="URL", required=True,
+                   help="sqlite:///path or postgresql://... (its credits, order costs and "
+                        "spend are read; customer_ltv and ltv_return replaced)")
+    p.add_argument("--horizon-days", type=positive_int, default=365,
+                   help="predicted value over this many days from acquisition (default 365)")
+    p.add_argument("--model", metavar="JSON",
+                   help="score with this model (`seedance ltv fit --out`) instead of fitting "
+                        "one on the warehouse's customers")
+    p.add_argument("--as-of", metavar="DAY",
+                   help="YYYY-MM-DD (default: the last order's day)")
+    p.add_argument("--rounds", type=int, default=100,
+                   help="bootstrap refits behind the intervals (default 100; 0: none)")
+    p.add_argument("--level", type=float, default=0.9, help="of the intervals (default 0.9)")
+    p.add_argument("--seed", type=int, default=0, help="of the bootstrap (default 0)")
+    p.add_argument("--calibration-weeks", type=float,
+                   help="also check the purchase model on a holdout after this many weeks "
+                        "(ltv_calibration: the dashboard's calibration chart)")
+    p.add_argument("--holdout-weeks", type=float,
+                   help="the holdout's length with --calibration-weeks (default: to the end)")
+    p.add_argument("--attribution-model", default="last_click",
+                   help="whose channels to print (default last_click; all are stored)")
+    p.set_defaults(func=cmd_return)
+
+
+def cmd_return(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pipelines.ltv.report import refresh_calibration, refresh_ltv
+    from pipelines.store.ltv import ltv_return_frame
+    from pipelines.store.warehouse import Warehouse
+    from udfs.ltv import LtvModel
+
+    if args.rounds < 0:
+        raise CliError(f"--rounds must be 0 or more, got {args.rounds}")
+    if not 0 < args.level < 1:
+        raise CliError(f"--level must lie between 0 and 1, got {args.level:g}")
+    model = None
+    if args.model:
+        try:
+            model = LtvModel.from_json(Path(args.model).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CliError(f"--model {args.model}: file not found (`seedance ltv fit` "
+                           "writes one)") from None
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CliError(f"--model {args.model}: {error}") from None
+    with Warehouse(args.warehouse) as warehouse:
+        try:
+            refresh = refresh_ltv(warehouse, args.horizon_days, model, args.rounds,
+                                  args.as_of, level=args.level, seed=args.seed)
+            if args.calibration_weeks is not None:
+                refresh_calibration(warehouse, args.calibration_weeks, args.holdout_weeks,
+                                    attribution_model=args.attribution_model,
+                                    period_days=refresh.model.period_days)
+        except ValueError as error:
+            raise CliError(str(error)) from None
+        table = ltv_return_frame(warehouse)
+    print(f"{refresh.customers:,} customers scored as of {refresh.as_of_day} over "
+          f"{refresh.horizon_days} days ({'fitted' if refresh.fitted else 'given'} model, "
+          f"{refresh.rounds} bootstrap rounds); segments: "
+          + ", ".join(f"{name} {count:,}" for name, count in refresh.segments.items()))
+    shown = table[(table.model == args.attribution_model) & (table.dimension == "channel")]
+    if shown.empty:
+        print(f"no channel acquired a customer under {args.attribution_model}; models in "
+              f"ltv_return: {', '.join(sorted(set(table.model))) or 'none'}")
+        return 0
+    print(f"\nLTV-based return by channel under {args.attribution_model} "
+          f"({refresh.currency}, {100 * args.level:g} % intervals):")
+    for line in channel_lines(shown):
+        print(line)
+    return 0
+
+
+def _ratio(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else f"{float(value):.2f}"
+
+
+def channel_lines(rows: Any) -> list[str]:
+    """The channels' rows of ltv_return as a table, and the totals they add up to."""
+    lines = [f"{'channel':<18}{'customers':>11}{'acq. cost':>12}{'CAC':>9}"
+             f"{'1st-order ROI':>15}{'LTV ROI':>9}  {'interval':<15}{'payback':>9}"]
+    for r in rows.itertuples(index=False):
+        interval = f"[{_ratio(r.ltv_roi_low)}, {_ratio(r.ltv_roi_high)}]"
+        payback = "-" if r.payback_days is None or (isinstance(r.payback_days, float)
+                                                     and math.isnan(r.payback_days)) \
+            else f"{int(r.payback_days)} d"
+        lines.append(f"{r.key:<18}{float(r.customers):>11,.1f}{float(r.acquisition_cost):>12,.2f}"
+                     f"{_ratio(r.cac):>9}{_ratio(r.first_order_roi):>15}{_ratio(r.ltv_roi):>9}"
+                     f"  {interval:<15}{payback:>9}")
+    cost = float(rows.acquisition_cost.astype(float).sum())
+    lines.append(f"{'all channels':<18}{float(rows.customers.astype(float).sum()):>11,.1f}"
+                 f"{cost:>12,.2f}   first-order revenue "
+                 f"{float(rows.first_order_revenue.astype(float).sum()):,.2f}, predicted value "
+                 f"{float(rows.predicted_value.astype(float).sum()):,.2f}")
+    return lines
