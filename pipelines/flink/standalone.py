@@ -258,7 +258,28 @@ class StandaloneFlink:
         found = re.search(r"Savepoint completed\. Path: (\S+)", done.stdout)
         if not found:
             raise ClusterError(f"flink stop gave no savepoint:\n{done.stdout[-3000:]}")
+        # the job has ended (its sinks committed what the savepoint holds) before this
+        # returns: a reader right after a stop sees every result
+        self.wait_for_job(job_id, ("FINISHED",), CLIENT_TIMEOUT_S)
         return found.group(1)
+
+    def cancel_unfinished(self, timeout_s: float = 60.0) -> list[str]:
+        """Cancel every job that has not ended (a run a failed check left behind must not
+        hold the slots the next one needs), until each has; their ids."""
+        info = self._require()
+        ended = ("FINISHED", "CANCELED", "FAILED")
+        unfinished = [j["jid"] for j in self._get(info, "/jobs/overview")["jobs"]
+                      if j["state"] not in ended]
+        for job_id in unfinished:
+            request = urllib.request.Request(f"{info.rest}/jobs/{job_id}?mode=cancel",
+                                             method="PATCH")
+            try:
+                urllib.request.urlopen(request, timeout=10).close()
+            except (urllib.error.URLError, OSError) as error:
+                raise ClusterError(f"cancelling {job_id}: {error}") from error
+        for job_id in unfinished:
+            self.wait_for_job(job_id, ended, timeout_s)
+        return unfinished
 
     # --- plumbing ------------------------------------------------------------------------
 

@@ -56,6 +56,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         flink.down()
 
 
+@pytest.fixture(autouse=True)
+def no_job_left_behind(cluster: StandaloneFlink):
+    """A test that failed half-way may leave its job running on the shared cluster: it is
+    cancelled, so that the next test gets the slots."""
+    yield
+    cluster.cancel_unfinished()
+
+
 @pytest.fixture(scope="module")
 def telemetry() -> tuple[Any, list[bytes]]:
     plan = plan_events(600, seed=12)
