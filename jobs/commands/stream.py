@@ -1,4 +1,4 @@
-"""The streaming jobs: `seedance run` (attribution, GPU cost, ROI or experiments on Flink, here),
+"""The streaming jobs: `seedance run` (any job of pipelines/flink/jobs.py on Flink, here),
 `seedance load` (their result topics into the warehouse) and `seedance report` (what the
 warehouse holds). A job's failure becomes one line saying what failed and where its state is
 (`resume_hint`)."""
@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     client = for_python(dict(config.kafka.properties))  # the job's own clients are Java
     # the attribution job's topics always: the other jobs read its input or its output
     ensure_topics(bootstrap, unique(ATTRIBUTION.topics(config) + job.topics(config)),
-                  client=client)
+                  client=client, settings=job.topic_settings(config))
     print(f"Running the {job.title} job on {bootstrap}: {job.describe(config)}; {until}")
     with resume_hint(config, job.flink_name, args.verbose):
         job.run(config, bootstrap)
@@ -149,14 +149,15 @@ def cmd_load(args: argparse.Namespace) -> int:
     warehouse = Warehouse(config.warehouse.url)
     loader = TopicLoader(warehouse, for_python(dict(config.kafka.properties)))
 
-    def load_all() -> tuple[int, int, int, int, int]:
+    def load_all() -> tuple[int, int, int, int, int, int]:
         topics = config.topics
         return (loader.load_credits(bootstrap, topics.credits),
                 loader.load_gpu_costs(bootstrap, config.gpu.costs_topic),
                 loader.load_roi(bootstrap, topics.roi),
                 loader.load_spend(bootstrap, topics.ad_spend, config.roi.currency),
                 sum(loader.load_experiments(bootstrap, topic) for topic in (
-                    topics.experiment_exposures, topics.experiment_conversions)))
+                    topics.experiment_exposures, topics.experiment_conversions)),
+                loader.load_customer_ltv(bootstrap, topics.customer_ltv))
 
     try:
         if args.follow:
@@ -166,12 +167,12 @@ def cmd_load(args: argparse.Namespace) -> int:
                 if any(load_all()):
                     print(f"{time.strftime('%H:%M:%S')} loaded new results", flush=True)
                 time.sleep(FOLLOW_POLL_S)
-        rows, gpu_rows, roi_rows, spend_rows, experiment_rows = load_all()
+        rows, gpu_rows, roi_rows, spend_rows, experiment_rows, ltv_rows = load_all()
     finally:
         warehouse.close()
     print(f"loaded {rows} credit messages (tables of credit rows), {gpu_rows} GPU cost rows, "
-          f"{roi_rows} ROI rows, {spend_rows} spend records and {experiment_rows} experiment "
-          f"rows into {redacted_url(warehouse.url)}")
+          f"{roi_rows} ROI rows, {spend_rows} spend records, {experiment_rows} experiment "
+          f"rows and {ltv_rows} customer LTV rows into {redacted_url(warehouse.url)}")
     return 0
 
 

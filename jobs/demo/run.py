@@ -2,7 +2,7 @@
 
 stack up -> sample telemetry through the OpenTelemetry SDK (with two experiments: one with
 a real lift, one without) -> the Flink jobs over it (bounded: attribution, GPU cost, ROI,
-experiments) -> the warehouse loaded from the result topics -> per-channel summaries and
+experiments, LTV) -> the warehouse loaded from the result topics -> per-channel summaries and
 the experiments' strategy table.
 """
 
@@ -23,9 +23,11 @@ from pipelines.flink.jobs import (
     ATTRIBUTION,
     EXPERIMENTS,
     GPU_COST,
+    LTV,
     ROI,
     STREAMING_JOBS,
     StreamingJob,
+    topic_settings,
     unique,
 )
 from pipelines.kafka.io import count_messages, recreate_topics
@@ -48,7 +50,8 @@ from pipelines.store.warehouse import Warehouse
 DEMO_STEPS = {ATTRIBUTION.name: " until the sample is consumed",
               GPU_COST.name: " over the GPU samples and GPU-backed spans",
               ROI.name: ": spend and GPU cost allocated to the conversions",
-              EXPERIMENTS.name: ": each user's first variant, their orders"}
+              EXPERIMENTS.name: ": each user's first variant, their orders",
+              LTV.name: ": each customer's orders tallied (scored once a model is published)"}
 CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
@@ -91,7 +94,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, unique(
             [topic for job in STREAMING_JOBS.values() for topic in job.topics(config)]
-            + [CONTROL_TOPIC]))
+            + [CONTROL_TOPIC]), settings=topic_settings(STREAMING_JOBS.values(), config))
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")

@@ -39,6 +39,8 @@ class StreamingJob:
     flow: str  # what `seedance run` says it does, its topics as {topics.spans} etc.
     uids: tuple[str, ...]  # its operators' uids (its sources' own final-watermark
     #                        operators add "-final-watermark" to theirs)
+    # of its topics, those read as the latest message per key: created compacted
+    compacted: tuple[str, ...] = ()
 
     def builder(self) -> Builder:
         """The job's build function (its module imported now)."""
@@ -53,6 +55,11 @@ class StreamingJob:
     def describe(self, config: StreamingJobConfig) -> str:
         """`flow` with the topics of `config`."""
         return self.flow.format(**{f.name: getattr(config, f.name) for f in fields(config)})
+
+    def topic_settings(self, config: StreamingJobConfig) -> dict[str, dict[str, str]]:
+        """Settings beyond the defaults of those of its topics that need some, as `config`
+        names them (`topic_settings` of all jobs)."""
+        return topic_settings([self], config)
 
     @property
     def keeps_accounting(self) -> bool:
@@ -72,6 +79,16 @@ class StreamingJob:
 def unique(names: Iterable[str]) -> list[str]:
     """`names` in order, each once."""
     return list(dict.fromkeys(names))
+
+
+COMPACTED = {"cleanup.policy": "compact"}  # a topic that keeps the latest message per key
+
+
+def topic_settings(jobs: Iterable[StreamingJob],
+                   config: StreamingJobConfig) -> dict[str, dict[str, str]]:
+    """Topic settings beyond the defaults (pipelines.kafka.io.ensure_topics' `settings`) of
+    these jobs' topics that need some: the compacted ones."""
+    return {attrgetter(path)(config): dict(COMPACTED) for job in jobs for path in job.compacted}
 
 
 ATTRIBUTION = StreamingJob(
@@ -124,11 +141,23 @@ EXPERIMENTS = StreamingJob(
           "experiments-exposures-sink", "experiments-conversions-sink",
           "experiments-dead-letter-sink"))
 
+LTV = StreamingJob(
+    "ltv", "LTV", "seedance-ltv",
+    "pipelines.flink.ltv_job:build_ltv_pipeline",
+    reads=("topics.conversions", "topics.ltv_models"),
+    writes=("topics.customer_ltv", "topics.ltv_dead_letter"),
+    flow="{topics.conversions} + {topics.ltv_models} -> {topics.customer_ltv} (dead letters: "
+         "{topics.ltv_dead_letter})",
+    uids=("ltv-source-conversions", "ltv-decode-conversions", "ltv-conversion-time",
+          "ltv-source-models", "ltv-parse-models", "ltv-model-time", "ltv-score-customers",
+          "ltv-customers-sink", "ltv-dead-letter-sink"),
+    compacted=("topics.ltv_models", "topics.customer_ltv"))
+
 # in the order commands list them and the demo runs them (each after the jobs it reads from)
 STREAMING_JOBS: dict[str, StreamingJob] = {
-    job.name: job for job in (ATTRIBUTION, GPU_COST, ROI, EXPERIMENTS)}
+    job.name: job for job in (ATTRIBUTION, GPU_COST, ROI, EXPERIMENTS, LTV)}
 DEFAULT_JOB = ATTRIBUTION.name
 
 
-__all__ = ["ATTRIBUTION", "DEFAULT_JOB", "EXPERIMENTS", "GPU_COST", "ROI", "STREAMING_JOBS",
-           "StreamingJob", "unique"]
+__all__ = ["ATTRIBUTION", "COMPACTED", "DEFAULT_JOB", "EXPERIMENTS", "GPU_COST", "LTV", "ROI",
+           "STREAMING_JOBS", "StreamingJob", "topic_settings", "unique"]

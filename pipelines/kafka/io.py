@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -20,13 +20,17 @@ TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
                   config: dict[str, str] | None = None,
-                  client: dict[str, Any] | None = None) -> None:
+                  client: dict[str, Any] | None = None,
+                  settings: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """Create the topics that are missing (`config`: topic settings beyond TOPIC_CONFIG;
-    `client`: kafka-python settings, pipelines.kafka.security.for_python)."""
+    `settings`: more of them for some topics by name, e.g. the compacted ones of
+    pipelines.flink.jobs.topic_settings; `client`: kafka-python settings,
+    pipelines.kafka.security.for_python)."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(t, partitions, 1, topic_configs={**TOPIC_CONFIG, **(config or {})})
+        missing = [NewTopic(t, partitions, 1, topic_configs={
+                       **TOPIC_CONFIG, **(config or {}), **(settings or {}).get(t, {})})
                    for t in topics if t not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
@@ -36,7 +40,8 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
     _wait_for_leaders(bootstrap, topics, client=client)
 
 
-def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> None:
+def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1,
+                    settings: Mapping[str, Mapping[str, str]] | None = None) -> None:
     """Delete (if present) and create again: a clean slate for demos."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -49,7 +54,7 @@ def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1) -> N
                 time.sleep(0.2)
     finally:
         admin.close()
-    ensure_topics(bootstrap, topics, partitions)
+    ensure_topics(bootstrap, topics, partitions, settings=settings)
 
 
 def _wait_for_leaders(bootstrap: str, topics: list[str], timeout_s: float = 30,

@@ -118,6 +118,15 @@ class ExperimentsConfig:
 
 
 @dataclass(frozen=True)
+class LtvConfig:
+    # what a model fitted for the stream is fitted and published with (the model message,
+    # pipelines/ltv/models_topic.py, carries them; the stream scores by the message)
+    period_days: float = 7.0  # the models' time unit
+    horizon_days: int = 365  # the LTV horizon after the as-of day
+    discount_rate: float = 0.0  # per period
+
+
+@dataclass(frozen=True)
 class StreamingJobConfig:
     kafka: KafkaSection = KafkaSection()  # as in the reconciliation config (shared.py)
     topics: TopicsConfig = TopicsConfig()
@@ -129,6 +138,7 @@ class StreamingJobConfig:
     gpu: GpuConfig = GpuConfig()
     roi: RoiConfig = RoiConfig()
     experiments: ExperimentsConfig = ExperimentsConfig()
+    ltv: LtvConfig = LtvConfig()
     warehouse: WarehouseSection = WarehouseSection()
 
     def __post_init__(self) -> None:
@@ -178,6 +188,9 @@ class StreamingJobConfig:
             (0 < self.experiments.alpha < 1, "experiments.alpha", "must be between 0 and 1"),
             (self.experiments.min_converters >= 2, "experiments.min_converters",
              "must be at least 2"),
+            (self.ltv.period_days > 0, "ltv.period_days", "must be positive"),
+            (self.ltv.horizon_days >= 1, "ltv.horizon_days", "must be at least 1"),
+            (self.ltv.discount_rate > -1, "ltv.discount_rate", "must be above -1"),
             (self.experiments.cost_model in ("", *self.attribution.models),
              "experiments.cost_model",
              f"({self.experiments.cost_model}) must be one of attribution.models"),

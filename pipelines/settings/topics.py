@@ -22,3 +22,6 @@ class TopicsConfig:
     accounting: str = "run_accounting"
     experiment_exposures: str = "experiment_exposures"
     experiment_conversions: str = "experiment_conversions"
+    ltv_models: str = "ltv_models"
+    customer_ltv: str = "customer_ltv"
+    ltv_dead_letter: str = "ltv_inputs_dlq"

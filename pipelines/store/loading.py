@@ -24,6 +24,7 @@ import psycopg
 from pipelines.kafka.reader import Batch, Offsets, TopicReader
 from pipelines.store.sinks import (
     CreditsSink,
+    CustomerLtvSink,
     ExperimentsSink,
     GpuCostsSink,
     RoiSink,
@@ -84,6 +85,10 @@ class TopicLoader:
 
     def load_experiments(self, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load(bootstrap, topic, ExperimentsSink(self.warehouse).write,
+                         follow=follow)
+
+    def load_customer_ltv(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, CustomerLtvSink(self.warehouse).write,
                          follow=follow)
 
     def load(self, bootstrap: str, topic: str, apply: Callable[[list[bytes]], None],

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.codec import credit_messages
+from pipelines.codec import credit_messages, table_messages
 from pipelines.sources.ad_spend import SpendError
 from pipelines.sources.ad_spend import parse_message as parse_spend
 from pipelines.store.warehouse import Warehouse
@@ -218,3 +218,17 @@ class ExperimentsSink:
         self.exposures.write(last_per_key(newest_first, len(rows.EXPERIMENT_EXPOSURE.key)))
         self.conversions.write(last_per_key(conversions,
                                             len(rows.EXPERIMENT_CONVERSION.key)))
+
+
+class CustomerLtvSink:
+    """The customer_ltv topic (the ltv job's, pipelines/flink/ltv_job.py): a customer's row
+    replaces the one it had; of a batch, the last row per customer, as in the topic (a
+    customer's rows are keyed by it: all in one partition, in order)."""
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.customers = TableSink(warehouse, rows.CUSTOMER_LTV)
+
+    def write(self, messages: list[bytes]) -> None:
+        found = [tuple(row[c] for c in rows.CUSTOMER_LTV.names)
+                 for message in messages for row in table_messages.decode(message)]
+        self.customers.write(last_per_key(found, len(rows.CUSTOMER_LTV.key)))

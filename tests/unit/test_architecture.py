@@ -201,8 +201,8 @@ NOT_JOB_NAMES = {
     ("pipelines/flink/kafka.py", "seedance-attribution"),
 }
 # a collection naming this many jobs lists them (fewer may be dashboard pages or metrics:
-# "roi" and "experiments" are those too)
-LISTS_JOBS = 3
+# "roi", "experiments" and "ltv" are those too)
+LISTS_JOBS = 4
 
 
 def registered_jobs() -> dict[str, str]:
@@ -249,9 +249,10 @@ def test_streaming_jobs_are_named_in_the_registry_only() -> None:
 
 
 def test_the_job_name_check_finds_what_it_is_for() -> None:
-    tree = ast.parse('JOBS = ["attribution", "roi", "gpu-cost"]\nif args.job == "roi": pass\n'
-                     'run(job_name="seedance-roi")\npages = {"roi": 1, "gpu-cost": 2}\n')
-    names, flink_names = {"attribution", "gpu-cost", "roi"}, {"seedance-roi"}
+    tree = ast.parse('JOBS = ["attribution", "roi", "gpu-cost", "ltv"]\n'
+                     'if args.job == "roi": pass\nrun(job_name="seedance-roi")\n'
+                     'pages = {"roi": 1, "gpu-cost": 2, "ltv": 3}\n')
+    names, flink_names = {"attribution", "gpu-cost", "roi", "ltv"}, {"seedance-roi"}
     assert [use.split(":")[0] for use in job_name_uses(tree, names, flink_names)] == \
         ["1", "2", "3"]
 

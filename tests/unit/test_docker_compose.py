@@ -19,6 +19,7 @@ import yaml
 from jobs.cli import build_parser
 from jobs.flink_entry import JOBS
 from jobs.flink_entry import build_parser as entry_parser
+from pipelines.flink.jobs import STREAMING_JOBS, topic_settings
 from pipelines.reconcile.config import load_reconcile_config
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 
@@ -216,8 +217,15 @@ def test_every_topic_is_created_with_log_append_time(
         services: dict[str, dict[str, Any]], job_configs: dict[str, StreamingJobConfig]
         ) -> None:
     script = " ".join(services["kafka-topics"]["command"])
-    created = set(re.search(r"for topic in (.*?); do", script, re.S).group(1).split())
-    assert "message.timestamp.type=LogAppendTime" in script and "--if-not-exists" in script
+    loops = re.findall(r"for topic in (.*?); do(.*?); done", script, re.S)
+    created = {topic for names, _ in loops for topic in names.split()}
+    assert loops and all("message.timestamp.type=LogAppendTime" in body
+                         and "--if-not-exists" in body for _, body in loops)
+    # the topics read as the latest message per key are created compacted
+    compacted = {topic for names, body in loops if "cleanup.policy=compact" in body
+                 for topic in names.split()}
+    assert compacted == {topic for job in job_configs.values()
+                         for topic in topic_settings(STREAMING_JOBS.values(), job)}
     loader = load_config(repo_path(option(services["loader"]["command"], "--config")))
     needed = {load_reconcile_config(None).alerts.topic}
     for job in (*job_configs.values(), loader):

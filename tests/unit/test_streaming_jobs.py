@@ -18,17 +18,23 @@ from jobs.demo import DEMO_STEPS, demo_job_name
 from jobs.flink_entry import JOBS
 from jobs.flink_entry import build_parser as entry_parser
 from pipelines.control.config import load_control_config, parse_control_config
-from pipelines.flink.jobs import ATTRIBUTION, DEFAULT_JOB, STREAMING_JOBS, unique
+from pipelines.flink.jobs import (
+    ATTRIBUTION,
+    DEFAULT_JOB,
+    STREAMING_JOBS,
+    topic_settings,
+    unique,
+)
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig, load_config
 from pipelines.settings.shared import with_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNERS = {"attribution": "run_job", "gpu-cost": "run_gpu_job", "roi": "run_roi_job",
-           "experiments": "run_experiments_job"}
+           "experiments": "run_experiments_job", "ltv": "run_ltv_job"}
 
 
 def test_every_command_takes_every_job_and_the_same_default() -> None:
-    assert list(STREAMING_JOBS) == ["attribution", "gpu-cost", "roi", "experiments"]
+    assert list(STREAMING_JOBS) == ["attribution", "gpu-cost", "roi", "experiments", "ltv"]
     assert set(JOBS) == set(STREAMING_JOBS) and DEFAULT_JOB == "attribution"
     cli = build_parser()
     assert entry_parser().parse_args([]).job == DEFAULT_JOB
@@ -48,7 +54,7 @@ def test_run_help_names_every_job() -> None:
                     if isinstance(a, argparse._SubParsersAction))
     helps = {choice.dest: choice.help for choice in commands._choices_actions}
     assert helps["run"] == ("run a streaming job on Flink: attribution (default), gpu-cost, "
-                            "roi or experiments")
+                            "roi, experiments or ltv")
 
 
 @pytest.mark.parametrize("name", list(STREAMING_JOBS))
@@ -91,9 +97,19 @@ def test_run_ensures_the_topics_it_always_did() -> None:
     expected = {"attribution": base,
                 "gpu-cost": base + ["otlp_metrics", "gpu_costs", "otlp_metrics_dlq"],
                 "roi": base + ["ad_spend", "gpu_costs", "roi_daily", "roi_inputs_dlq"],
-                "experiments": base + ["experiment_exposures", "experiment_conversions"]}
+                "experiments": base + ["experiment_exposures", "experiment_conversions"],
+                "ltv": base + ["ltv_models", "customer_ltv", "ltv_inputs_dlq"]}
     for name, job in STREAMING_JOBS.items():
         assert unique(ATTRIBUTION.topics(config) + job.topics(config)) == expected[name]
+    # topics read as the latest message per key are created compacted
+    compact = {"cleanup.policy": "compact"}
+    assert topic_settings(STREAMING_JOBS.values(), config) == {
+        "ltv_models": compact, "customer_ltv": compact}
+    renamed = config.replace("topics", customer_ltv="ltv_v2")
+    assert STREAMING_JOBS["ltv"].topic_settings(renamed) == {"ltv_models": compact,
+                                                              "ltv_v2": compact}
+    assert all(not job.topic_settings(config) for job in STREAMING_JOBS.values()
+               if job.name != "ltv")
     assert [job.name for job in STREAMING_JOBS.values() if job.keeps_accounting] == \
         ["attribution"]
 
@@ -138,7 +154,7 @@ def test_the_demo_runs_every_job_under_its_own_names() -> None:
     assert set(DEMO_STEPS) == set(STREAMING_JOBS)
     assert [demo_job_name(job) for job in STREAMING_JOBS.values()] == [
         "seedance-demo", "seedance-demo-gpu-cost", "seedance-demo-roi",
-        "seedance-demo-experiments"]
+        "seedance-demo-experiments", "seedance-demo-ltv"]
 
 
 def test_cli_topic_defaults_are_the_job_configs(tmp_path: Path,

@@ -1,0 +1,155 @@
+"""The LTV model the stream scores with, as a message of the compacted `ltv_models` topic.
+
+A message is one JSON object: the fields of `LtvModel.to_json()` (the BG/NBD and
+Gamma-Gamma parameters, period_days, customers, fitted_through_day), and
+
+    "horizon_days": 365,            the LTV horizon after the as-of day (whole days)
+    "discount_rate": 0.0,           per period of period_days (udfs.ltv.lifetime_value)
+    "segments": {"names": ["low", "mid", "high", "top"],
+                 "bounds": [b1, b2, b3]}   predicted LTV values between the segments
+
+Its version is fitted_through_day, the last day of the data it was fitted on. Whoever
+fits publishes it under the key "current" (`publish_model`): the topic keeps the latest
+and the streaming LTV job (pipelines/flink/ltv_job.py) takes it from there as a broadcast;
+`latest_model` reads back the one the stream uses. docs/ltv-stream.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from udfs.ltv import CustomerSummaries, LtvModel
+from udfs.ltv_segments import CUTS, SEGMENTS, segment_thresholds
+from udfs.ltv_tally import check_segments, customer_scores
+
+KEY = "current"  # the one key of the topic: compaction keeps its latest message
+COMPACT = {"cleanup.policy": "compact"}
+_OWN = ("horizon_days", "discount_rate", "segments")
+
+
+@dataclass(frozen=True)
+class ModelMessage:
+    """A fitted model and how the stream scores with it."""
+
+    model: LtvModel
+    horizon_days: int
+    discount_rate: float
+    bounds: tuple[float, ...]
+    names: tuple[str, ...] = SEGMENTS
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.horizon_days, int) and self.horizon_days >= 1):
+            raise ValueError(f"horizon_days must be a whole number of days >= 1, got "
+                             f"{self.horizon_days!r}")
+        if not (math.isfinite(self.discount_rate) and self.discount_rate > -1):
+            raise ValueError(f"discount_rate must be above -1, got {self.discount_rate!r}")
+        if not self.model.spend.q > 1:
+            raise ValueError(f"spend.q must be above 1 (q = {self.model.spend.q:g} has no "
+                             "finite mean order value)")
+        check_segments(self.bounds, self.names)
+        object.__setattr__(self, "bounds", tuple(float(b) for b in self.bounds))
+        object.__setattr__(self, "names", tuple(self.names))
+
+    @property
+    def version(self) -> float:
+        """fitted_through_day: a later fit has a higher one."""
+        return self.model.fitted_through_day
+
+    @classmethod
+    def fitted(cls, model: LtvModel, summaries: CustomerSummaries, horizon_days: int,
+               discount_rate: float = 0.0, cuts: Sequence[float] = CUTS,
+               names: Sequence[str] = SEGMENTS) -> ModelMessage:
+        """The message of a model fitted on `summaries` (all customers, as of
+        fitted_through_day, in periods of model.period_days): the segment bounds are the
+        cut quantiles of their predicted LTV over the horizon
+        (udfs.ltv_segments.segment_thresholds)."""
+        value = model.lifetime_value(summaries, horizon_days / model.period_days,
+                                     discount_rate)
+        return cls(model, horizon_days, discount_rate,
+                   tuple(float(b) for b in segment_thresholds(value, cuts)), tuple(names))
+
+    def scores(self, ids: np.ndarray, summaries: CustomerSummaries) -> dict[str, np.ndarray]:
+        """udfs.ltv_tally.customer_scores under this message."""
+        return customer_scores(self.model, ids, summaries, self.horizon_days,
+                               self.discount_rate, self.bounds, self.names)
+
+    def to_json(self) -> str:
+        data = json.loads(self.model.to_json())
+        data.update(horizon_days=self.horizon_days, discount_rate=self.discount_rate,
+                    segments={"names": list(self.names), "bounds": list(self.bounds)})
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ModelMessage:
+        """The message `to_json` wrote; ValueError naming what is missing or bad."""
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"an LTV model message must be JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"an LTV model message must be a JSON object, got "
+                             f"{type(data).__name__}")
+        missing = [name for name in _OWN if name not in data]
+        if missing:
+            raise ValueError(f"LTV model message: field '{missing[0]}' is missing")
+        horizon, rate, segments = (data.pop(name) for name in _OWN)
+        if isinstance(horizon, bool) or not isinstance(horizon, int | float) \
+                or not math.isfinite(horizon) or horizon != int(horizon):
+            raise ValueError(f"LTV model message: field 'horizon_days' must be a whole "
+                             f"number of days, got {horizon!r}")
+        if isinstance(rate, bool) or not isinstance(rate, int | float):
+            raise ValueError(f"LTV model message: field 'discount_rate' must be a number, got "
+                             f"{rate!r}")
+        if not isinstance(segments, dict) or set(segments) != {"names", "bounds"} \
+                or not isinstance(segments["names"], list) \
+                or not isinstance(segments["bounds"], list) \
+                or not all(isinstance(b, int | float) and not isinstance(b, bool)
+                           for b in segments["bounds"]):
+            raise ValueError("LTV model message: field 'segments' must be an object of "
+                             f"'names' (a list) and 'bounds' (a list of numbers), got "
+                             f"{segments!r}")
+        model = LtvModel.from_json(json.dumps(data))
+        try:
+            return cls(model, int(horizon), float(rate), tuple(segments["bounds"]),
+                       tuple(segments["names"]))
+        except ValueError as error:
+            raise ValueError(f"LTV model message: {error}") from None
+
+
+def publish_model(bootstrap: str, topic: str, message: ModelMessage,
+                  client: dict[str, Any] | None = None) -> None:
+    """The message to `topic` under KEY, the topic made (compacted) if missing; `client`:
+    kafka-python settings (pipelines.kafka.security.for_python)."""
+    from pipelines.kafka.io import ensure_topics, producer
+
+    ensure_topics(bootstrap, [topic], config=COMPACT, client=client)
+    out = producer(bootstrap, **(client or {}))
+    try:
+        out.send(topic, message.to_json().encode(), key=KEY.encode()).get(30)
+    finally:
+        out.close()
+
+
+def latest_model(bootstrap: str, topic: str, client: dict[str, Any] | None = None,
+                 idle_timeout_s: float = 30.0) -> ModelMessage | None:
+    """The model the stream scores with once it has read the topic: the latest message
+    that is a valid model, whatever its key (the stream sets the others aside); None if
+    none is."""
+    from pipelines.kafka.reader import TopicReader
+
+    latest = None
+    with TopicReader(bootstrap, topic, idle_timeout_s=idle_timeout_s, client=client,
+                     what="reading the LTV models of") as reader:
+        for record in reader.records():
+            if record.value:
+                try:
+                    latest = ModelMessage.from_json(record.value)
+                except ValueError:
+                    continue
+    return latest
