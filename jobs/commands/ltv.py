@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.commands.common import CliError, positive_int
+from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
 from jobs.commands.ltv_return import add_return
 
 if TYPE_CHECKING:
@@ -49,6 +49,14 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                      help="also bootstrap intervals of the parameters, over this many rounds")
     fit.add_argument("--level", type=float, default=0.9, help="of the intervals (default 0.9)")
     fit.add_argument("--seed", type=int, default=0, help="of the bootstrap (default 0)")
+    fit.add_argument("--publish", action="store_true",
+                     help="also publish the model to the job config's ltv_models topic "
+                          "(compacted), which the ltv streaming job scores with, with the "
+                          "config's ltv: horizon and discount rate and segment bounds from "
+                          "these customers' predicted LTV")
+    fit.add_argument("--config", help=f"{CONFIG_HELP} (with --publish: the topic, Kafka "
+                                      "address and security, the ltv: section)")
+    fit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     fit.set_defaults(func=cmd_fit)
     score.add_argument("--model", required=True, help="the model JSON `ltv fit` wrote")
     score.add_argument("--end", metavar="DAY", help="the day customers are scored at, "
@@ -190,7 +198,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"mean order value p v / (q - 1): {model.spend.population_mean():,.2f}")
     Path(args.out).write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"model written to {args.out} (fitted in {elapsed:.1f}s)")
+    if args.publish:
+        _publish(args, model, summaries)
     return 0
+
+
+def _publish(args: argparse.Namespace, model: Any, summaries: Any) -> None:
+    """The model as the stream's next: to the config's ltv_models topic, keyed "current"."""
+    from jobs.commands.common import job_config
+    from jobs.commands.inputs import kafka_of
+    from pipelines.ltv.models_topic import ModelMessage, publish_model
+
+    config = job_config(args)
+    # the config's ltv: discount rate is per period, as the message carries it
+    message = ModelMessage.fitted(model, summaries, int(config.ltv.horizon_days),
+                                  float(config.ltv.discount_rate))
+    bootstrap, client = kafka_of(args, config)
+    publish_model(bootstrap, config.topics.ltv_models, message, client)
+    bounds = ", ".join(f"{b:,.2f}" for b in message.bounds)
+    print(f"published to {config.topics.ltv_models} at {bootstrap}: horizon "
+          f"{message.horizon_days} days, segments {'/'.join(message.names)} at {bounds}")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
