@@ -12,12 +12,14 @@ import json
 import math
 import random
 import time
+import uuid
 
 import numpy as np
 import pytest
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from pipelines.codec import table_messages
-from pipelines.flink.jobs import COMPACTED
+from pipelines.flink.jobs import COMPACTED, LTV
 from pipelines.flink.ltv_job import build_ltv_pipeline, run_ltv_job
 from pipelines.kafka.io import consumer_lag, ensure_topics, producer, read_all
 from pipelines.ltv.models_topic import ModelMessage, latest_model, publish_model
@@ -142,12 +144,15 @@ def ltv_topics(job_config, topic, parallelism: int = 2):
 def test_every_customer_is_scored_as_the_batch_scores_it(kafka, flink, job_config, topic,
                                                           tmp_path):
     config = ltv_topics(job_config, topic)
+    # the models topic made by its first publish, compacted
+    config = config.replace("topics", ltv_models=f"ltv-models-{uuid.uuid4().hex[:8]}")
     orders = customers_orders()
     corrections = corrected(orders)
     final = list({o[0]: o for o in [*orders, *corrections]}.values())
     message = fitted_message(final)
     publish_model(kafka, config.topics.ltv_models, message)
     assert latest_model(kafka, config.topics.ltv_models) == message
+    assert cleanup_policy(kafka, config.topics.ltv_models) == "compact"
     publish_conversions(kafka, config.topics.conversions, orders, corrections,
                         config.flink.user_buckets)
 
@@ -182,6 +187,17 @@ def test_every_customer_is_scored_as_the_batch_scores_it(kafka, flink, job_confi
     assert all(table[u]["segment"] == latest[u]["segment"] for u in latest)
 
 
+def cleanup_policy(kafka: str, name: str) -> str:
+    admin = KafkaAdminClient(bootstrap_servers=kafka)
+    try:
+        found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)],
+                                       config_filter="all")
+    finally:
+        admin.close()
+    (configs,) = [c for by_name in found.values() for n, c in by_name.items() if n == name]
+    return configs["cleanup.policy"]["value"]
+
+
 def wait_for(what, check, timeout_s: float = WAIT_S):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -196,12 +212,21 @@ def test_tallies_wait_for_the_first_model_and_a_bad_model_is_set_aside(
         kafka, flink, job_config, topic, tmp_path):
     config = ltv_topics(job_config, topic)
     config = config.replace("input", bounded=False).replace("event_time", idleness_s=1.0)
+    # made here as `seedance run` makes them before the job starts
+    fresh = uuid.uuid4().hex[:8]
+    config = config.replace("topics", ltv_models=f"ltv-models-{fresh}",
+                            customer_ltv=f"customer-ltv-{fresh}")
     final = customers_orders(users=200, seed=4)
     before = [o for o in final if o[2] < T0 + 30 * DAY_MS]
     after = [o for o in final if o[2] >= T0 + 30 * DAY_MS]
     assert before and after
     message = fitted_message(final)
-    ensure_topics(kafka, [config.topics.customer_ltv, config.topics.ltv_dead_letter])
+    ensure_topics(kafka, [config.topics.ltv_models, config.topics.customer_ltv,
+                          config.topics.ltv_dead_letter], settings=LTV.topic_settings(config))
+    assert [cleanup_policy(kafka, t) for t in (config.topics.ltv_models,
+                                               config.topics.customer_ltv,
+                                               config.topics.ltv_dead_letter)] == [
+        "compact", "compact", "delete"]
     publish_conversions(kafka, config.topics.conversions, before, [],
                         config.flink.user_buckets)
     env = flink.environment(config)
