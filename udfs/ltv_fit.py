@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
 
 # log-parameters stay within e^-LOG_BOUND .. e^LOG_BOUND: far outside any sensible fit, and
 # the gammaln/log terms stay finite there
@@ -38,6 +37,11 @@ def _on_logs(objective: Objective) -> Callable[[np.ndarray], tuple[float, np.nda
 
 def maximise(objective: Objective, start: np.ndarray, what: str) -> np.ndarray:
     """The positive parameters minimising `objective` (a mean negative log-likelihood)."""
+    # imported here, not with the module: the streaming jobs score with these models but
+    # never fit, and importing scipy.optimize (its HiGHS extension) inside Flink's embedded
+    # Python while other operators start hung a whole job at INITIALIZING
+    from scipy.optimize import minimize
+
     on_logs = _on_logs(objective)
     x0 = np.clip(np.log(np.asarray(start, dtype=np.float64)), -LOG_BOUND, LOG_BOUND)
     bounds = [(-LOG_BOUND, LOG_BOUND)] * x0.size
