@@ -3,7 +3,8 @@ expected purchases, P(alive) and likelihood against an independent reference (th
 definition integrated numerically over the dropout probability p ~ Beta(a, b), the purchase
 rate lambda ~ Gamma(r, alpha) integrated in closed form, and once over both numerically), the
 fixed-dropout limit, a fit on customers who all share one dropout probability, and no NaN or
-inf for extreme parameters."""
+inf for extreme parameters; udfs/ltv_pareto.py likewise for large s and beta (its P(alive)
+and likelihood against the integral over the time of dropout, by quad)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from scipy import integrate
 from scipy.special import expit
 
-from udfs.ltv import BgNbd, CustomerSummaries, GammaGamma, lifetime_value
+from udfs.ltv import BgNbd, CustomerSummaries, GammaGamma, ParetoNbd, lifetime_value
 from udfs.ltv_bgnbd import _by_quadrature, _closed_form
 from udfs.ltv_fit import LOG_BOUND
 from udfs.ltv_simulate import simulate_bgnbd_holdout
@@ -281,3 +282,68 @@ def test_no_nan_or_inf_for_extreme_parameters() -> None:
             values.append(np.array([model.log_likelihood(rows)]))
             assert all(np.all(np.isfinite(v)) for v in values), model
             assert all(np.all(v >= 0) for v in values[:-1]), model
+
+
+def pareto_log_j(model: ParetoNbd, x: float, t_x: float, age: float) -> float:
+    """ln J, J = (alpha + T)^(r+x) (beta + T)^s int_{t_x}^T (alpha + tau)^-(r+x)
+    (beta + tau)^-(s+1) dtau (dropout at tau between the last purchase and T), by quad; the
+    integrand is largest at t_x and falls on the scale 1 / (its log's slope there)."""
+    r, alpha, s, beta = model.params()
+    if age <= t_x:
+        return -math.inf
+
+    def log_integrand(tau: float) -> float:
+        return ((r + x) * math.log1p((age - tau) / (alpha + tau))
+                + s * math.log1p((age - tau) / (beta + tau)) - math.log(beta + tau))
+
+    top = log_integrand(t_x)
+    scale = 1.0 / ((r + x) / (alpha + t_x) + (s + 1) / (beta + t_x))
+    points = sorted({min(t_x + k * scale, age) for k in (0.1, 1.0, 3.0, 10.0, 30.0, 100.0)}
+                    | {t_x + (age - t_x) * q for q in (1e-3, 0.1, 0.5)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", integrate.IntegrationWarning)
+        value = integrate.quad(lambda tau: math.exp(log_integrand(tau) - top), t_x, age,
+                               points=[p for p in points if t_x < p < age], epsabs=0.0,
+                               epsrel=1e-12, limit=1000)[0]
+    return top + math.log(value)
+
+
+PARETO_CUSTOMERS = ((0.0, 0.0, 39.0), (1.0, 5.0, 39.0), (2.0, 30.43, 38.86), (7.0, 20.0, 39.0),
+                    (40.0, 38.5, 39.0), (3.0, 1.0, 104.0), (0.0, 0.0, 0.0))
+
+
+def test_pareto_alive_and_likelihood_match_numerical_integration() -> None:
+    rows = CustomerSummaries.of(*(np.array(c) for c in zip(*PARETO_CUSTOMERS, strict=True)))
+    for (r, alpha), s, beta in itertools.product(((0.55, 10.6), (3.0, 0.5)),
+                                                 (0.6, 30.0, 1e3, 1e6, 1e10),
+                                                 (11.7, 1e3, 1e5, 1e8, 1e11)):
+        model = ParetoNbd(r, alpha, s, beta)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            alive = model.probability_alive(rows)
+            found = model.log_likelihood(rows)
+        want = 0.0
+        for (x, t_x, age), got in zip(PARETO_CUSTOMERS, alive, strict=True):
+            odds = math.log(s) + pareto_log_j(model, x, t_x, age)  # P(alive) = 1 / (1 + s J)
+            assert got == pytest.approx(float(expit(-odds)), rel=1e-9, abs=1e-300), (model, x)
+            want += (math.lgamma(r + x) - math.lgamma(r) - r * math.log1p(age / alpha)
+                     - x * math.log(alpha + age) - s * math.log1p(age / beta)
+                     + float(np.logaddexp(0.0, odds)))
+        assert found == pytest.approx(want, rel=1e-10, abs=1e-8), model
+
+
+def test_pareto_has_no_nan_or_inf_for_extreme_parameters() -> None:
+    tiny, huge = math.exp(-LOG_BOUND), math.exp(LOG_BOUND)
+    rows = CustomerSummaries.of(np.array([0.0, 0.0, 1.0, 5.0, 50.0]),
+                                np.array([0.0, 0.0, 0.5, 35.0, 38.0]),
+                                np.array([0.0, 39.0, 520.0, 39.0, 520.0]))
+    sides = (tiny, 1e-3, 0.6, 1.0, 30.0, 1e4, huge)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for r, alpha, s, beta in itertools.product((0.05, 5.0), (0.5, 100.0), sides, sides):
+            model = ParetoNbd(r, alpha, s, beta)
+            values = [model.expected_purchases(t, rows) for t in (0.0, 52.0, 520.0)]
+            values.append(model.expected_purchases_new(np.array([0.0, 52.0, 520.0])))
+            values.append(model.probability_alive(rows))
+            values.append(np.array([model.log_likelihood(rows)]))
+            assert all(np.all(np.isfinite(v)) for v in values), model
