@@ -19,7 +19,7 @@ from scipy import integrate
 from scipy.special import expit
 
 from udfs.ltv import BgNbd, CustomerSummaries, GammaGamma, ParetoNbd, lifetime_value
-from udfs.ltv_bgnbd import _by_quadrature, _closed_form
+from udfs.ltv_beta_mean import _by_quadrature, _closed_form
 from udfs.ltv_fit import LOG_BOUND
 from udfs.ltv_simulate import simulate_bgnbd_holdout
 
