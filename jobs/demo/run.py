@@ -1,7 +1,8 @@
 """The first README command: the whole path on the embedded default, start to finish.
 
 stack up -> sample telemetry through the OpenTelemetry SDK (with two experiments: one with
-a real lift, one without) -> the Flink jobs over it (bounded: attribution, GPU cost, ROI,
+a real lift, one without; repeat orders from a known buying process per acquisition
+channel) -> the Flink jobs over it (bounded: attribution, GPU cost, ROI,
 experiments, LTV) -> the warehouse loaded from the result topics -> per-channel summaries and
 the experiments' strategy table.
 """
@@ -41,6 +42,7 @@ from pipelines.sources.publish import (
     publish_plan,
     publish_spend,
 )
+from pipelines.sources.repeat_buying import DEMO_REPEAT_BUYING
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
 from pipelines.store.loading import TopicLoader
@@ -100,7 +102,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
         # one plan: its spans, the GPU samples of its GPU calls and its daily spend
         plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS,
-                           batch_busy=DEMO_BATCH_BUSY)
+                           batch_busy=DEMO_BATCH_BUSY, repeat_buying=DEMO_REPEAT_BUYING)
         spans = publish_plan(plan, info.bootstrap, topics.spans, seed=seed)
         print("    " + generated_summary(plan, spans, users, topics.spans,
                                          time.monotonic() - t))
