@@ -73,20 +73,24 @@ def cmd_return(args: argparse.Namespace) -> int:
         except ValueError as error:
             raise CliError(str(error)) from None
         table = ltv_return_frame(warehouse)
-    print(f"{refresh.customers:,} customers scored as of {refresh.as_of_day} over "
-          f"{refresh.horizon_days} days ({'fitted' if refresh.fitted else 'given'} model, "
-          f"{refresh.rounds} bootstrap rounds); segments: "
-          + ", ".join(f"{name} {count:,}" for name, count in refresh.segments.items()))
-    shown = table[(table.model == args.attribution_model) & (table.dimension == "channel")]
-    if shown.empty:
-        print(f"no channel acquired a customer under {args.attribution_model}; models in "
-              f"ltv_return: {', '.join(sorted(set(table.model))) or 'none'}")
-        return 0
-    print(f"\nLTV-based return by channel under {args.attribution_model} "
-          f"({refresh.currency}, {100 * args.level:g} % intervals):")
-    for line in channel_lines(shown):
+    for line in report_lines(refresh, table, args.attribution_model, args.level):
         print(line)
     return 0
+
+
+def report_lines(refresh: Any, table: Any, attribution_model: str, level: float) -> list[str]:
+    """What a refresh did and the channels' rows of the ltv_return it wrote (`table`)."""
+    lines = [f"{refresh.customers:,} customers scored as of {refresh.as_of_day} over "
+             f"{refresh.horizon_days} days ({'fitted' if refresh.fitted else 'given'} model, "
+             f"{refresh.rounds} bootstrap rounds); segments: "
+             + ", ".join(f"{name} {count:,}" for name, count in refresh.segments.items())]
+    shown = table[(table.model == attribution_model) & (table.dimension == "channel")]
+    if shown.empty:
+        return [*lines, f"no channel acquired a customer under {attribution_model}; models "
+                        f"in ltv_return: {', '.join(sorted(set(table.model))) or 'none'}"]
+    return [*lines, "", f"LTV-based return by channel under {attribution_model} "
+                        f"({refresh.currency}, {100 * level:g} % intervals):",
+            *channel_lines(shown)]
 
 
 def _ratio(value: Any) -> str:

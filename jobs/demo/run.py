@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from jobs.commands.ltv_return import report_lines
 from jobs.commands.report import (
     print_experiments,
     print_gpu_summary,
@@ -32,6 +33,7 @@ from pipelines.flink.jobs import (
     unique,
 )
 from pipelines.kafka.io import count_messages, recreate_topics
+from pipelines.ltv.report import refresh_ltv
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
 from pipelines.sources.generator import plan_events, plan_spend
@@ -46,6 +48,7 @@ from pipelines.sources.repeat_buying import DEMO_REPEAT_BUYING
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
 from pipelines.store.loading import TopicLoader
+from pipelines.store.ltv import ltv_return_frame
 from pipelines.store.warehouse import Warehouse
 
 # What the demo says it runs each streaming job for (after "Running the Flink <title> job").
@@ -59,6 +62,7 @@ CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
 # is a visible share of cost and so is their idle time.
 DEMO_BATCH_BUSY = 0.5
+DEMO_LTV_ROUNDS = 50  # bootstrap refits behind the LTV ROI intervals (a few seconds)
 
 
 def _step(text: str) -> float:
@@ -73,6 +77,18 @@ def _done(started: float) -> None:
 def demo_job_name(job: StreamingJob) -> str:
     """The Flink job name of `job` in the demo (its checkpoints apart from a real run's)."""
     return "seedance-demo" if job is ATTRIBUTION else f"seedance-demo-{job.name}"
+
+
+def print_ltv(warehouse: Warehouse) -> None:
+    """The warehouse's LTV refresh (customer_ltv, ltv_return) and each channel's first-order
+    ROI beside its LTV-based ROI; a sample too small to fit says why instead."""
+    try:
+        refresh = refresh_ltv(warehouse, rounds=DEMO_LTV_ROUNDS, progress=lambda _: None)
+    except ValueError as error:
+        print(f"    skipped: {error}")
+        return
+    for line in report_lines(refresh, ltv_return_frame(warehouse), "last_click", 0.9):
+        print(f"    {line}" if line else "")
 
 
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
@@ -144,6 +160,10 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
         print_experiments(warehouse, config)
+        t = _step("Customer lifetime value: BG/NBD and Gamma-Gamma fitted on the warehouse's "
+                  "customers, what each channel's acquired customers are worth in a year")
+        print_ltv(warehouse)
+        _done(t)
         t = _step("Checking that every total ties out (seedance verify): ROI revenue = "
                   "credited revenue, spend and GPU cost = allocated + unallocated")
         broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ",

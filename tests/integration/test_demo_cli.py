@@ -2,6 +2,7 @@
 
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,17 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     assert "the autoscaler applied scale" in out, out
     assert re.search(r"verified success: scale_out_hot_pool on \S.* \(0\.9\d -> 0\.\d\d\)",
                      out), out
+    # lifetime value: each channel's first-order ROI beside its LTV ROI, with totals that
+    # are those of the ltv_return table the demo wrote
+    ltv = out[out.index("LTV-based return by channel under last_click"):]
+    total = re.search(r"all channels\s+([\d,.]+)\s+([\d,.]+)", ltv)
+    assert total, ltv
+    with sqlite3.connect(tmp_path / "demo" / "warehouse.db") as db:
+        customers, cost = db.execute(
+            "SELECT SUM(customers), SUM(acquisition_cost) FROM ltv_return "
+            "WHERE model = 'last_click' AND dimension = 'channel'").fetchone()
+    assert abs(float(total.group(1).replace(",", "")) - customers) < 0.05
+    assert abs(float(total.group(2).replace(",", "")) - cost) < 0.005
     # nothing of ours still runs: no process mentions this state folder
     leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
