@@ -57,6 +57,12 @@ def parse_day(text: str) -> date:
     return date.fromisoformat(text)
 
 
+def day_number(text: str) -> int:
+    """Days since 1970-01-01 of a strict YYYY-MM-DD day (the unit of the LTV models' day
+    columns, ts_ms // DAY_MS); ValueError otherwise."""
+    return (parse_day(text) - date(1970, 1, 1)).days
+
+
 def days_between(first: str, last: str) -> list[str]:
     """Every day from `first` to `last`, both included."""
     start, end = parse_day(first), parse_day(last)

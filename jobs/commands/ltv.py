@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
-from jobs.commands.ltv_return import add_return
+from jobs.commands.ltv_return import add_return, read_model
 
 if TYPE_CHECKING:
     from pipelines.ltv.transactions import Transactions
@@ -120,7 +120,7 @@ def load_transactions(args: argparse.Namespace) -> tuple[Transactions, str]:
 
 
 def _day(flag: str, text: str | None, default: float) -> float:
-    from pipelines.ltv.transactions import day_number
+    from udfs.periods import day_number
 
     if text is None:
         return default
@@ -223,16 +223,9 @@ def _publish(args: argparse.Namespace, model: Any, summaries: Any) -> None:
 def cmd_score(args: argparse.Namespace) -> int:
     from pipelines.ltv.scores import per_period_rate, write_scores
     from pipelines.ltv.transactions import day_text
-    from udfs.ltv import LtvModel, summaries_from_transactions
+    from udfs.ltv import summaries_from_transactions
 
-    model_path = Path(args.model)
-    try:
-        model = LtvModel.from_json(model_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CliError(f"--model {model_path}: file not found (`seedance ltv fit` writes "
-                       "one)") from None
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CliError(f"--model {model_path}: {error}") from None
+    model = read_model(args.model)
     if not 0 <= args.horizon_weeks < float("inf"):
         raise CliError(f"--horizon-weeks must be 0 or more, got {args.horizon_weeks:g}")
     try:

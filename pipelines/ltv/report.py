@@ -35,7 +35,7 @@ from udfs.ltv import LtvModel, fit_model, summaries_from_transactions
 from udfs.ltv_draws import bootstrap_models
 from udfs.ltv_return import ltv_return, orders_of
 from udfs.ltv_segments import CUTS, SEGMENTS, score_customers
-from udfs.periods import DAY_MS, day_of, day_start_ms
+from udfs.periods import DAY_MS, day_number, day_of
 from udfs.ratios import GROSS_MARGIN
 
 
@@ -62,14 +62,6 @@ class LtvRefresh:
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def day_number(day: str) -> int:
-    """A UTC day YYYY-MM-DD as days since 1970-01-01."""
-    try:
-        return day_start_ms(day) // DAY_MS
-    except ValueError:
-        raise ValueError(f"as_of must be a day YYYY-MM-DD, got {day!r}") from None
-
-
 def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel | None = None,
                 rounds: int = 100, as_of: str | None = None, *, level: float = 0.9,
                 seed: int = 0, period_days: float = 7.0, gross_margin: float = GROSS_MARGIN,
@@ -94,7 +86,10 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
     if credits.empty:
         raise ValueError("no orders to score: attribution_credits is empty (credits arrive "
                          "with `seedance load` or a backfill)")
-    as_of_day = day_number(as_of) if as_of is not None else int(credits.day.max())
+    try:
+        as_of_day = day_number(as_of) if as_of is not None else int(credits.day.max())
+    except ValueError:
+        raise ValueError(f"as_of must be a day YYYY-MM-DD, got {as_of!r}") from None
     credits = credits[credits.day <= as_of_day]
     orders = orders_of(credits)
     known = orders[orders.user_id != ""]

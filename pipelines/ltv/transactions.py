@@ -318,10 +318,3 @@ class _Checker:
 def day_text(day: float) -> str:
     """YYYY-MM-DD of a day since 1970-01-01 (its floor)."""
     return str(np.datetime64(int(np.floor(day)), "D"))
-
-
-def day_number(text: str) -> float:
-    """Days since 1970-01-01 of a strict YYYY-MM-DD day; ValueError otherwise."""
-    from udfs.periods import parse_day
-
-    return float((parse_day(text) - parse_day("1970-01-01")).days)

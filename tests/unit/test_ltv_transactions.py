@@ -14,7 +14,6 @@ import pytest
 from pipelines.ltv.transactions import (
     Columns,
     TransactionsError,
-    day_number,
     day_text,
     read_cdnow,
     read_transactions,
@@ -22,7 +21,7 @@ from pipelines.ltv.transactions import (
 )
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import ATTRIBUTION_CREDITS
-from udfs.periods import DAY_MS
+from udfs.periods import DAY_MS, day_number
 
 CDNOW = Path(__file__).resolve().parents[1] / "fixtures" / "cdnow" / "CDNOW_sample.txt"
 
