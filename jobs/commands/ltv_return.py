@@ -41,27 +41,31 @@ def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.set_defaults(func=cmd_return)
 
 
-def cmd_return(args: argparse.Namespace) -> int:
+def read_model(path: str) -> Any:
+    """The LtvModel of a `seedance ltv fit --out` file; a CliError naming --model if not."""
     from pathlib import Path
 
+    from udfs.ltv import LtvModel
+
+    try:
+        return LtvModel.from_json(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"--model {path}: file not found (`seedance ltv fit` writes "
+                       "one)") from None
+    except (ValueError, UnicodeDecodeError, IsADirectoryError) as error:
+        raise CliError(f"--model {path}: {error}") from None
+
+
+def cmd_return(args: argparse.Namespace) -> int:
     from pipelines.ltv.report import refresh_calibration, refresh_ltv
     from pipelines.store.ltv import ltv_return_frame
     from pipelines.store.warehouse import Warehouse
-    from udfs.ltv import LtvModel
 
     if args.rounds < 0:
         raise CliError(f"--rounds must be 0 or more, got {args.rounds}")
     if not 0 < args.level < 1:
         raise CliError(f"--level must lie between 0 and 1, got {args.level:g}")
-    model = None
-    if args.model:
-        try:
-            model = LtvModel.from_json(Path(args.model).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise CliError(f"--model {args.model}: file not found (`seedance ltv fit` "
-                           "writes one)") from None
-        except (ValueError, UnicodeDecodeError) as error:
-            raise CliError(f"--model {args.model}: {error}") from None
+    model = read_model(args.model) if args.model else None
     with Warehouse(args.warehouse) as warehouse:
         try:
             refresh = refresh_ltv(warehouse, args.horizon_days, model, args.rounds,
