@@ -130,7 +130,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                                     for end, value in self.settled.items()}
         return self.settled_periods
 
-    def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context) -> None:
+    def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context
+                        ) -> Iterator[bytes]:
         periods: list[Period] | tuple[list[Period], list[Period]] = pickle.loads(payload)
         if isinstance(periods, tuple):  # a correction: (retracted, added)
             retracted, added = periods
@@ -139,6 +140,12 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             periods = [*retracted, *added]
         else:
             self._add(periods)
+        if ctx.timer_service().current_watermark() >= FINAL:
+            # Journeys after the end of the input: they came from an attribution subtask
+            # whose output was idle when the final watermark passed the others (Flink
+            # leaves idle inputs out of the watermark), and no timer fires any more.
+            yield from self._settle(FINAL)
+            return
         last = self._last_settled()
         for end in {period[0] for period in periods}:
             # a settled period is settled again with the next period that closes (all
@@ -146,10 +153,12 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             ctx.timer_service().register_event_time_timer(end if end > last else FINAL)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[bytes]:
-        # Every period the watermark has passed is settled now, in period order (a replay
-        # moves the watermark over many periods at once); a correction of a settled period
-        # settles it and the later ones again, from the counts before it.
-        watermark = max(timestamp, ctx.timer_service().current_watermark())
+        yield from self._settle(max(timestamp, ctx.timer_service().current_watermark()))
+
+    def _settle(self, watermark: int) -> Iterator[bytes]:
+        """Every period the watermark has passed is settled now, in period order (a replay
+        moves the watermark over many periods at once); a correction of a settled period
+        settles it and the later ones again, from the counts before it."""
         waiting = self._waiting()
         last = self._last_settled()
         due = sorted(end for end in waiting if end <= watermark)
@@ -175,8 +184,10 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 settled[end] = (converted, unconverted)
                 self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
         # a correction reaches back at most the horizon (and the step the settled journeys
-        # trail by): older periods are final
-        final = watermark - self.horizon_ms - 2 * settle_step_ms(self.horizon_ms)
+        # trail by): older periods are final. Not at the end of the input: journeys that
+        # come after it (see process_element) settle their period again.
+        final = watermark - self.horizon_ms - 2 * settle_step_ms(self.horizon_ms) \
+            if watermark < FINAL else -(2**63)
         for end in [end for end in settled if end < final]:
             del settled[end]
             self.settled.remove(end)

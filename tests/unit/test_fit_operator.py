@@ -10,8 +10,9 @@ import pickle
 import random
 from typing import Any
 
+from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
-from pipelines.flink.fit_models import FitDataDrivenModels
+from pipelines.flink.fit_models import FINAL, FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, Timers
 from udfs.data_driven import period_end
@@ -157,3 +158,37 @@ def test_pending_entries_in_the_form_an_earlier_version_stored_are_settled_the_s
     rest = settle_all(operator(), legacy, timers)
     assert first + rest == whole
     assert pending.stored == {}
+
+
+def credited(outputs: list[Any]) -> dict[tuple[str, str, int], float]:
+    """The credits that hold after the fit's messages: (model, order, touch) -> credit."""
+    rows = credit_messages.latest(table_messages.unkeyed(out) for out in outputs)
+    return {(row["model"], row["order_id"], row["touch_index"]): row["credit"]
+            for row in rows}
+
+
+def test_journeys_that_come_after_the_final_watermark_are_credited_at_once():
+    """At a drain, an attribution subtask whose output was idle is left out of the fit's
+    watermark: the final watermark can pass before that subtask's last journeys come, and
+    no timer fires after it. They are settled as they come, with the credits they would
+    have had before it (the period settled again, as a correction settles it)."""
+    def correcting() -> FitDataDrivenModels:
+        return FitDataDrivenModels(MODELS, ModelParams(), horizon_ms=2 * PERIOD_MS)
+
+    periods = closed_journeys(9, 5)
+    whole = run(correcting(), KeyState(), periods, Timers())
+
+    backend, timers = KeyState(), Timers()
+    harness = Harness(correcting(), backend, timers)
+    out = run(harness.function, backend, periods[:-1], timers)
+    last = periods[-1]
+    out += harness.process(pickle.dumps(wire_of(last[:20])))
+    timers.watermark = FINAL
+    for timestamp, key in timers.due():
+        timers.registered.discard((timestamp, key))
+        out += harness.on_timer(timestamp, key)
+    before = credited(out)
+    late = harness.process(pickle.dumps(wire_of(last[20:])))
+    assert late, "journeys after the final watermark must be credited"
+    assert credited(out + late) == credited(whole) != before
+    assert not timers.due(), "no timer is left waiting for a watermark that cannot come"
