@@ -41,6 +41,7 @@ from pipelines.flink.kafka import (
     from_kafka,
     otlp_event_time,
     run_pipeline,
+    stay_active,
 )
 from pipelines.flink.operator_support import (
     ACCOUNTING,
@@ -90,12 +91,15 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     process_mode = config.flink.python_execution_mode == "process"
     # an order counts once whatever user sent it: checked by order id, the copies that do
     # not count withdrawn from their journeys
-    withdrawals = (decoded.get_side_output(ORDERS)
-                   .key_by(lambda rows: rows[0], key_type=Types.INT())
-                   .process(DedupOrders(config.flink.user_buckets,
-                                        settings.journey.duplicate_order_ms, process_mode,
-                                        config.topics.spans))
-                   .name("dedup-orders").uid("dedup-orders-by-order-id"))
+    dedup = (decoded.get_side_output(ORDERS)
+             .key_by(lambda rows: rows[0], key_type=Types.INT())
+             .process(DedupOrders(config.flink.user_buckets,
+                                  settings.journey.duplicate_order_ms, process_mode,
+                                  config.topics.spans))
+             .name("dedup-orders").uid("dedup-orders-by-order-id"))
+    # the withdrawals must reach the journeys before the watermark that would step the
+    # copies: the journeys always wait for this input's watermark
+    withdrawals = stay_active(dedup, "dedup-orders-stay-active", "dedup-orders-stay-active")
     attributed = (decoded.union(withdrawals)
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(settings.journey, per_conversion, params,
@@ -105,7 +109,11 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
     if data_driven:
-        fitted = (attributed.get_side_output(CLOSED_JOURNEYS)
+        # the fit waits for every attribution subtask's watermark, so that the journeys one
+        # closes come before the watermark that settles their period (a drain included)
+        closed = stay_active(attributed.get_side_output(CLOSED_JOURNEYS),
+                             "closed-journeys-stay-active", "closed-journeys-stay-active")
+        fitted = (closed
                   .key_by(lambda _: 0, key_type=Types.INT())
                   .process(FitDataDrivenModels(data_driven, params, process_mode,
                                                settings.journey.correction_ms),
@@ -116,7 +124,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     # the decoder counts its own in its accounting
     late_on_arrival = attributed.get_side_output(LATE_EVENTS)
     late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
-    duplicates = withdrawals.get_side_output(DUPLICATE_ORDERS)
+    duplicates = dedup.get_side_output(DUPLICATE_ORDERS)
     accounting = (decoded.get_side_output(ACCOUNTING)
                   .union(late_on_arrival.map(lambda _: ONE_LATE,
                                              output_type=Types.PICKLED_BYTE_ARRAY())

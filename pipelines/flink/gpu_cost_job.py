@@ -47,6 +47,7 @@ from pipelines.flink.kafka import (
     keyed_line,
     otlp_event_time,
     run_pipeline,
+    stay_active,
 )
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
@@ -323,7 +324,9 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
               .key_by(lambda batch: batch.key, key_type=Types.STRING())
               .process(LinkCalls(int(gpu.link_timeout_s * 1000), config.topics.spans))
               .name("link-calls-to-gpus").uid("link-calls-to-gpus"))
-    costs = (linked
+    # behind a key-by: the costs wait for its watermark (no idle announcement lets the
+    # watermark pass what it emits; io.seedance.flink.StayActive)
+    costs = (stay_active(linked, "link-calls-stay-active", "link-calls-stay-active")
              .key_by(lambda batch: batch.key, key_type=Types.STRING())
              .process(CostPerGpu(gpu.prices, int(gpu.nominal_interval_s * 1000),
                                  int(gpu.max_gap_s * 1000), int(gpu.emit_every_s * 1000)),

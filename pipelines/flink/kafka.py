@@ -113,6 +113,16 @@ def from_kafka(env: StreamExecutionEnvironment, source: KafkaSource,
     return DataStream(final).uid(f"{uid}-final-watermark")
 
 
+def stay_active(stream: DataStream, name: str, uid: str) -> DataStream:
+    """`stream` through io.seedance.flink.StayActive: its output is never announced idle,
+    so the operator it feeds waits for its watermarks (behind a key-by, where an idle
+    announcement only lets the watermark pass records still on their way)."""
+    j_stream = stream._j_data_stream
+    active = j_stream.transform(name, j_stream.getType(),
+                                _job_classes().io.seedance.flink.StayActive())
+    return DataStream(active).uid(uid)
+
+
 def _job_classes():  # noqa: ANN202 (py4j's JVM view)
     """The JVM, with the project's jars loadable by this client (py4j builds the source's
     deserializer and the event-time assigner here, before the job is submitted)."""

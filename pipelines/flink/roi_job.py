@@ -53,6 +53,7 @@ from pipelines.flink.kafka import (
     build_source,
     keyed_line,
     run_pipeline,
+    stay_active,
 )
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
 from pipelines.flink.roi_support import (
@@ -328,14 +329,18 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
             .name(f"{kind}-time").uid(f"roi-time-{kind}"))
     credits, claims, costs, spend = timed
     if settings.fully_loaded:  # each GPU-day's idle cost shared over its calls first
-        costs = (costs.key_by(lambda item: item[1], key_type=Types.STRING())
-                 .process(ShareIdleCost(retention_ms, topics.roi))
-                 .name("share-idle-cost").uid("roi-share-idle-cost"))
-        shared = costs
-    linked = (claims.union(costs)
-              .key_by(lambda item: item[1], key_type=Types.STRING())
-              .process(LinkTraceCosts(settings.link_window_ms, retention_ms))
-              .name("link-trace-costs").uid("roi-link-trace-costs"))
+        shared = (costs.key_by(lambda item: item[1], key_type=Types.STRING())
+                  .process(ShareIdleCost(retention_ms, topics.roi))
+                  .name("share-idle-cost").uid("roi-share-idle-cost"))
+        # behind a key-by: the operators fed wait for its watermark (no idle announcement
+        # lets the watermark pass what it emits; io.seedance.flink.StayActive)
+        costs = stay_active(shared, "share-idle-cost-stay-active",
+                            "roi-share-idle-cost-stay-active")
+    linked = stay_active(claims.union(costs)
+                         .key_by(lambda item: item[1], key_type=Types.STRING())
+                         .process(LinkTraceCosts(settings.link_window_ms, retention_ms))
+                         .name("link-trace-costs").uid("roi-link-trace-costs"),
+                         "link-trace-costs-stay-active", "roi-link-trace-costs-stay-active")
     rows = (credits.union(spend, linked)
             .key_by(lambda item: item[1], key_type=Types.STRING())
             .process(RoiPerDay(settings.models, settings.stage_weights, retention_ms,
