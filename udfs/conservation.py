@@ -12,7 +12,11 @@ computed from), per key:
 - compute_cost, per model over the checked days: Σ allocated + unallocated compute = the
   priced GPU calls, and with fully loaded compute their GPUs' idle cost too: the GPU bill
   (linked cost counts on the order's day, unlinked on the call's);
-- gpu_cost, per GPU and day: Σ call cost + idle cost = the priced intervals' cost.
+- gpu_cost, per GPU and day: Σ call cost + idle cost = the priced intervals' cost;
+- the LTV-based return, per model and dimension (channel, campaign), on its as-of day:
+  Σ customers, Σ first-order revenue and Σ acquisition cost over the keys = the credit,
+  the credited revenue and the allocated cost (order_costs) of the customers' first
+  orders (each known user's earliest `new` order on or before the as-of day).
 
 A tie breaks when the two sides differ by more than half a cent (amounts) or 1e-6
 (conversion counts), or when one side has the key and the other has not.
@@ -52,7 +56,14 @@ COMPUTE_LOADED = Tie("compute_cost", "roi_daily + roi_unallocated",
                      "gpu_call_costs + gpu_idle_costs", AMOUNT_TOLERANCE)
 GPU_COST = Tie("gpu_cost", "gpu_call_costs + gpu_idle_costs", "priced intervals",
                AMOUNT_TOLERANCE)
-TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST)
+FIRST_ORDERS = "attribution_credits (first orders)"
+LTV_CUSTOMERS = Tie("ltv_customers", "ltv_return", FIRST_ORDERS, COUNT_TOLERANCE)
+LTV_REVENUE = Tie("ltv_first_order_revenue", "ltv_return", FIRST_ORDERS, AMOUNT_TOLERANCE)
+LTV_COST = Tie("ltv_acquisition_cost", "ltv_return", "order_costs (first orders)",
+               AMOUNT_TOLERANCE)
+TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST, LTV_CUSTOMERS,
+        LTV_REVENUE, LTV_COST)
+COUNTS = (CONVERSIONS, LTV_CUSTOMERS)  # ties of counts, not amounts: no currency
 
 
 def tie(tie: Tie, entity: str, day: str, ours: float | None, theirs: float | None,
@@ -61,7 +72,7 @@ def tie(tie: Tie, entity: str, day: str, ours: float | None, theirs: float | Non
     o, t = ours or 0.0, theirs or 0.0
     broken = abs(o - t) > tie.tolerance
     return Comparison(Key(SCOPE, "", "", entity, day, tie.metric),
-                      "" if tie is CONVERSIONS else currency, ours, theirs, drift(o, t),
+                      "" if tie in COUNTS else currency, ours, theirs, drift(o, t),
                       BREACH if broken else OK, Rule(0.0, 0.0),
                       (Contributor(tie.ours, o, None), Contributor(tie.theirs, t, None)),
                       f"{tie.ours} vs {tie.theirs}")
@@ -121,6 +132,26 @@ def gpu_ties(parts: Sums, intervals: Sums, currency: str) -> list[Comparison]:
     """parts / intervals: (gpu, day) -> calls + idle / the intervals' own cost."""
     return [tie(GPU_COST, gpu, day, ours, theirs, currency)
             for (gpu, day), ours, theirs in _pairs(parts, intervals)]
+
+
+def ltv_return_ties(reported: Mapping[tuple[str, str], tuple[float, float, float]],
+                    first_orders: Mapping[str, tuple[float, float, float]],
+                    day: str, currency: str) -> list[Comparison]:
+    """reported: (model, dimension) -> (customers, first-order revenue, acquisition cost)
+    summed over ltv_return's keys; first_orders: model -> (credit, revenue, allocated cost)
+    of the first orders. Every dimension splits the same customers."""
+    out = []
+    models = sorted({model for model, _ in reported} | set(first_orders))
+    dimensions = sorted({dimension for _, dimension in reported})
+    for model in models:
+        theirs = first_orders.get(model)
+        for dimension in dimensions:
+            ours = reported.get((model, dimension))
+            entity = f"{model}/{dimension}"
+            for index, kind in enumerate((LTV_CUSTOMERS, LTV_REVENUE, LTV_COST)):
+                out.append(tie(kind, entity, day, ours and ours[index],
+                               theirs and theirs[index], currency))
+    return out
 
 
 def breaks(comparisons: Iterable[Comparison]) -> list[Comparison]:

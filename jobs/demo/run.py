@@ -165,7 +165,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_ltv(warehouse)
         _done(t)
         t = _step("Checking that every total ties out (seedance verify): ROI revenue = "
-                  "credited revenue, spend and GPU cost = allocated + unallocated")
+                  "credited revenue, spend and GPU cost = allocated + unallocated, the "
+                  "LTV return's customers, revenue and cost = its first orders'")
         broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ",
                                   fully_loaded=config.computation.fully_loaded)
         _done(t)

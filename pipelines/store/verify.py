@@ -20,7 +20,7 @@ from pipelines.reconcile.store import (
 from pipelines.store.warehouse import Warehouse
 from udfs import conservation
 from udfs.drift import Comparison, Key, decide, state_of
-from udfs.periods import day_end_ms, day_of, day_start_ms
+from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.roi import DIMENSIONS
 
 
@@ -100,7 +100,42 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         parts[gpu, day] = parts.get((gpu, day), 0.0) + float(cost)
         intervals[gpu, day] = intervals.get((gpu, day), 0.0) + float(interval_cost)
     out += conservation.gpu_ties(parts, intervals, "USD")
-    return out
+    return out + ltv_ties(warehouse, first, last)
+
+
+# each known user's first order (the earliest `new` one by day, then id) on or before the
+# day ending at ? ms, as udfs.ltv_return.acquisitions picks it
+_FIRST_ORDERS = (
+    "WITH new_orders AS (SELECT DISTINCT order_id, user_id, conversion_ts_ms / ? AS day "
+    "FROM attribution_credits WHERE stage = 'new' AND user_id <> '' AND conversion_ts_ms < ?), "
+    "ranked AS (SELECT order_id, ROW_NUMBER() OVER (PARTITION BY user_id ORDER BY day, "
+    "order_id) AS n FROM new_orders) ")
+
+
+def ltv_ties(warehouse: Warehouse, first: str | None = None,
+             last: str | None = None) -> list[Comparison]:
+    """The LTV-based return's ties (conservation.ltv_return_ties) on its as-of day, if
+    that day is among the checked ones; none while ltv_return is empty."""
+    q = warehouse.query
+    reported = {(str(m), str(d)): (float(c), float(r), float(a)) for m, d, c, r, a in q(
+        "SELECT model, dimension, SUM(customers), SUM(first_order_revenue), "
+        "SUM(acquisition_cost) FROM ltv_return GROUP BY model, dimension")}
+    if not reported:
+        return []
+    (as_of, currency), = q("SELECT MAX(as_of_day), MAX(currency) FROM ltv_return")
+    as_of = str(as_of)
+    if (first and as_of < first) or (last and as_of > last):
+        return []
+    params = [DAY_MS, day_end_ms(as_of) + 1]
+    credited = {str(m): (float(c), float(r)) for m, c, r in q(
+        _FIRST_ORDERS + "SELECT model, SUM(credit), SUM(revenue) FROM attribution_credits "
+        "WHERE order_id IN (SELECT order_id FROM ranked WHERE n = 1) GROUP BY model", params)}
+    costs = {str(m): float(a) for m, a in q(
+        _FIRST_ORDERS + "SELECT model, SUM(ad_spend + compute_cost) FROM order_costs "
+        "WHERE order_id IN (SELECT order_id FROM ranked WHERE n = 1) GROUP BY model", params)}
+    first_orders = {model: (*credited.get(model, (0.0, 0.0)), costs.get(model, 0.0))
+                    for model in credited.keys() | costs.keys()}
+    return conservation.ltv_return_ties(reported, first_orders, as_of, str(currency or ""))
 
 
 def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
