@@ -27,6 +27,12 @@ corrected users' events within the horizon.
 
 With horizon 0 the two books are one and nothing changes: an event at or behind W is
 late.
+
+The end of the input (W = END_OF_INPUT: a drain, a bounded run's end) closes every journey
+in `live`; `settled` stays where it was, with its log. Events can still come after it (at a
+drain, from an input that was idle when the final watermark passed the others): they are
+taken as at the watermark before the end, so that those within the horizon of it correct
+what they change, as they would have a moment earlier.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ from udfs.journey_columns import (
 )
 from udfs.journey_state import Changes, Progress, Snapshot
 from udfs.journeys import JourneyConfig
+
+END_OF_INPUT = 2**63 - 1  # the final watermark (Flink's Long.MAX_VALUE)
 
 
 def settle_step_ms(horizon_ms: int) -> int:
@@ -97,6 +105,9 @@ class CorrectingBook:
         self._by_user: dict[str, list[int]] | None = None
         self._indexed = 0  # entries in _by_user (some of batches stepped since)
         self._rebuilt_at = 0  # entries right after the index was last built
+        # the live watermark before the end of the input, once it has come (see the
+        # module docstring)
+        self.before_end: int | None = None
 
     @property
     def watermark(self) -> int:
@@ -137,7 +148,9 @@ class CorrectingBook:
                     self._index(batch_id, batch)
             return Added(EMPTY, changes, NO_CORRECTION)
         self.live.add(_newer(events, now), now)  # waiting there too (same arrays)
-        bound = max(now - self.horizon_ms, self.settled.watermark)
+        reference = self.before_end if now >= END_OF_INPUT and self.before_end is not None \
+            else now
+        bound = max(reference - self.horizon_ms, self.settled.watermark)
         taken = _newer(events, bound)
         late = _newer(events, bound, older=True)
         correcting = _newer(taken, now, older=True)
@@ -173,9 +186,13 @@ class CorrectingBook:
         horizon behind it (what closes there was reported before; what to store)."""
         if self.live is self.settled:
             return self.live.advance(watermark)
+        if watermark >= END_OF_INPUT and self.before_end is None:
+            self.before_end = self.live.watermark
         advanced = self.live.advance(watermark)
-        # `settled` follows in steps (each costs a call over its users), not at every move
-        if watermark - self.horizon_ms >= self.settled.watermark + self.settle_step_ms:
+        # `settled` follows in steps (each costs a call over its users), not at every move;
+        # not to the end of the input (events after it correct from its log)
+        if watermark < END_OF_INPUT and \
+                watermark - self.horizon_ms >= self.settled.watermark + self.settle_step_ms:
             changes = self.settled.advance(watermark - self.horizon_ms).changes
             if changes.snapshot is not None:
                 self._reindex()

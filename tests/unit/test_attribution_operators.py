@@ -159,7 +159,7 @@ class Job:
             if isinstance(out, tuple):
                 tag, value = out
                 if tag is CLOSED_JOURNEYS:
-                    self.fitting.process(value)
+                    self._collect_fit(self.fitting.process(value))
                 elif tag is CONVERSIONS:
                     self.conversions += 1
                 elif tag is LATE_EVENTS:

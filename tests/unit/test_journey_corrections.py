@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from schemas.events import events_of, records_of
 from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
 from udfs.journey_book import JourneyBook
-from udfs.journey_corrections import CorrectingBook
+from udfs.journey_corrections import END_OF_INPUT, CorrectingBook
 from udfs.journeys import closed_journeys_of
 from udfs.periods import DAY_MS
 
@@ -32,9 +32,12 @@ class CorrectingStore(Store):
             [(k, pickle.loads(v)) for k, v in self.batches.items()])
 
 
-def reported(book_events, batch_size, slack, horizon_ms, restart_at=None, config=CFG):
+def reported(book_events, batch_size, slack, horizon_ms, restart_at=None, config=CFG,
+             after_end=()):
     """Feed the events in arrival order, advancing to `slack` behind the newest seen; apply
-    each correction to the reported multiset. Returns (reported journeys, late events)."""
+    each correction to the reported multiset. With `after_end`, the input then ends (the
+    final watermark) and these events come after it. Returns (reported journeys, late
+    events)."""
     store = CorrectingStore()
     book = CorrectingBook(config, horizon_ms)
     shown: Counter = Counter()
@@ -64,8 +67,13 @@ def reported(book_events, batch_size, slack, horizon_ms, restart_at=None, config
             store.live_watermark = book.watermark
         if restart_at == index:
             book = store.restore_book(horizon_ms, config)
-    for journey in closed_of(book.advance(2**62)):
+    for journey in closed_of(book.advance(END_OF_INPUT if after_end else 2**62)):
         shown[key(journey)] += 1
+    for start in range(0, len(after_end), batch_size):
+        added = book.add(events_of(after_end[start:start + batch_size]), END_OF_INPUT)
+        late += records_of(added.late)
+        store.apply(added.changes)
+        apply(added.correction)
     return +shown, late
 
 
@@ -118,6 +126,33 @@ def test_only_events_beyond_the_horizon_are_late_and_the_rest_count(events, batc
     shown, late = reported(events, batch_size, 3_600_000, 5 * DAY_MS)
     late_ids = {e.span_id for e in late}
     assert shown == expected_of([e for e in events if e.span_id not in late_ids], CFG)
+
+
+@settings(max_examples=100, deadline=None)
+@given(events=shuffled(), batch_size=st.integers(1, 6), cut=st.floats(0.0, 1.0))
+def test_events_after_the_end_of_the_input_correct_as_just_before_it(events, batch_size,
+                                                                     cut):
+    """At a drain the final watermark can reach the journeys before the last events of an
+    input that was idle: they correct what they change as they would have just before the
+    end, and nothing is late."""
+    at = int(len(events) * cut)
+    shown, late = reported(events[:at], batch_size, 3_600_000, 40 * DAY_MS,
+                           after_end=events[at:])
+    assert late == []
+    assert shown == expected_of(events, CFG)
+
+
+def test_after_the_end_only_events_beyond_the_horizon_of_the_last_watermark_are_late():
+    book = CorrectingBook(CFG, 10 * DAY_MS)
+    book.add(events_of([touch("u", 20 * DAY_MS, "search")]), 0)
+    book.advance(30 * DAY_MS)
+    book.advance(END_OF_INPUT)
+    added = book.add(events_of([touch("v", 21 * DAY_MS, "email"),
+                                order("v", 22 * DAY_MS, "o1"),
+                                touch("w", 19 * DAY_MS, "email")]), END_OF_INPUT)
+    assert [e.user_id for e in records_of(added.late)] == ["w"]
+    assert [(j.conversion.order_id, [t.channel for t in j.touches])
+            for j in added.correction.added.converted_objects()] == [("o1", ["email"])]
 
 
 def test_a_late_touch_recredits_the_conversion_it_belongs_to():
