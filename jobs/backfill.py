@@ -26,7 +26,14 @@ import pandas as pd
 
 from pipelines.backfill.config import BackfillConfig, load_backfill_config
 from pipelines.backfill.frames import BackfillWindow, ComputedDays
-from pipelines.backfill.roi import SPEND_COLUMNS, credit_rows, loaded_costs, roi_rows
+from pipelines.backfill.roi import (
+    SPEND_COLUMNS,
+    credit_rows,
+    loaded_costs,
+    order_segments,
+    orders_of_credits,
+    roi_rows,
+)
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.kafka.security import for_python
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
@@ -188,11 +195,32 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     return summary
 
 
+def window_segments(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
+                    settings: ComputeSettings) -> dict[str, str] | None:
+    """With costs shared by LTV segment, the segment of every order of the recomputed
+    days, from its customer's whole history: the orders recomputed, and those of other
+    days up to the last one from the warehouse (udfs/ltv_allocation.py). None otherwise."""
+    if settings.by_segment is None:
+        return None
+    window = pd.concat([orders_of_credits(computed.credits_of(day)) for day in todo],
+                       ignore_index=True)
+    stored = pd.DataFrame(warehouse.query(
+        "SELECT order_id, user_id, conversion_ts_ms, SUM(revenue), conversion_date FROM "
+        "attribution_credits WHERE model = ? AND conversion_date <= ? AND user_id <> '' "
+        "GROUP BY order_id, user_id, conversion_ts_ms, conversion_date",
+        (min(settings.models), todo[-1])),
+        columns=["order_id", "user_id", "ts_ms", "revenue", "day"])
+    stored = stored[~stored.day.astype(str).isin(set(todo))]
+    orders = pd.concat([stored.drop(columns="day"), window], ignore_index=True)
+    return order_segments(orders, settings, of=window)
+
+
 def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: ComputeSettings,
                 computed: ComputedDays, todo: list[str], run_id: str,
                 summary: BackfillSummary, progress: Callable[[str], None],
                 before_commit: Callable[[str], None] | None, order_cost_model: str) -> None:
     spend = read_spend(warehouse, todo, settings.currency)
+    segments = window_segments(warehouse, computed, todo, settings)
     for number, day in enumerate(todo, 1):
         started = time.monotonic()
         # in key order: the primary key's B-tree then grows at its end instead of at random
@@ -203,7 +231,7 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Comput
         unlinked = of_day.groupby("key").cost.sum().to_dict() if "key" in of_day \
             else float(of_day.cost.sum())
         roi, unallocated, orders = roi_rows(day, credits, spend[spend.day == day], compute,
-                                            unlinked, settings, order_cost_model)
+                                            unlinked, settings, order_cost_model, segments)
         finished = datetime.now(UTC).isoformat(timespec="seconds")
         write_day(warehouse, day, credit_rows(credits), roi, unallocated,
                   (run_id, day, request.config.source, request.config.engine, len(credits),

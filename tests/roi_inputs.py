@@ -12,15 +12,21 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from pipelines.backfill.roi import link_costs, loaded_costs, roi_rows
+from pipelines.backfill.roi import link_costs, loaded_costs, order_segments, roi_rows
 from pipelines.codec import credit_messages, table_messages
+from pipelines.ltv.models_topic import ModelMessage
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
 from tests.job_io import messages
+from udfs.ltv import LtvModel
+from udfs.ltv_allocation import tallies_of
+from udfs.ltv_tally import summaries_of
 from udfs.periods import DAY_MS, day_of
 
 T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC
@@ -34,8 +40,11 @@ GPUS = ("GPU-a100-0", "GPU-l40s\t1", "GPU-spare-2")
 class Inputs:
     """Ten days of a shop's ROI inputs, from a seed."""
 
-    def __init__(self, seed: int, orders: int = 240) -> None:
+    def __init__(self, seed: int, orders: int = 240, users: int | None = None) -> None:
+        """`users`: the orders spread over that many customers (repeat buyers; by a
+        second generator, so the rest is the same), else one customer each."""
         rng = random.Random(seed)
+        buyers = random.Random(seed + 1)
         self.credits: list[tuple[Any, ...]] = []
         self.conversions: list[tuple[Any, ...]] = []
         self.costs: list[dict[str, Any]] = []
@@ -46,14 +55,15 @@ class Inputs:
             stage = rng.choice(("new", "repeat", "winback"))
             journey = [rng.choice(list(CHANNELS)) for _ in range(rng.randint(1, 4))]
             traces = [f"t{n:04d}-{i}" for i in range(len(journey) + 1)]
+            user = f"u{n}" if users is None else f"u{buyers.randrange(users)}"
             for model in MODELS:
                 shares = [0.0] * (len(journey) - 1) + [1.0] if model == "last_click" \
                     else [1 / len(journey)] * len(journey)
                 for i, (channel, share) in enumerate(zip(journey, shares, strict=True)):
-                    self.credits.append((model, order, f"u{n}", ts, i, channel,
+                    self.credits.append((model, order, user, ts, i, channel,
                                          CHANNELS[channel], ts - (len(journey) - i) * 3600_000,
                                          share, share * revenue, "USD", stage))
-            self.conversions.append((order, f"u{n}", ts, revenue, "USD", stage, len(journey),
+            self.conversions.append((order, user, ts, revenue, "USD", stage, len(journey),
                                      traces))
             for trace in rng.sample(traces, rng.randint(0, 2)):
                 # mostly near the order; some more than the link window (1 day) away
@@ -104,18 +114,37 @@ class Inputs:
         days = sorted(set(credits.day) | set(spend.day)
                       | {day_of(c["interval_end_ms"]) for c in self.costs})
         compute, unlinked = link_costs(costs, claims, settings, days)
+        segments = order_segments(self.orders(), settings)
         expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         for day in days:
             out = roi_rows(day, credits[credits.day == day], spend[spend.day == day],
                            compute[compute.day == day],
                            unlinked[unlinked.day == day].groupby("key").cost.sum().to_dict(),
-                           settings, config.experiment_cost_model)
+                           settings, config.experiment_cost_model, segments)
             for kind, row, found in (("roi", rows.ROI_DAILY, out.roi),
                                      ("unallocated", rows.ROI_UNALLOCATED, out.unallocated),
                                      ("order_cost", rows.ORDER_COST, out.orders)):
                 for values in found:
                     expected[(kind, *values[:len(row.key)])] = values
         return expected
+
+
+    def orders(self) -> pd.DataFrame:
+        """order_id, user_id, ts_ms, revenue of every order."""
+        return pd.DataFrame([c[:4] for c in self.conversions],
+                            columns=["order_id", "user_id", "ts_ms", "revenue"])
+
+    def allocation_model(self, path: Path, model: LtvModel) -> Path:
+        """A model message for cost allocation by LTV segment, its bounds the quartiles of
+        the orders' values as of their days, written to `path`."""
+        values = []
+        users = tallies_of(self.orders())
+        for _, user, ts, *_ in self.conversions:
+            _, summaries = summaries_of({user: users[user]}, ts // DAY_MS, model.period_days)
+            values.append(float(model.lifetime_value(summaries, 365 / model.period_days)[0]))
+        bounds = tuple(float(b) for b in np.quantile(values, (0.25, 0.5, 0.75)))
+        path.write_text(ModelMessage(model, 365, 0.0, bounds).to_json())
+        return path
 
 
 def final_rows(kafka: str, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:

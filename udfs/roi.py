@@ -1,7 +1,9 @@
 """ROI of one day: ad spend and compute cost allocated to the day's credited conversions.
 
 Ad spend: each campaign's spend that day is split over that day's credit rows of the
-campaign (per model) in proportion to credit x stage weight (udfs.allocation.shares).
+campaign (per model) in proportion to credit x stage weight (udfs.allocation.shares), or
+credit x the order's LTV segment weight (`roi.allocation_weights: ltv_segment`,
+udfs/ltv_allocation.py).
 Compute: the GPU cost of the traces in a conversion's journey (linked upstream) is split
 over that conversion's credit rows by credit. ROI per channel, campaign and lifecycle
 stage = attributed revenue / (allocated ad spend + allocated compute), per model.
@@ -23,6 +25,7 @@ import pandas as pd
 
 from schemas import rows
 from udfs.lifecycle import StageWeights
+from udfs.ltv_allocation import SegmentWeights, allocation_weight
 from udfs.ratios import GROSS_MARGIN, MIN_COST
 
 # the frames of one day: views of the result rows (schemas/rows.py) without day and currency
@@ -60,11 +63,15 @@ def _weighted_shares(frame: pd.DataFrame, group: list[str], weight: pd.Series) -
 def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
             models: Sequence[str], stage_weights: StageWeights,
             unlinked_compute: float | Mapping[str, float] = 0.0,
-            min_cost: float = MIN_COST, gross_margin: float = GROSS_MARGIN) -> DayRoi:
+            min_cost: float = MIN_COST, gross_margin: float = GROSS_MARGIN,
+            segment_weights: SegmentWeights | None = None,
+            segments: Mapping[str, str] | None = None) -> DayRoi:
     """ROI rows of one day from its credit rows, its spend rows and per-order compute
     (`models`: every model the day is reported for, credited or not). `unlinked_compute`:
     compute no order took, by key ('' for calls outside journeys, a GPU's id for the idle
-    cost of a GPU-day without calls); a number is the '' key's."""
+    cost of a GPU-day without calls); a number is the '' key's. With `segment_weights`
+    spend is shared by the orders' LTV segments (`segments`: order id -> segment,
+    udfs/ltv_allocation.py) instead of their stages."""
     unlinked = dict(unlinked_compute) if isinstance(unlinked_compute, Mapping) \
         else {"": float(unlinked_compute)}
     outside = float(unlinked.pop("", 0.0))
@@ -79,7 +86,7 @@ def day_roi(credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
     compute_by_order = compute.groupby("order_id").cost.sum() if len(compute) \
         else pd.Series(dtype=float)
 
-    weight = credits.stage.map(weights).fillna(0.0).astype(float)
+    weight = allocation_weight(credits, weights, segment_weights, segments)
     campaign_amount = credits.campaign.map(spend_by_campaign).fillna(0.0).astype(float)
     credits["ad_spend"] = campaign_amount * _weighted_shares(credits, ["model", "campaign"],
                                                              weight)

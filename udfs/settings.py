@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from udfs.compute_loading import MODES
 from udfs.journeys import JourneyConfig
 from udfs.lifecycle import StageWeights
+from udfs.ltv_allocation import BASES, LIFECYCLE_STAGE, LTV_SEGMENT, OrderSegmenter, SegmentWeights
 from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams, validate_models
 from udfs.periods import DAY_MS
 from udfs.ratios import GROSS_MARGIN, MIN_COST
@@ -34,6 +35,11 @@ class ComputeSettings:
     compute_cost: str = "fully_loaded"
     min_cost: float = MIN_COST  # no ratio on a cost under this (udfs/ratios.py)
     gross_margin: float = GROSS_MARGIN  # of revenue, for the margin ROI
+    # what a conversion's cost weight comes from: its lifecycle stage, or (ltv_segment)
+    # its customer's LTV segment under `segmenter` (udfs/ltv_allocation.py)
+    allocation_basis: str = LIFECYCLE_STAGE
+    segment_weights: SegmentWeights = SegmentWeights()
+    segmenter: OrderSegmenter | None = None
 
     def __post_init__(self) -> None:
         validate_models(self.models)
@@ -47,9 +53,22 @@ class ComputeSettings:
             raise ValueError(f"min_cost must be a non-negative number, got {self.min_cost}")
         if not 0 < self.gross_margin <= 1:
             raise ValueError(f"gross_margin must be in (0, 1], got {self.gross_margin}")
+        if self.allocation_basis not in BASES:
+            raise ValueError(f"allocation_weights must be one of {', '.join(BASES)}, got "
+                             f"{self.allocation_basis!r}")
+        if self.allocation_basis == LTV_SEGMENT:
+            if self.segmenter is None:
+                raise ValueError("allocation_weights ltv_segment needs the allocation model "
+                                 "(roi.ltv_model: a model message file)")
+            self.segment_weights.check_names(self.segmenter.names)
         if self.compute_cost not in MODES:
             raise ValueError(f"compute_cost must be one of {', '.join(MODES)}, got "
                              f"{self.compute_cost!r}")
+
+    @property
+    def by_segment(self) -> SegmentWeights | None:
+        """The segment weights when costs are shared by LTV segment, else None."""
+        return self.segment_weights if self.allocation_basis == LTV_SEGMENT else None
 
     @property
     def fully_loaded(self) -> bool:

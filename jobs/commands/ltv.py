@@ -54,8 +54,14 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                           "(compacted), which the ltv streaming job scores with, with the "
                           "config's ltv: horizon and discount rate and segment bounds from "
                           "these customers' predicted LTV")
+    fit.add_argument("--message-out", metavar="FILE",
+                     help="also write the model message (the model, the config's ltv: "
+                          "horizon and discount rate, segment bounds from these customers' "
+                          "predicted LTV) to FILE: roi.ltv_model for cost allocation by "
+                          "LTV segment")
     fit.add_argument("--config", help=f"{CONFIG_HELP} (with --publish: the topic, Kafka "
-                                      "address and security, the ltv: section)")
+                                      "address and security; with --publish or "
+                                      "--message-out: the ltv: section)")
     fit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     fit.set_defaults(func=cmd_fit)
     score.add_argument("--model", required=True, help="the model JSON `ltv fit` wrote")
@@ -198,26 +204,43 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"mean order value p v / (q - 1): {model.spend.population_mean():,.2f}")
     Path(args.out).write_text(model.to_json() + "\n", encoding="utf-8")
     print(f"model written to {args.out} (fitted in {elapsed:.1f}s)")
+    if args.message_out:
+        message = _message(args, model, summaries)
+        Path(args.message_out).write_text(message.to_json() + "\n", encoding="utf-8")
+        print(f"model message written to {args.message_out} ({_segments_line(message)})")
     if args.publish:
         _publish(args, model, summaries)
     return 0
+
+
+def _message(args: argparse.Namespace, model: Any, summaries: Any) -> Any:
+    """The model message with the config's ltv: horizon and discount rate (per period)."""
+    from jobs.commands.common import job_config
+    from pipelines.ltv.models_topic import ModelMessage
+
+    config = job_config(args)
+    return ModelMessage.fitted(model, summaries, int(config.ltv.horizon_days),
+                               float(config.ltv.discount_rate))
+
+
+def _segments_line(message: Any) -> str:
+    bounds = ", ".join(f"{b:,.2f}" for b in message.bounds)
+    return (f"horizon {message.horizon_days} days, segments {'/'.join(message.names)} at "
+            f"{bounds}")
 
 
 def _publish(args: argparse.Namespace, model: Any, summaries: Any) -> None:
     """The model as the stream's next: to the config's ltv_models topic, keyed "current"."""
     from jobs.commands.common import job_config
     from jobs.commands.inputs import kafka_of
-    from pipelines.ltv.models_topic import ModelMessage, publish_model
+    from pipelines.ltv.models_topic import publish_model
 
     config = job_config(args)
-    # the config's ltv: discount rate is per period, as the message carries it
-    message = ModelMessage.fitted(model, summaries, int(config.ltv.horizon_days),
-                                  float(config.ltv.discount_rate))
+    message = _message(args, model, summaries)
     bootstrap, client = kafka_of(args, config)
     publish_model(bootstrap, config.topics.ltv_models, message, client)
-    bounds = ", ".join(f"{b:,.2f}" for b in message.bounds)
-    print(f"published to {config.topics.ltv_models} at {bootstrap}: horizon "
-          f"{message.horizon_days} days, segments {'/'.join(message.names)} at {bounds}")
+    print(f"published to {config.topics.ltv_models} at {bootstrap}: "
+          f"{_segments_line(message)}")
 
 
 def cmd_score(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ import pandas as pd
 
 from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY
 from udfs.compute_loading import idle_shares
+from udfs.ltv_allocation import tallies_of
+from udfs.ltv_tally import day_number
 from udfs.periods import DAY_MS, day_of
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
 from udfs.roi import day_roi
@@ -117,9 +119,11 @@ class DayRows(NamedTuple):
 
 def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
              unlinked: float | Mapping[str, float], settings: ComputeSettings,
-             order_cost_model: str = "") -> DayRows:
+             order_cost_model: str = "", segments: Mapping[str, str] | None = None
+             ) -> DayRows:
     """The roi_daily, roi_unallocated and order_costs rows of one day (`unlinked`: compute
-    no order took, by key as udfs.roi.day_roi takes it)."""
+    no order took, by key as udfs.roi.day_roi takes it; `segments`: the orders' LTV
+    segments when costs are shared by them, `order_segments`)."""
     if not len(credits) and not len(spend) and not len(compute) and not (
             any(unlinked.values()) if isinstance(unlinked, Mapping) else unlinked):
         return DayRows([], [], [])  # the stream reports only days that had input
@@ -127,7 +131,7 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
                                                           "amount"]],
                      compute[["order_id", "cost"]], settings.models,
                      settings.stage_weights, unlinked, settings.min_cost,
-                     settings.gross_margin)
+                     settings.gross_margin, settings.by_segment, segments)
     roi = [tuple(_plain(getattr(r, name)) if name not in ("day", "currency") else
                  (day if name == "day" else settings.currency) for name in ROI_ROW)
            for r in result.roi.itertuples(index=False)]
@@ -137,6 +141,33 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
                float(r.compute_cost), settings.currency)
               for r in result.orders.itertuples(index=False) if r.model == order_cost_model]
     return DayRows(roi, unallocated, orders)
+
+
+def order_segments(orders: pd.DataFrame, settings: ComputeSettings,
+                   of: pd.DataFrame | None = None) -> dict[str, str] | None:
+    """With costs shared by LTV segment, each order's segment as of its day
+    (udfs/ltv_allocation.py) from `orders` (order_id, user_id, ts_ms, revenue: the
+    customers' whole history, not only the days recomputed), for the orders in `of`
+    (default: all); None when costs are shared by lifecycle stage."""
+    if settings.by_segment is None or settings.segmenter is None:
+        return None
+    users, wanted = tallies_of(orders), tallies_of(orders if of is None else of)
+    days = {user: {day_number(ts) for ts, _ in tally.values()}
+            for user, tally in wanted.items()}
+    return settings.segmenter.segments({user: users[user] for user in days}, days)
+
+
+def orders_of_credits(credits: pd.DataFrame) -> pd.DataFrame:
+    """One row per order (order_id, user_id, ts_ms, revenue) of credit rows (user_id,
+    conversion_ts_ms, revenue): its revenue is the sum of its credit revenue under one
+    model (the first by name: every model credits all of it)."""
+    columns = ["order_id", "user_id", "ts_ms", "revenue"]
+    if not len(credits):
+        return pd.DataFrame(columns=columns)
+    first = credits[credits.model == credits.groupby("order_id").model.transform("min")]
+    return first.groupby("order_id", sort=True, as_index=False).agg(
+        user_id=("user_id", "first"), ts_ms=("conversion_ts_ms", "first"),
+        revenue=("revenue", "sum"))[columns]
 
 
 def credit_rows(credits: pd.DataFrame) -> list[tuple[object, ...]]:

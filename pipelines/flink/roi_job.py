@@ -10,11 +10,13 @@ link     keyed by trace id: the GPU cost of a trace goes to the conversion whose
          carried it (the `conversions` rows list their traces); cost no conversion claims
          within `roi.link_window_days` is reported as unlinked compute of its day, and moved
          should the claim come later (LinkTraceCosts)
+segment  (roi.allocation_weights: ltv_segment) keyed by user: each order's LTV segment
+         (pipelines/flink/segment_orders.py SegmentOrders)
 roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.roi.day_roi`
-         splits each campaign's spend by credit x stage weight and each order's compute by
-         credit, per model, and sums ROI by channel, campaign and stage; any input that
-         arrives for a day already reported (restated spend, late credits, a moved cost)
-         reports it again, so a day's last report covers all of its input
+         splits each campaign's spend by credit x stage (or segment) weight and each
+         order's compute by credit, per model, and sums ROI by channel, campaign and
+         stage; any input for a day already reported (restated spend, late credits, a
+         moved cost) reports it again, so a day's last report covers all of its input
 write    one JSON row per (model, day, dimension, key), per unallocated cost and per order (its
          revenue and allocated cost under experiments.cost_model) to `roi_daily`
          (read it as a changelog: the latest row per key wins; each record keyed by its row's
@@ -64,11 +66,13 @@ from pipelines.flink.roi_support import (
     retired_letter,
     schedule_report,
 )
+from pipelines.flink.segment_orders import ORDER_HISTORY, SegmentOrders, order_items
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
 from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
+from udfs.ltv_allocation import SegmentWeights
 from udfs.periods import DAY_MS, day_end_ms, day_of
 from udfs.ratios import GROSS_MARGIN, MIN_COST
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn
@@ -82,12 +86,15 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
     """One message of one input topic -> items; unusable messages -> dead letters."""
 
     def __init__(self, kind: str, topic: str, currency: str,
-                 fully_loaded: bool = False) -> None:
+                 fully_loaded: bool = False, orders: bool = False) -> None:
         self.kind = kind
         self.topic = topic
         self.currency = currency
         # GPU rows also go to the GPU-day's idle sharing (every call, and the idle rows)
         self.fully_loaded = fully_loaded
+        # conversions also go to the LTV segments (ORDER_HISTORY, pipelines/flink/
+        # segment_orders.py) when costs are shared by them
+        self.orders = orders
 
     def process_element(self, record: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         partition = offset = None
@@ -124,10 +131,14 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
                     for row in group])
             return
         if self.kind == "conversion":  # a table of orders (pipelines/codec/table_messages.py)
-            for row in table_messages.decode(value):
+            rows = table_messages.decode(value)
+            for row in rows:
                 ts = int(row["conversion_ts_ms"])
                 for trace in row["trace_ids"]:
                     yield "claim", trace, ts, (row["order_id"], day_of(ts))
+            if self.orders:
+                for item in order_items(rows):
+                    yield ORDER_HISTORY, item
             return
         row = json.loads(value)
         if self.kind != "gpu" or row.get("kind") not in ("call", "idle"):
@@ -170,8 +181,10 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
     def __init__(self, models: tuple[str, ...], weights: StageWeights,
                  retention_ms: int | None, currency: str, order_cost_model: str = "",
                  source: str = "roi", min_cost: float = MIN_COST,
-                 gross_margin: float = GROSS_MARGIN) -> None:
+                 gross_margin: float = GROSS_MARGIN,
+                 segment_weights: SegmentWeights | None = None) -> None:
         self.models = models
+        self.segment_weights = segment_weights  # costs shared by the orders' LTV segments
         self.min_cost = min_cost
         self.gross_margin = gross_margin
         self.weights = weights
@@ -198,6 +211,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         self.reported_roi = runtime_context.get_state(
             ValueStateDescriptor("reported-roi", pickled))
         self.retired = runtime_context.get_state(ValueStateDescriptor("retired", pickled))
+        # the day's orders' LTV segments (segment_orders.py), when costs are shared by them
+        self.segments = runtime_context.get_map_state(
+            MapStateDescriptor("order-segments", Types.STRING(), Types.STRING()))
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         kind, day, _, payload = item
@@ -217,6 +233,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         elif kind == "spend":
             platform, account, campaign, amount = payload
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
+        elif kind == "segment":
+            order, segment = payload
+            self.segments.put(order, segment)
         if schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms):
             yield from self._report(day)
 
@@ -226,7 +245,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             if ending(ctx.timer_service()):
                 return
             for state in (self.credits, self.credit_groups, self.compute, self.unlinked,
-                          self.spend, self.reported, self.reported_roi):
+                          self.spend, self.reported, self.reported_roi, self.segments):
                 state.clear()
             self.retired.update(True)
             return
@@ -242,8 +261,10 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         spend = pd.DataFrame([(*key.split("\t"), amount) for key, amount in self.spend.items()],
                              columns=SPEND_COLUMNS)
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)
+        segments = dict(self.segments.items()) if self.segment_weights is not None else None
         result = day_roi(credits, spend, compute, self.models, self.weights,
-                         _by_key(self.unlinked.value()), self.min_cost, self.gross_margin)
+                         _by_key(self.unlinked.value()), self.min_cost, self.gross_margin,
+                         self.segment_weights, segments)
         roi_keys = []
         for row in result.roi.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
@@ -298,6 +319,7 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
                        bootstrap: str) -> None:
     topics, roi = config.topics, config.roi
     settings = config.computation
+    segmenter = settings.segmenter if settings.by_segment is not None else None
     # credits arrive up to a refit period behind event time, GPU costs an emit period
     slack_ms = int(config.event_time.max_out_of_orderness_s * 1000) \
         + max(settings.credit_lag_ms, int(config.gpu.emit_every_s * 1000))
@@ -318,16 +340,26 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
                               WatermarkStrategy.no_watermarks(), f"{kind}-source") \
             .uid(f"roi-source-{kind}")
         decoded = raw.process(DecodeInputs(kind, topic, settings.currency,
-                                           settings.fully_loaded)) \
+                                           settings.fully_loaded, segmenter is not None)) \
             .name(f"decode-{kind}").uid(f"roi-decode-{kind}")
         decoded_streams.append(decoded)
         strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(slack_ms))
         if not bounded:
             strategy = strategy.with_idleness(idle)
-        timed.append(decoded.assign_timestamps_and_watermarks(
-            strategy.with_timestamp_assigner(ItemTime()))
-            .name(f"{kind}-time").uid(f"roi-time-{kind}"))
+        strategy = strategy.with_timestamp_assigner(ItemTime())
+        timed.append(decoded.assign_timestamps_and_watermarks(strategy)
+                     .name(f"{kind}-time").uid(f"roi-time-{kind}"))
+        if kind == "conversion" and segmenter is not None:
+            history = decoded.get_side_output(ORDER_HISTORY) \
+                .assign_timestamps_and_watermarks(strategy) \
+                .name("order-time").uid("roi-time-orders")
     credits, claims, costs, spend = timed
+    if segmenter is not None:  # each order's LTV segment, by user, on to its day
+        spend = spend.union(stay_active(
+            history.key_by(lambda item: item[1], key_type=Types.STRING())
+            .process(SegmentOrders(segmenter)).name("segment-orders")
+            .uid("roi-segment-orders"), "segment-orders-stay-active",
+            "roi-segment-orders-stay-active"))
     if settings.fully_loaded:  # each GPU-day's idle cost shared over its calls first
         shared = (costs.key_by(lambda item: item[1], key_type=Types.STRING())
                   .process(ShareIdleCost(retention_ms, topics.roi))
@@ -345,7 +377,8 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
             .key_by(lambda item: item[1], key_type=Types.STRING())
             .process(RoiPerDay(settings.models, settings.stage_weights, retention_ms,
                                settings.currency, config.experiment_cost_model, topics.roi,
-                               settings.min_cost, settings.gross_margin),
+                               settings.min_cost, settings.gross_margin,
+                               settings.by_segment),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi", keyed=True)) \

@@ -20,11 +20,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from udfs.ltv import CustomerSummaries, LtvModel
+from udfs.ltv_allocation import OrderSegmenter
 from udfs.ltv_segments import CUTS, SEGMENTS, segment_thresholds
 from udfs.ltv_tally import check_segments, customer_scores
 
@@ -120,6 +122,27 @@ class ModelMessage:
                        tuple(segments["names"]))
         except ValueError as error:
             raise ValueError(f"LTV model message: {error}") from None
+
+
+    def segmenter(self) -> OrderSegmenter:
+        """The orders' LTV segments under this message, for cost allocation
+        (udfs/ltv_allocation.py)."""
+        return OrderSegmenter(self.model, self.horizon_days, self.discount_rate,
+                              self.bounds, self.names)
+
+
+def allocation_model(path: str) -> OrderSegmenter:
+    """The segmenter of the model message in the file at `path` (`roi.ltv_model`);
+    ValueError naming the file and what is wrong with it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"cannot read the LTV model message {path}: {error.strerror or error}"
+                         ) from None
+    try:
+        return ModelMessage.from_json(text).segmenter()
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
 
 
 def publish_model(bootstrap: str, topic: str, message: ModelMessage,

@@ -7,13 +7,14 @@ secrets may come from environment variables (pipelines/settings/environment.py).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pipelines.ltv.models_topic import allocation_model
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
@@ -23,6 +24,13 @@ from schemas.telemetry import MAX_FUTURE_LIMIT_S
 from udfs.attribution import validate_models
 from udfs.journeys import JourneyConfig
 from udfs.lifecycle import STAGES, StageWeights
+from udfs.ltv_allocation import (
+    BASES,
+    DEFAULT_SEGMENT_WEIGHTS,
+    LIFECYCLE_STAGE,
+    LTV_SEGMENT,
+    SegmentWeights,
+)
 from udfs.models import ModelParams
 from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
@@ -100,6 +108,13 @@ class RoiConfig:
     # ratios in the millions
     min_cost: float = 1.0
     gross_margin: float = 1.0  # of revenue, for ROI = (revenue x margin - cost) / cost
+    # the basis of a conversion's cost weight: lifecycle_stage (stage_weights) or
+    # ltv_segment (segment_weights, by the customer's LTV segment at the order under the
+    # model message in ltv_model: udfs/ltv_allocation.py)
+    allocation_weights: str = LIFECYCLE_STAGE
+    segment_weights: dict[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_SEGMENT_WEIGHTS))
+    ltv_model: str = ""  # a model message file (`seedance ltv fit --message-out`)
 
 
 @dataclass(frozen=True)
@@ -204,7 +219,27 @@ class StreamingJobConfig:
             raise ConfigError(f"attribution.models: {error}") from None
         if not self.attribution.models:
             raise ConfigError("attribution.models must name at least one model")
+        self._check_allocation()
         self.computation  # noqa: B018 (built now, so a bad combination fails at load time)
+
+    def _check_allocation(self) -> None:
+        roi = self.roi
+        if roi.allocation_weights not in BASES:
+            raise ConfigError(f"roi.allocation_weights must be one of {', '.join(BASES)}, "
+                              f"got {roi.allocation_weights!r}")
+        try:
+            weights = SegmentWeights(roi.segment_weights)
+        except ValueError as error:
+            raise ConfigError(f"roi.segment_weights: {error}") from None
+        if roi.allocation_weights == LTV_SEGMENT and not roi.ltv_model:
+            raise ConfigError("roi.allocation_weights ltv_segment needs roi.ltv_model: the "
+                              "allocation model's message file (seedance ltv fit "
+                              "--message-out)")
+        if roi.ltv_model:
+            try:
+                weights.check_names(allocation_model(roi.ltv_model).names)
+            except ValueError as error:
+                raise ConfigError(f"roi.ltv_model: {error}") from None
 
     @property
     def experiment_cost_model(self) -> str:
@@ -225,7 +260,9 @@ class StreamingJobConfig:
             stage_weights=roi.stage_weights,
             link_window_ms=int(roi.link_window_days * DAY_MS), currency=roi.currency,
             compute_cost=roi.compute_cost, min_cost=roi.min_cost,
-            gross_margin=roi.gross_margin)
+            gross_margin=roi.gross_margin, allocation_basis=roi.allocation_weights,
+            segment_weights=SegmentWeights(roi.segment_weights),
+            segmenter=allocation_model(roi.ltv_model) if roi.ltv_model else None)
 
     def replace(self, section: str, **changes: Any) -> StreamingJobConfig:
         """A copy with some keys of one section changed (used by CLI flags and tests)."""

@@ -18,7 +18,9 @@ import pandas as pd
 import pytest
 
 from jobs.cli import main
+from pipelines.ltv.models_topic import ModelMessage
 from pipelines.ltv.transactions import read_cdnow
+from pipelines.settings.job_config import load_config
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import ATTRIBUTION_CREDITS
 from udfs.ltv import BgNbd, GammaGamma, LtvModel, fit_model, summaries_from_transactions
@@ -157,6 +159,27 @@ def test_fit_writes_a_model_that_score_reads(tmp_path: Path, capsys) -> None:
     for name, values in expected.items():
         assert written[name].tolist() == list(values), name
     assert f"LTV {expected['ltv'].sum():,.2f}" in out
+
+
+def test_fit_writes_the_message_that_cost_allocation_reads(tmp_path: Path, capsys) -> None:
+    message_path, config_path = tmp_path / "message.json", tmp_path / "job.yaml"
+    config_path.write_text("ltv:\n  horizon_days: 182\n")
+    code, out, _ = run(["ltv", "fit", "--transactions", str(CDNOW), "--format", "cdnow",
+                        "--end", "1997-09-30", "--out", str(tmp_path / "model.json"),
+                        "--message-out", str(message_path), "--config", str(config_path)],
+                       capsys)
+    assert code == 0, out
+    message = ModelMessage.from_json(message_path.read_text())
+    assert message.horizon_days == 182 and message.names == ("low", "mid", "high", "top")
+    _, summaries = summaries_from_transactions(*read_cdnow(CDNOW), end_day=float(
+        (CALIBRATION_END - EPOCH).days))
+    values = message.model.lifetime_value(summaries, 182 / 7.0)
+    assert message.bounds == pytest.approx(tuple(np.quantile(values, (0.5, 0.8, 0.95))))
+    assert f"model message written to {message_path}" in out
+    config_path.write_text(f"roi:\n  allocation_weights: ltv_segment\n  ltv_model: "
+                           f"{message_path}\n")
+    settings = load_config(config_path).computation
+    assert settings.segmenter is not None and settings.segmenter.bounds == message.bounds
 
 
 def test_fit_with_bootstrap_intervals(tmp_path: Path, capsys) -> None:

@@ -1,0 +1,64 @@
+"""The ROI job's LTV segments (`roi.allocation_weights: ltv_segment`): keyed by user, each
+order's segment as of its day under the allocation model, sent on to the day's ROI.
+
+A user's orders are kept in keyed state (order id -> (ts_ms, revenue); a later version of
+an order replaces it). When an order comes, the segments of the user's orders from its day
+on are worked out again (`udfs.ltv_allocation.OrderSegmenter`: an earlier order that came
+late changes the later ones), and each that changed is sent as a ("segment", day, ts,
+(order id, segment)) item to the day's RoiPerDay, which reports the day again. No timers:
+what is sent depends on the user's orders alone, so the stream's segments are the
+backfill's (pipelines/backfill/roi.py order_segments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyflink.common import Types
+from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
+from pyflink.datastream.state import MapStateDescriptor
+
+from pipelines.flink.roi_support import Item
+from udfs.ltv_allocation import OrderSegmenter
+from udfs.ltv_tally import day_number
+from udfs.periods import day_of
+
+# the conversions decoder's orders, for the segments: ("order", user, ts, (order, ts, revenue))
+ORDER_HISTORY = OutputTag("order-history", Types.PICKLED_BYTE_ARRAY())
+
+
+def order_items(rows: list[dict[str, Any]]) -> Iterator[Item]:
+    """The orders of a conversions message's rows that have a known user."""
+    for row in rows:
+        user = str(row.get("user_id") or "")
+        if user:
+            ts = int(row["conversion_ts_ms"])
+            yield "order", user, ts, (str(row["order_id"]), ts, float(row["revenue"]))
+
+
+class SegmentOrders(KeyedProcessFunction):  # type: ignore[misc]
+    """Per user: its orders, and the segment last sent for each (module doc)."""
+
+    def __init__(self, segmenter: OrderSegmenter) -> None:
+        self.segmenter = segmenter
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        pickled = Types.PICKLED_BYTE_ARRAY()
+        self.orders = runtime_context.get_map_state(
+            MapStateDescriptor("orders", Types.STRING(), pickled))
+        self.sent = runtime_context.get_map_state(
+            MapStateDescriptor("segments-sent", Types.STRING(), Types.STRING()))
+
+    def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Item]:
+        _, user, _, (order_id, ts, revenue) = item
+        self.orders.put(order_id, (int(ts), float(revenue)))
+        orders = dict(self.orders.items())
+        since = day_number(ts)
+        days = {day for day in (day_number(at) for at, _ in orders.values()) if day >= since}
+        segments = self.segmenter.segments({user: orders}, {user: days})
+        for order, segment in sorted(segments.items()):
+            if self.sent.get(order) != segment:
+                self.sent.put(order, segment)
+                at = orders[order][0]
+                yield "segment", day_of(at), at, (order, segment)

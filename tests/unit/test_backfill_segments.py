@@ -1,0 +1,69 @@
+"""The backfill's LTV segments (roi.allocation_weights: ltv_segment): the orders of the
+recomputed days are segmented from their customers' whole history — the warehouse's
+orders of earlier days (and of days finished earlier in the run) with the recomputed ones
+— as the stream, which saw every order, segments them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from jobs.backfill import window_segments
+from pipelines.backfill.frames import ComputedDays
+from pipelines.ltv.models_topic import ModelMessage
+from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.store.warehouse import Warehouse
+from schemas import rows
+from udfs.ltv import BgNbd, GammaGamma, LtvModel
+from udfs.ltv_allocation import tallies_of
+from udfs.periods import DAY_MS, day_of
+
+MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),
+                 period_days=7.0, customers=100.0, fitted_through_day=400.0)
+T0 = 20_400 * DAY_MS
+MODELS = ("last_click", "linear")
+
+
+def credit(model: str, order: str, user: str, ts: int, revenue: float) -> dict:
+    return {"model": model, "order_id": order, "user_id": user, "conversion_ts_ms": ts,
+            "touch_index": 0, "channel": "search", "campaign": "gs", "touch_ts_ms": ts - 1,
+            "credit": 1.0, "revenue": revenue, "currency": "USD", "stage": "new",
+            "conversion_date": day_of(ts), "day": day_of(ts)}
+
+
+def test_recomputed_orders_are_segmented_from_the_whole_history(tmp_path: Path):
+    orders = [(f"o{u}-{k}", f"u{u}", T0 + (u % 3 + 4 * k) * DAY_MS + 3_600_000,
+               10.0 + 40 * ((u + k) % 4)) for u in range(12) for k in range(4)]
+    frame = pd.DataFrame(orders, columns=["order_id", "user_id", "ts_ms", "revenue"])
+    model_file = tmp_path / "model.json"
+    model_file.write_text(ModelMessage(MODEL, 365, 0.0, (60.0, 200.0, 600.0)).to_json())
+    config = StreamingJobConfig().replace("attribution", models=MODELS).replace(
+        "roi", allocation_weights="ltv_segment", ltv_model=str(model_file))
+    settings = config.computation
+    assert settings.segmenter is not None
+    everything = settings.segmenter.segments(tallies_of(frame))
+    assert len(set(everything.values())) >= 3
+
+    days = sorted({day_of(ts) for ts in frame.ts_ms})
+    todo = days[5:9] + days[11:]  # days between and after are stored, as earlier ones
+    credits = [credit(model, *order) for order in orders for model in MODELS]
+    with Warehouse(f"sqlite:///{tmp_path / 'wh.db'}") as wh:
+        wh.store(rows.ATTRIBUTION_CREDITS, [
+            tuple(c[name] for name in rows.ATTRIBUTION_CREDITS.names)
+            for c in credits if c["day"] not in todo])
+        computed = ComputedDays(
+            credits_of=lambda day: pd.DataFrame([c for c in credits if c["day"] == day]),
+            compute=pd.DataFrame(), unlinked=pd.DataFrame())
+        found = window_segments(wh, computed, todo, settings)
+    recomputed = {o for o, _, ts, _ in orders if day_of(ts) in todo}
+    assert found == {order: everything[order] for order in recomputed}
+
+
+def test_no_segments_when_costs_are_shared_by_stage(tmp_path: Path):
+    settings = StreamingJobConfig().computation
+    computed = ComputedDays(credits_of=lambda day: pytest.fail("nothing to read"),
+                            compute=pd.DataFrame(), unlinked=pd.DataFrame())
+    with Warehouse(f"sqlite:///{tmp_path / 'wh.db'}") as wh:
+        assert window_segments(wh, computed, ["2026-01-01"], settings) is None
