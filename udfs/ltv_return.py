@@ -9,8 +9,9 @@ order (lifecycle stage `new`) is in the data:
 - acquisition cost = the ad spend and compute allocated to those first orders (order_costs,
   that model's), each order's split over its credit rows as udfs/roi.py allocates:
   compute by credit, ad spend by credit x the campaign's spend per stage-weighted credit
-  that day (so a touch of a campaign without spend takes none); the keys' costs add up to
-  the first orders' cost;
+  that day (so a touch of a campaign without spend takes none; with segment weights, the
+  LTV segment's weight instead of the stage's, as the ROI job then allocates); the keys'
+  costs add up to the first orders' cost;
 - first-order revenue = the first orders' credited revenue;
 - predicted value = per customer, its revenue from the acquisition day through the
   horizon: realised up to as_of, and E[Y(rest) | x, t_x, T] x E[M | x, m] for the part of
@@ -27,7 +28,7 @@ Days are whole-day numbers (e.g. days since the epoch); pure pandas/numpy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -35,6 +36,7 @@ import pandas as pd
 
 from udfs.lifecycle import StageWeights
 from udfs.ltv import LtvModel, summaries_from_transactions
+from udfs.ltv_allocation import SegmentWeights, allocation_weight
 from udfs.ltv_segments import future_value
 from udfs.ratios import GROSS_MARGIN, MIN_COST, revenue_per_cost
 
@@ -82,7 +84,8 @@ def acquisitions(orders: pd.DataFrame, as_of_day: int) -> pd.DataFrame:
 
 
 def cost_shares(credits: pd.DataFrame, spend: pd.DataFrame | None,
-                stage_weights: StageWeights) -> pd.Series:
+                stage_weights: StageWeights, segment_weights: SegmentWeights | None = None,
+                segments: Mapping[str, str] | None = None) -> pd.Series:
     """Each credit row's share of its order's allocated ad spend (per model and order they
     sum to 1): credit x rate, rate = the campaign's spend that day x the row's stage weight
     / the day's stage-weighted credit of that campaign under the model (by plain credit
@@ -94,7 +97,8 @@ def cost_shares(credits: pd.DataFrame, spend: pd.DataFrame | None,
         by_campaign = spend.groupby(["day", "campaign"]).amount.sum()
         amount = pd.Series(list(zip(credits.day, credits.campaign, strict=True)),
                            index=credits.index).map(by_campaign).fillna(0.0).astype(float)
-        weight = credits.stage.map(stage_weights.as_mapping()).fillna(0.0).astype(float)
+        weight = allocation_weight(credits, stage_weights.as_mapping(), segment_weights,
+                                   segments)
         group = [credits.model, credits.day, credits.campaign]
         weighted = (credit * weight).groupby(group).transform("sum")
         plain = credit.groupby(group).transform("sum")
@@ -113,12 +117,14 @@ def cost_shares(credits: pd.DataFrame, spend: pd.DataFrame | None,
 
 def acquisition_rows(credits: pd.DataFrame, order_costs: pd.DataFrame,
                      first: pd.DataFrame, spend: pd.DataFrame | None = None,
-                     stage_weights: StageWeights | None = None) -> pd.DataFrame:
+                     stage_weights: StageWeights | None = None,
+                     segment_weights: SegmentWeights | None = None,
+                     segments: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The credit rows of the first orders with their cost: model, order_id, user_id,
     channel, campaign, credit, revenue, cost (the order's ad spend x its ad-spend share +
     its compute x its share of the order's credit)."""
     weights = stage_weights or StageWeights()
-    shares = cost_shares(credits, spend, weights)
+    shares = cost_shares(credits, spend, weights, segment_weights, segments)
     rows = credits.assign(ad_share=shares)
     rows = rows[rows.order_id.isin(first.order_id)]
     rows = rows.merge(first[["order_id", "user_id"]], on=["order_id", "user_id"])
@@ -146,6 +152,8 @@ def value_grid(horizon_days: int, step_days: int = 7) -> np.ndarray:
 def ltv_return(credits: pd.DataFrame, order_costs: pd.DataFrame, model: LtvModel,
                as_of_day: int, horizon_days: int = 365, spend: pd.DataFrame | None = None,
                stage_weights: StageWeights | None = None,
+               segment_weights: SegmentWeights | None = None,
+               segments: Mapping[str, str] | None = None,
                gross_margin: float = GROSS_MARGIN, draws: Sequence[LtvModel] = (),
                level: float = 0.9, step_days: int = 7,
                min_cost: float = MIN_COST) -> LtvReturn:
@@ -159,7 +167,8 @@ def ltv_return(credits: pd.DataFrame, order_costs: pd.DataFrame, model: LtvModel
     first = acquisitions(orders, as_of_day)
     grid = value_grid(int(horizon_days), step_days)
     values = _customer_values(orders, first, model, as_of_day, grid, draws)
-    rows = acquisition_rows(credits, order_costs, first, spend, stage_weights)
+    rows = acquisition_rows(credits, order_costs, first, spend, stage_weights,
+                            segment_weights, segments)
     frames = []
     position = pd.Series(np.arange(len(first)), index=first.user_id.to_numpy())
     at = position.reindex(rows.user_id).to_numpy(dtype=np.int64)

@@ -10,7 +10,7 @@ import argparse
 import math
 from typing import Any
 
-from jobs.commands.common import CliError, positive_int
+from jobs.commands.common import CliError, job_config, positive_int
 
 
 def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,6 +36,10 @@ def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "(ltv_calibration: the dashboard's calibration chart)")
     p.add_argument("--holdout-weeks", type=float,
                    help="the holdout's length with --calibration-weeks (default: to the end)")
+    p.add_argument("--config", help="the job config whose roi: allocation weights the ROI "
+                                    "job used (stage weights, or LTV segment weights and "
+                                    "model): acquisition cost is split alike (default: the "
+                                    "shipped one)")
     p.add_argument("--attribution-model", default="last_click",
                    help="whose channels to print (default last_click; all are stored)")
     p.set_defaults(func=cmd_return)
@@ -66,10 +70,14 @@ def cmd_return(args: argparse.Namespace) -> int:
     if not 0 < args.level < 1:
         raise CliError(f"--level must lie between 0 and 1, got {args.level:g}")
     model = read_model(args.model) if args.model else None
+    settings = job_config(args).computation
     with Warehouse(args.warehouse) as warehouse:
         try:
             refresh = refresh_ltv(warehouse, args.horizon_days, model, args.rounds,
-                                  args.as_of, level=args.level, seed=args.seed)
+                                  args.as_of, level=args.level, seed=args.seed,
+                                  stage_weights=settings.stage_weights,
+                                  segment_weights=settings.by_segment,
+                                  segmenter=settings.segmenter)
             if args.calibration_weeks is not None:
                 refresh_calibration(warehouse, args.calibration_weeks, args.holdout_weeks,
                                     attribution_model=args.attribution_model,

@@ -32,6 +32,7 @@ from pipelines.store.ltv import (
 from pipelines.store.warehouse import Warehouse
 from udfs.lifecycle import StageWeights
 from udfs.ltv import LtvModel, fit_model, summaries_from_transactions
+from udfs.ltv_allocation import OrderSegmenter, SegmentWeights, tallies_of
 from udfs.ltv_draws import bootstrap_models
 from udfs.ltv_return import ltv_return, orders_of
 from udfs.ltv_segments import CUTS, SEGMENTS, score_customers
@@ -65,7 +66,9 @@ class LtvRefresh:
 def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel | None = None,
                 rounds: int = 100, as_of: str | None = None, *, level: float = 0.9,
                 seed: int = 0, period_days: float = 7.0, gross_margin: float = GROSS_MARGIN,
-                stage_weights: StageWeights | None = None, cuts: Sequence[float] = CUTS,
+                stage_weights: StageWeights | None = None,
+                segment_weights: SegmentWeights | None = None,
+                segmenter: OrderSegmenter | None = None, cuts: Sequence[float] = CUTS,
                 segments: Sequence[str] = SEGMENTS,
                 progress: Callable[[str], None] = _stderr) -> LtvRefresh:
     """Score every customer and compute the LTV-based return, as of `as_of` (default: the
@@ -73,7 +76,10 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
 
     `model`: score with this model (its period); None fits BG/NBD + Gamma-Gamma on the
     customers' summaries (weeks of `period_days`). `rounds` bootstrap refits on resampled
-    customers give the intervals (0: none). ValueError when there is nothing to score.
+    customers give the intervals (0: none). With `segment_weights` and `segmenter` (the
+    ROI job's roi.allocation_weights: ltv_segment) acquisition cost is split over the keys
+    by the orders' LTV segments, as the ROI job allocated it. ValueError when there is
+    nothing to score.
     """
     if isinstance(horizon_days, bool) or int(horizon_days) != horizon_days or horizon_days < 1:
         raise ValueError(f"horizon_days must be a whole number of days >= 1, got "
@@ -111,8 +117,13 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
         progress(f"ltv: {rounds} bootstrap refits for the intervals")
         draws = bootstrap_models(summaries, rounds, seed, point=model)
     progress("ltv: return per model, channel and campaign")
+    order_segments = None
+    if segment_weights is not None and segmenter is not None:
+        order_segments = segmenter.segments(tallies_of(orders.assign(
+            ts_ms=orders.day.astype("int64") * DAY_MS)))
     result = ltv_return(credits, order_cost_frame(warehouse), model, as_of_day, horizon_days,
                         spend=spend_frame(warehouse), stage_weights=stage_weights,
+                        segment_weights=segment_weights, segments=order_segments,
                         gross_margin=gross_margin, draws=draws, level=level)
     as_of_text = day_of(as_of_day * DAY_MS)
     fitted_through = day_of(int(model.fitted_through_day) * DAY_MS)

@@ -8,13 +8,18 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from pipelines.ltv.models_topic import ModelMessage
 from pipelines.ltv.report import refresh_ltv
 from pipelines.store.verify import internal_ties, ltv_ties
 from pipelines.store.warehouse import Warehouse
 from tests.ltv_warehouse import load, simulated
 from udfs.conservation import BREACH, OK
+from udfs.ltv import BgNbd, GammaGamma, LtvModel
+from udfs.ltv_allocation import SegmentWeights
 
 MODELS = ("last_click", "linear")
+MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),
+                 period_days=7.0, customers=100.0, fitted_through_day=400.0)
 COST = 12.0 + 0.5  # a first order's ad spend and compute in tests/ltv_warehouse.load
 
 
@@ -24,12 +29,20 @@ def first_orders(orders: pd.DataFrame) -> pd.DataFrame:
     return new.drop_duplicates("user_id")
 
 
-def test_the_ltv_return_ties_to_the_first_orders_and_breaks_name_their_key(warehouse_url):
+@pytest.mark.parametrize("basis", ["lifecycle_stage", "ltv_segment"])
+def test_the_ltv_return_ties_to_the_first_orders_and_breaks_name_their_key(warehouse_url,
+                                                                          basis):
+    """Whichever basis split the acquisition cost over the keys (the ROI job's
+    roi.allocation_weights), the keys add up to the first orders' cost."""
     orders = simulated(150, 4)
     firsts = first_orders(orders)
+    segmenter = ModelMessage(MODEL, 365, 0.0, (20.0, 60.0, 200.0)).segmenter() \
+        if basis == "ltv_segment" else None
     with Warehouse(warehouse_url) as wh:
         load(wh, orders)
-        refresh_ltv(wh, horizon_days=365, rounds=0, progress=lambda _: None)
+        refresh_ltv(wh, horizon_days=365, rounds=0, progress=lambda _: None,
+                    segment_weights=SegmentWeights() if segmenter else None,
+                    segmenter=segmenter)
         ties = ltv_ties(wh)
         assert {(c.key.entity, c.key.metric) for c in ties} == {
             (f"{model}/{dimension}", metric) for model in MODELS

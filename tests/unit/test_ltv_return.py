@@ -31,8 +31,9 @@ from udfs.ltv import (
     fit_model,
     summaries_from_transactions,
 )
+from udfs.ltv_allocation import SegmentWeights
 from udfs.ltv_draws import bootstrap_models
-from udfs.ltv_return import CREDIT_COLUMNS, ltv_return, value_grid
+from udfs.ltv_return import CREDIT_COLUMNS, cost_shares, ltv_return, value_grid
 from udfs.ltv_segments import assign_segments, ltv_segments, score_customers
 from udfs.periods import DAY_MS, day_of, day_start_ms
 from udfs.roi import day_roi
@@ -379,3 +380,33 @@ def test_a_model_without_finite_values_is_named():
     with pytest.raises(ValueError, match="'a' .* no finite value: BgNbd"):
         score_customers(broken, np.array(["a"]), CustomerSummaries.of([0.0], [0.0], [18.0]),
                         364)
+
+
+def test_acquisition_cost_is_split_by_segment_weights_when_the_roi_job_used_them():
+    """Two first orders share a campaign-day's spend; each also has a touch of a campaign
+    without spend. By stage (both new) each order's ad spend goes to its spending touch;
+    the split of a campaign's spend between the two orders follows segment weights only
+    where cost_shares sees both orders' rows: the share within each order stays 1."""
+    credits = pd.DataFrame([
+        credit("linear", "a", "ua", 3, "new", "search", "gs", 0.5, 100.0),
+        credit("linear", "a", "ua", 3, "new", "email", "", 0.5, 100.0),
+        credit("linear", "b", "ub", 3, "new", "search", "gs", 0.25, 100.0),
+        credit("linear", "b", "ub", 3, "new", "social", "fb", 0.75, 100.0)],
+        columns=list(CREDIT_COLUMNS))
+    spend = pd.DataFrame([(3, "gs", 80.0), (3, "fb", 30.0)], columns=["day", "campaign",
+                                                                       "amount"])
+    weights = SegmentWeights({"low": 0.25, "top": 1.0, "unknown": 0.2})
+    by_stage = cost_shares(credits, spend, StageWeights())
+    by_segment = cost_shares(credits, spend, StageWeights(), weights, {"a": "top", "b": "low"})
+    # within each order the shares sum to 1 either way
+    for shares in (by_stage, by_segment):
+        assert shares.groupby(credits.order_id).sum().tolist() == pytest.approx([1.0, 1.0])
+    # order b: gs rate 80 x w / (0.5 wa + 0.25 wb), fb rate 30 / 0.75 -- its gs row's share
+    # of b's spend falls when b weighs less than a on gs
+    gs_b = lambda shares: shares[2]  # noqa: E731
+    assert gs_b(by_segment) < gs_b(by_stage)
+    stage_rate = 80.0 / (0.5 + 0.25)
+    segment_rate = 80.0 * 0.25 / (0.5 * 1.0 + 0.25 * 0.25)
+    assert gs_b(by_stage) == pytest.approx(0.25 * stage_rate / (0.25 * stage_rate + 30.0))
+    assert gs_b(by_segment) == pytest.approx(
+        0.25 * segment_rate / (0.25 * segment_rate + 30.0))
