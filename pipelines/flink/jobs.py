@@ -125,7 +125,9 @@ ROI = StreamingJob(
     uids=(*(f"roi-{step}-{kind}" for step in ("source", "decode", "time")
             for kind in ("credit", "conversion", "gpu", "spend")),
           "roi-share-idle-cost", "roi-link-trace-costs", "roi-per-day", "roi-sink",
-          "roi-dead-letter-sink"))
+          "roi-dead-letter-sink",
+          # with roi.allocation_weights: ltv_segment
+          "roi-time-orders", "roi-segment-orders"))
 
 EXPERIMENTS = StreamingJob(
     "experiments", "experiments", "seedance-experiments",
