@@ -132,13 +132,13 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             return
         if self.kind == "conversion":  # a table of orders (pipelines/codec/table_messages.py)
             rows = table_messages.decode(value)
+            orders = order_items(rows) if self.orders else []  # all read, or none taken
             for row in rows:
                 ts = int(row["conversion_ts_ms"])
                 for trace in row["trace_ids"]:
                     yield "claim", trace, ts, (row["order_id"], day_of(ts))
-            if self.orders:
-                for item in order_items(rows):
-                    yield ORDER_HISTORY, item
+            for item in orders:
+                yield ORDER_HISTORY, item
             return
         row = json.loads(value)
         if self.kind != "gpu" or row.get("kind") not in ("call", "idle"):

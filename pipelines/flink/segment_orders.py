@@ -12,6 +12,7 @@ backfill's (pipelines/backfill/roi.py order_segments).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,13 +29,21 @@ from udfs.periods import day_of
 ORDER_HISTORY = OutputTag("order-history", Types.PICKLED_BYTE_ARRAY())
 
 
-def order_items(rows: list[dict[str, Any]]) -> Iterator[Item]:
-    """The orders of a conversions message's rows that have a known user."""
+def order_items(rows: list[dict[str, Any]]) -> list[Item]:
+    """The orders of a conversions message's rows that have a known user; ValueError (or
+    KeyError) on a row without a usable time or revenue."""
+    items: list[Item] = []
     for row in rows:
         user = str(row.get("user_id") or "")
         if user:
-            ts = int(row["conversion_ts_ms"])
-            yield "order", user, ts, (str(row["order_id"]), ts, float(row["revenue"]))
+            value = row["revenue"]
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value):
+                raise ValueError(f"order {row['order_id']}: revenue is not a number: "
+                                 f"{value!r}")
+            ts, revenue = int(row["conversion_ts_ms"]), float(value)
+            items.append(("order", user, ts, (str(row["order_id"]), ts, revenue)))
+    return items
 
 
 class SegmentOrders(KeyedProcessFunction):  # type: ignore[misc]

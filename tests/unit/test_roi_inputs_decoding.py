@@ -9,8 +9,11 @@ import json
 
 import pytest
 
+from pipelines.codec import table_messages
 from pipelines.codec.frame import frame
 from pipelines.flink.roi_job import DEAD_LETTERS, DecodeInputs
+from pipelines.flink.segment_orders import ORDER_HISTORY
+from schemas.rows import CONVERSION
 
 CREDIT = {"model": "last_click", "order_id": "o1", "touch_index": 0, "channel": "email",
           "campaign": "", "stage": "new", "credit": 1.0, "revenue": 10.0,
@@ -60,3 +63,25 @@ def test_good_rows_become_items():
     assert spend[:2] == ("spend", "2026-10-01")
     (cost,) = decoded("gpu", json.dumps(GPU).encode())
     assert cost[0] == "cost" and cost[3] == 0.5
+
+
+def test_orders_go_to_the_ltv_segments_and_a_bad_one_takes_none_of_its_message():
+    """With costs shared by LTV segment the conversions decoder also sends each order of a
+    known user on; a message with an order whose revenue is no number is one dead letter,
+    and none of its claims or orders went on before it."""
+    def conversion(order: str, user: str, revenue: object) -> list[object]:
+        return [order, user, 1_790_000_000_000, revenue, "USD", "new", 1, [f"t-{order}"]]
+
+    def message(*rows: list[object]) -> bytes:
+        return table_messages.encode_bytes(CONVERSION.names, list(rows))
+
+    decoder = DecodeInputs("conversion", "conversion-topic", "USD", orders=True)
+    good = list(decoder.process_element(frame(message(
+        conversion("o1", "u1", 12.5), conversion("o2", "", 3.0)), 0, 7), None))
+    assert [out[0] for out in good] == ["claim", "claim", ORDER_HISTORY]
+    assert good[2][1] == ("order", "u1", 1_790_000_000_000,
+                          ("o1", 1_790_000_000_000, 12.5))
+    bad = list(decoder.process_element(frame(message(
+        conversion("o3", "u1", 4.0), conversion("o4", "u2", float("nan"))), 0, 8), None))
+    letter = dead_letter(bad)
+    assert letter["offset"] == 8 and "o4: revenue is not a number" in str(letter["reason"])
