@@ -30,7 +30,7 @@ from pipelines.backfill.roi import (
     SPEND_COLUMNS,
     credit_rows,
     loaded_costs,
-    order_segments,
+    order_scores,
     orders_of_credits,
     roi_rows,
 )
@@ -40,6 +40,7 @@ from pipelines.settings.job_config import ConfigError, StreamingJobConfig
 from pipelines.store.backfill import finished_days, forget_run, write_day
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.compute_loading import IDLE_COLUMNS
+from udfs.ltv_allocation import OrderScore
 from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
 
@@ -195,11 +196,12 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     return summary
 
 
-def window_segments(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
-                    settings: ComputeSettings) -> dict[str, str] | None:
-    """With costs shared by LTV segment, the segment of every order of the recomputed
-    days, from its customer's whole history: the orders recomputed, and those of other
-    days up to the last one from the warehouse (udfs/ltv_allocation.py). None otherwise."""
+def window_scores(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
+                  settings: ComputeSettings) -> dict[str, OrderScore] | None:
+    """With costs shared by LTV segment, the segment (and value) of every order of the
+    recomputed days, from its customer's whole history: the orders recomputed, and those
+    of other days up to the last one from the warehouse (udfs/ltv_allocation.py). None
+    otherwise."""
     if settings.by_segment is None:
         return None
     window = pd.concat([orders_of_credits(computed.credits_of(day)) for day in todo],
@@ -212,7 +214,7 @@ def window_segments(warehouse: Warehouse, computed: ComputedDays, todo: list[str
         columns=["order_id", "user_id", "ts_ms", "revenue", "day"])
     stored = stored[~stored.day.astype(str).isin(set(todo))]
     orders = pd.concat([stored.drop(columns="day"), window], ignore_index=True)
-    return order_segments(orders, settings, of=window)
+    return order_scores(orders, settings, of=window)
 
 
 def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: ComputeSettings,
@@ -220,7 +222,7 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Comput
                 summary: BackfillSummary, progress: Callable[[str], None],
                 before_commit: Callable[[str], None] | None, order_cost_model: str) -> None:
     spend = read_spend(warehouse, todo, settings.currency)
-    segments = window_segments(warehouse, computed, todo, settings)
+    scores = window_scores(warehouse, computed, todo, settings)
     for number, day in enumerate(todo, 1):
         started = time.monotonic()
         # in key order: the primary key's B-tree then grows at its end instead of at random
@@ -230,12 +232,13 @@ def _write_days(warehouse: Warehouse, request: BackfillRequest, settings: Comput
         of_day = computed.unlinked[computed.unlinked.day == day]
         unlinked = of_day.groupby("key").cost.sum().to_dict() if "key" in of_day \
             else float(of_day.cost.sum())
-        roi, unallocated, orders = roi_rows(day, credits, spend[spend.day == day], compute,
-                                            unlinked, settings, order_cost_model, segments)
+        roi, unallocated, orders, segments = roi_rows(
+            day, credits, spend[spend.day == day], compute, unlinked, settings,
+            order_cost_model, scores)
         finished = datetime.now(UTC).isoformat(timespec="seconds")
         write_day(warehouse, day, credit_rows(credits), roi, unallocated,
                   (run_id, day, request.config.source, request.config.engine, len(credits),
-                   len(roi), len(unallocated), finished), before_commit, orders)
+                   len(roi), len(unallocated), finished), before_commit, orders, segments)
         elapsed = time.monotonic() - started
         summary.write_s += elapsed
         summary.written.append(day)

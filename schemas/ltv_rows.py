@@ -75,4 +75,19 @@ LTV_CALIBRATION = Row(
      Column("computed_at", "string", "ISO 8601 UTC")),
     key=("frequency",), table="ltv_calibration")
 
-LTV_ROWS: tuple[Row, ...] = (CUSTOMER_LTV, LTV_RETURN, LTV_CALIBRATION)
+ORDER_SEGMENT = Row(
+    "order_segment",
+    "One order's customer value as of the order's day under the allocation model, and its "
+    "LTV segment (roi.allocation_weights: ltv_segment; roi topic, kind=order_segment; "
+    "udfs/ltv_allocation.py): the weight its credits carried when the day's ad spend was "
+    "shared. Only orders of known users.",
+    (Column("day", "date", "day of the order (UTC)"),
+     Column("order_id", "string"),
+     Column("user_id", "string"),
+     Column("predicted_ltv", "double", "the customer's value over the model's horizon as of "
+                                       "the order's day; null: none finite",
+            nullable=True),
+     Column("segment", "string", "the allocation model's segment; unknown: no finite value")),
+    key=("day", "order_id"), table="order_segments")
+
+LTV_ROWS: tuple[Row, ...] = (CUSTOMER_LTV, LTV_RETURN, LTV_CALIBRATION, ORDER_SEGMENT)

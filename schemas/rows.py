@@ -9,7 +9,13 @@ a copy of the layout (schemas/row_layout.py says how).
 
 from __future__ import annotations
 
-from schemas.ltv_rows import CUSTOMER_LTV, LTV_CALIBRATION, LTV_RETURN, LTV_ROWS  # noqa: F401
+from schemas.ltv_rows import (  # noqa: F401
+    CUSTOMER_LTV,
+    LTV_CALIBRATION,
+    LTV_RETURN,
+    LTV_ROWS,
+    ORDER_SEGMENT,
+)
 from schemas.row_layout import (  # noqa: F401 (Column and Row are part of this module's API)
     PANDAS_DTYPES,
     SPARK_TYPES,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.backfill.roi import link_costs, loaded_costs, order_segments, roi_rows
+from pipelines.backfill.roi import link_costs, loaded_costs, order_scores, roi_rows
 from pipelines.codec import credit_messages, table_messages
 from pipelines.ltv.models_topic import ModelMessage
 from pipelines.settings.job_config import StreamingJobConfig
@@ -114,16 +114,18 @@ class Inputs:
         days = sorted(set(credits.day) | set(spend.day)
                       | {day_of(c["interval_end_ms"]) for c in self.costs})
         compute, unlinked = link_costs(costs, claims, settings, days)
-        segments = order_segments(self.orders(), settings)
+        scores = order_scores(self.orders(), settings)
         expected: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         for day in days:
             out = roi_rows(day, credits[credits.day == day], spend[spend.day == day],
                            compute[compute.day == day],
                            unlinked[unlinked.day == day].groupby("key").cost.sum().to_dict(),
-                           settings, config.experiment_cost_model, segments)
+                           settings, config.experiment_cost_model, scores)
             for kind, row, found in (("roi", rows.ROI_DAILY, out.roi),
                                      ("unallocated", rows.ROI_UNALLOCATED, out.unallocated),
-                                     ("order_cost", rows.ORDER_COST, out.orders)):
+                                     ("order_cost", rows.ORDER_COST, out.orders),
+                                     ("order_segment", rows.ORDER_SEGMENT,
+                                      out.segments or [])):
                 for values in found:
                     expected[(kind, *values[:len(row.key)])] = values
         return expected
@@ -151,7 +153,7 @@ def final_rows(kafka: str, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]
     """The roi topic read as a changelog: the last row per key (a zero unallocated row,
     or a row marked withdrawn, withdraws its key)."""
     layouts = {"roi": rows.ROI_DAILY, "unallocated": rows.ROI_UNALLOCATED,
-               "order_cost": rows.ORDER_COST}
+               "order_cost": rows.ORDER_COST, "order_segment": rows.ORDER_SEGMENT}
     current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for message in messages(kafka, topic):
         layout = layouts[message["kind"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,13 @@ class SegmentWeights:
         return segments.map(self.weights).fillna(self.weights[UNKNOWN]).astype(float)
 
 
+class OrderScore(NamedTuple):
+    """An order's LTV segment and its customer's predicted value as of the order's day."""
+
+    segment: str
+    value: float | None  # None: no finite value (segment unknown)
+
+
 @dataclass(frozen=True)
 class OrderSegmenter:
     """Segments orders as of their day under one model (the module doc)."""
@@ -92,23 +100,29 @@ class OrderSegmenter:
                  days: Mapping[str, Iterable[int]] | None = None) -> dict[str, str]:
         """Order id -> segment of the orders of these users (each user's tally: order id
         -> (ts_ms, amount)); with `days`, only a user's orders on those days."""
+        return {order: scored.segment for order, scored in self.scores(users, days).items()}
+
+    def scores(self, users: Mapping[str, Orders],
+               days: Mapping[str, Iterable[int]] | None = None) -> dict[str, OrderScore]:
+        """`segments`, with each order's predicted value (None: no finite value)."""
         by_day: dict[int, list[str]] = {}
         for user, orders in users.items():
             wanted = None if days is None else set(days.get(user, ()))
             for day in {day_number(ts) for ts, _ in orders.values()}:
                 if wanted is None or day in wanted:
                     by_day.setdefault(day, []).append(user)
-        out: dict[str, str] = {}
+        out: dict[str, OrderScore] = {}
         for day, names in sorted(by_day.items()):
-            segment = self._as_of(day, {user: users[user] for user in names})
+            scored = self._as_of(day, {user: users[user] for user in names})
             for user in names:
                 for order, (ts, _) in users[user].items():
                     if day_number(ts) == day:
-                        out[order] = segment.get(user, UNKNOWN)
+                        out[order] = scored.get(user, OrderScore(UNKNOWN, None))
         return out
 
-    def _as_of(self, day: int, users: Mapping[str, Orders]) -> dict[str, str]:
-        """Each user's segment as of the end of `day` (orders after it left out)."""
+    def _as_of(self, day: int, users: Mapping[str, Orders]) -> dict[str, OrderScore]:
+        """Each user's segment and value as of the end of `day` (orders after it left
+        out)."""
         ids, summaries = summaries_of(users, day, self.model.period_days)
         if not len(ids):
             return {}
@@ -127,7 +141,9 @@ class OrderSegmenter:
         names = np.full(ids.size, UNKNOWN, dtype=object)
         if finite.any():
             names[finite] = segment_of(value[finite], self.bounds, self.names)
-        return dict(zip(ids.tolist(), names.tolist(), strict=True))
+        return {user: OrderScore(name, float(v) if ok else None) for user, name, v, ok in
+                zip(ids.tolist(), names.tolist(), value.tolist(), finite.tolist(),
+                    strict=True)}
 
 
 def tallies_of(orders: pd.DataFrame) -> dict[str, Orders]:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY
 from udfs.compute_loading import idle_shares
-from udfs.ltv_allocation import tallies_of
+from udfs.ltv_allocation import OrderScore, tallies_of
 from udfs.ltv_tally import day_number
 from udfs.periods import DAY_MS, day_of
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
@@ -115,18 +115,21 @@ class DayRows(NamedTuple):
     roi: list[tuple[object, ...]]
     unallocated: list[tuple[object, ...]]
     orders: list[tuple[object, ...]]  # order_costs, of `order_cost_model` only
+    # order_segments (costs shared by LTV segment; None: not)
+    segments: list[tuple[object, ...]] | None = None
 
 
 def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.DataFrame,
              unlinked: float | Mapping[str, float], settings: ComputeSettings,
-             order_cost_model: str = "", segments: Mapping[str, str] | None = None
+             order_cost_model: str = "", scores: Mapping[str, OrderScore] | None = None
              ) -> DayRows:
-    """The roi_daily, roi_unallocated and order_costs rows of one day (`unlinked`: compute
-    no order took, by key as udfs.roi.day_roi takes it; `segments`: the orders' LTV
-    segments when costs are shared by them, `order_segments`)."""
+    """The roi_daily, roi_unallocated, order_costs (and order_segments) rows of one day
+    (`unlinked`: compute no order took, by key as udfs.roi.day_roi takes it; `scores`: the
+    orders' LTV segments and values when costs are shared by them, `order_scores`)."""
     if not len(credits) and not len(spend) and not len(compute) and not (
             any(unlinked.values()) if isinstance(unlinked, Mapping) else unlinked):
-        return DayRows([], [], [])  # the stream reports only days that had input
+        return DayRows([], [], [], None if scores is None else [])  # (no input, no report)
+    segments = None if scores is None else {o: score.segment for o, score in scores.items()}
     result = day_roi(credits[ROI_CREDIT_COLUMNS], spend[["platform", "account", "campaign",
                                                           "amount"]],
                      compute[["order_id", "cost"]], settings.models,
@@ -140,21 +143,27 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
     orders = [(r.model, day, r.order_id, float(r.revenue), float(r.ad_spend),
                float(r.compute_cost), settings.currency)
               for r in result.orders.itertuples(index=False) if r.model == order_cost_model]
-    return DayRows(roi, unallocated, orders)
+    segment_rows = None if scores is None else [
+        (day, order, user, scores[order].value, scores[order].segment)
+        for order, user in sorted(zip(credits.order_id, credits.user_id, strict=True))
+        if order in scores]
+    return DayRows(roi, unallocated, orders,
+                   None if segment_rows is None else list(dict.fromkeys(segment_rows)))
 
 
-def order_segments(orders: pd.DataFrame, settings: ComputeSettings,
-                   of: pd.DataFrame | None = None) -> dict[str, str] | None:
-    """With costs shared by LTV segment, each order's segment as of its day
+def order_scores(orders: pd.DataFrame, settings: ComputeSettings,
+                 of: pd.DataFrame | None = None) -> dict[str, OrderScore] | None:
+    """With costs shared by LTV segment, each order's segment and value as of its day
     (udfs/ltv_allocation.py) from `orders` (order_id, user_id, ts_ms, revenue: the
     customers' whole history, not only the days recomputed), for the orders in `of`
-    (default: all); None when costs are shared by lifecycle stage."""
+    (default: all; they must be among `orders`); None when costs are shared by lifecycle
+    stage."""
     if settings.by_segment is None or settings.segmenter is None:
         return None
     users, wanted = tallies_of(orders), tallies_of(orders if of is None else of)
     days = {user: {day_number(ts) for ts, _ in tally.values()}
             for user, tally in wanted.items()}
-    return settings.segmenter.segments({user: users[user] for user in days}, days)
+    return settings.segmenter.scores({user: users[user] for user in days}, days)
 
 
 def orders_of_credits(credits: pd.DataFrame) -> pd.DataFrame:

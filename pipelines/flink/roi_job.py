@@ -10,8 +10,7 @@ link     keyed by trace id: the GPU cost of a trace goes to the conversion whose
          carried it (the `conversions` rows list their traces); cost no conversion claims
          within `roi.link_window_days` is reported as unlinked compute of its day, and moved
          should the claim come later (LinkTraceCosts)
-segment  (roi.allocation_weights: ltv_segment) keyed by user: each order's LTV segment
-         (pipelines/flink/segment_orders.py SegmentOrders)
+segment  (allocation by ltv_segment) keyed by user: each order's LTV segment (SegmentOrders)
 roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.roi.day_roi`
          splits each campaign's spend by credit x stage (or segment) weight and each
          order's compute by credit, per model, and sums ROI by channel, campaign and
@@ -66,7 +65,7 @@ from pipelines.flink.roi_support import (
     retired_letter,
     schedule_report,
 )
-from pipelines.flink.segment_orders import ORDER_HISTORY, SegmentOrders, order_items
+from pipelines.flink.segment_orders import ORDER_HISTORY, order_items, segmented
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
@@ -213,7 +212,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         self.retired = runtime_context.get_state(ValueStateDescriptor("retired", pickled))
         # the day's orders' LTV segments (segment_orders.py), when costs are shared by them
         self.segments = runtime_context.get_map_state(
-            MapStateDescriptor("order-segments", Types.STRING(), Types.STRING()))
+            MapStateDescriptor("order-segments", Types.STRING(), pickled))
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         kind, day, _, payload = item
@@ -233,9 +232,8 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         elif kind == "spend":
             platform, account, campaign, amount = payload
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
-        elif kind == "segment":
-            order, segment = payload
-            self.segments.put(order, segment)
+        elif kind == "segment":  # (order, segment, value, user)
+            self.segments.put(payload[0], payload[1:])
         if schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms):
             yield from self._report(day)
 
@@ -261,7 +259,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         spend = pd.DataFrame([(*key.split("\t"), amount) for key, amount in self.spend.items()],
                              columns=SPEND_COLUMNS)
         compute = pd.DataFrame(list(self.compute.get() or []), columns=COMPUTE_COLUMNS)
-        segments = dict(self.segments.items()) if self.segment_weights is not None else None
+        scored = dict(self.segments.items()) if self.segment_weights is not None else {}
+        segments = {order: score[0] for order, score in scored.items()} \
+            if self.segment_weights is not None else None
         result = day_roi(credits, spend, compute, self.models, self.weights,
                          _by_key(self.unlinked.value()), self.min_cost, self.gross_margin,
                          self.segment_weights, segments)
@@ -291,6 +291,10 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                       "amount": amount, "currency": self.currency}
             yield _keyed_row("unallocated", rows.ROI_UNALLOCATED, values)
         self.reported.update(sorted({row[:3] for row in left}))
+        for order, (segment, value, user) in sorted(scored.items()):
+            yield _keyed_row("order_segment", rows.ORDER_SEGMENT, {
+                "day": day, "order_id": order, "user_id": user, "predicted_ltv": value,
+                "segment": segment})
         orders = result.orders[result.orders.model == self.order_cost_model]
         for row in orders.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
@@ -349,17 +353,15 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
         strategy = strategy.with_timestamp_assigner(ItemTime())
         timed.append(decoded.assign_timestamps_and_watermarks(strategy)
                      .name(f"{kind}-time").uid(f"roi-time-{kind}"))
-        if kind == "conversion" and segmenter is not None:
-            history = decoded.get_side_output(ORDER_HISTORY) \
-                .assign_timestamps_and_watermarks(strategy) \
-                .name("order-time").uid("roi-time-orders")
+        if kind == "conversion" and segmenter is not None:  # each order's LTV segment
+            segments = stay_active(segmented(
+                decoded.get_side_output(ORDER_HISTORY).assign_timestamps_and_watermarks(
+                    strategy).name("order-time").uid("roi-time-orders"), segmenter)
+                .uid("roi-segment-orders"), "segment-orders-stay-active",
+                "roi-segment-orders-stay-active")
     credits, claims, costs, spend = timed
-    if segmenter is not None:  # each order's LTV segment, by user, on to its day
-        spend = spend.union(stay_active(
-            history.key_by(lambda item: item[1], key_type=Types.STRING())
-            .process(SegmentOrders(segmenter)).name("segment-orders")
-            .uid("roi-segment-orders"), "segment-orders-stay-active",
-            "roi-segment-orders-stay-active"))
+    if segmenter is not None:  # on to the order's day
+        spend = spend.union(segments)
     if settings.fully_loaded:  # each GPU-day's idle cost shared over its calls first
         shared = (costs.key_by(lambda item: item[1], key_type=Types.STRING())
                   .process(ShareIdleCost(retention_ms, topics.roi))

@@ -1,11 +1,13 @@
 """The ROI job's LTV segments (`roi.allocation_weights: ltv_segment`): keyed by user, each
-order's segment as of its day under the allocation model, sent on to the day's ROI.
+order's segment (and its customer's value) as of its day under the allocation model, sent
+on to the day's ROI.
 
 A user's orders are kept in keyed state (order id -> (ts_ms, revenue); a later version of
 an order replaces it). When an order comes, the segments of the user's orders from its day
 on are worked out again (`udfs.ltv_allocation.OrderSegmenter`: an earlier order that came
 late changes the later ones), and each that changed is sent as a ("segment", day, ts,
-(order id, segment)) item to the day's RoiPerDay, which reports the day again. No timers:
+(order id, segment, value, user)) item to the day's RoiPerDay, which reports the day again
+(and the order's order_segment row). No timers:
 what is sent depends on the user's orders alone, so the stream's segments are the
 backfill's (pipelines/backfill/roi.py order_segments).
 """
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pyflink.common import Types
-from pyflink.datastream import KeyedProcessFunction, OutputTag, RuntimeContext
+from pyflink.datastream import DataStream, KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor
 
 from pipelines.flink.roi_support import Item
@@ -65,9 +67,17 @@ class SegmentOrders(KeyedProcessFunction):  # type: ignore[misc]
         orders = dict(self.orders.items())
         since = day_number(ts)
         days = {day for day in (day_number(at) for at, _ in orders.values()) if day >= since}
-        segments = self.segmenter.segments({user: orders}, {user: days})
-        for order, segment in sorted(segments.items()):
-            if self.sent.get(order) != segment:
-                self.sent.put(order, segment)
+        scores = self.segmenter.scores({user: orders}, {user: days})
+        for order, (segment, value) in sorted(scores.items()):
+            sent = f"{segment}\t{value!r}"
+            if self.sent.get(order) != sent:
+                self.sent.put(order, sent)
                 at = orders[order][0]
-                yield "segment", day_of(at), at, (order, segment)
+                yield "segment", day_of(at), at, (order, segment, value, user)
+
+
+def segmented(history: DataStream, segmenter: OrderSegmenter) -> DataStream:
+    """The segment items of the conversions decoder's orders (ORDER_HISTORY, with their
+    event time), keyed by user (the caller gives the operator its uid)."""
+    return history.key_by(lambda item: item[1], key_type=Types.STRING()) \
+        .process(SegmentOrders(segmenter)).name("segment-orders")

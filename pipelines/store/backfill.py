@@ -29,16 +29,20 @@ def forget_run(warehouse: Warehouse, run_id: str) -> None:
 def write_day(warehouse: Warehouse, day: str, credits: Rows, roi: Rows, unallocated: Rows,
               progress_row: tuple[object, ...],
               before_commit: Callable[[str], None] | None = None,
-              orders: Rows | None = None) -> None:
+              orders: Rows | None = None, segments: Rows | None = None) -> None:
     """Replace one day's partition of the result tables, and mark it done (a BACKFILL_RUN
-    row), atomically."""
+    row), atomically. `segments`: the order_segments rows of the day (costs shared by LTV
+    segment); None leaves that table alone."""
     with warehouse.transaction():
         warehouse.delete(rows.ATTRIBUTION_CREDITS, ("conversion_date",), (day,))
         warehouse.delete(rows.ROI_DAILY, ("day",), (day,))
         warehouse.delete(rows.ROI_UNALLOCATED, ("day",), (day,))
         warehouse.delete(rows.ORDER_COST, ("day",), (day,))
+        if segments is not None:
+            warehouse.delete(rows.ORDER_SEGMENT, ("day",), (day,))
         for row, values in ((rows.ORDER_COST, orders), (rows.ATTRIBUTION_CREDITS, credits),
-                            (rows.ROI_DAILY, roi), (rows.ROI_UNALLOCATED, unallocated)):
+                            (rows.ROI_DAILY, roi), (rows.ROI_UNALLOCATED, unallocated),
+                            (rows.ORDER_SEGMENT, segments)):
             if values:
                 warehouse.insert(row, values)
         warehouse.store(rows.BACKFILL_RUN, [progress_row])

@@ -142,16 +142,17 @@ class GpuCostsSink:
 
 
 class RoiSink:
-    """The ROI topic: roi_daily, roi_unallocated and order_costs rows; a day reported again
-    within one batch: the later row wins, as in the topic."""
+    """The ROI topic: roi_daily, roi_unallocated, order_costs and order_segments rows; a
+    day reported again within one batch: the later row wins, as in the topic."""
 
     def __init__(self, warehouse: Warehouse) -> None:
         self.roi = TableSink(warehouse, rows.ROI_DAILY)
         self.unallocated = TableSink(warehouse, rows.ROI_UNALLOCATED)
         self.orders = TableSink(warehouse, rows.ORDER_COST)
+        self.segments = TableSink(warehouse, rows.ORDER_SEGMENT)
 
     def write(self, messages: list[bytes]) -> None:
-        roi, unallocated, orders = [], [], []
+        roi, unallocated, orders, segments = [], [], [], []
         for message in messages:
             row = json.loads(message)
             if row["kind"] == "roi":
@@ -162,7 +163,10 @@ class RoiSink:
                 unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
             elif row["kind"] == "order_cost":
                 orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
+            elif row["kind"] == "order_segment":
+                segments.append(tuple(row[c] for c in rows.ORDER_SEGMENT.names))
         self.orders.write(last_per_key(orders, len(rows.ORDER_COST.key)))
+        self.segments.write(last_per_key(segments, len(rows.ORDER_SEGMENT.key)))
         # a withdrawn key (no credit left there after a correction) is deleted
         keys = len(rows.ROI_DAILY.key)
         latest_roi = last_per_key(roi, keys)

@@ -276,6 +276,17 @@ CREATE TABLE IF NOT EXISTS customer_ltv (
     PRIMARY KEY (user_id)
 );
 
+-- Each order's customer value as of its day and its LTV segment under the ROI job's
+-- allocation model (roi.allocation_weights: ltv_segment; roi topic, kind=order_segment):
+CREATE TABLE IF NOT EXISTS order_segments (
+    day            TEXT             NOT NULL,  -- YYYY-MM-DD (UTC) of the order
+    order_id       TEXT             NOT NULL,
+    user_id        TEXT             NOT NULL,
+    predicted_ltv  DOUBLE PRECISION,          -- null: no finite value
+    segment        TEXT             NOT NULL,  -- the model's segments, or unknown
+    PRIMARY KEY (day, order_id)
+);
+
 -- The customers each channel or campaign acquired (credited first orders) per attribution
 -- model: CAC, first-order ROI and ROI on their predicted value over the horizon, payback.
 CREATE TABLE IF NOT EXISTS ltv_return (

@@ -163,8 +163,9 @@ def test_a_day_without_input_has_no_roi_rows_and_spend_alone_is_unallocated():
                           "day": ["2026-10-20"], "amount": [5.0]})
     none = spend.iloc[:0]
     compute = pd.DataFrame({"day": [], "order_id": [], "cost": []})
-    assert roi_rows("2026-10-20", no_credits, none, compute, 0.0, settings) == ([], [], [])
-    roi, unallocated, _ = roi_rows("2026-10-20", no_credits, spend, compute, 0.0, settings)
+    assert roi_rows("2026-10-20", no_credits, none, compute, 0.0, settings) == (
+        [], [], [], None)
+    roi, unallocated, *_ = roi_rows("2026-10-20", no_credits, spend, compute, 0.0, settings)
     assert roi == []
     assert unallocated == [("last_click", "2026-10-20", "ad_spend", "c", 5.0, "USD"),
                            ("linear", "2026-10-20", "ad_spend", "c", 5.0, "USD")]

@@ -93,8 +93,10 @@ def test_order_by_order_in_any_arrival_order_gives_the_batch_segments(bounds):
         sent: dict[str, str] = {}
         for row in shuffled.itertuples():
             item = ("order", row.user_id, row.ts_ms, (row.order_id, row.ts_ms, row.revenue))
-            for kind, day, ts, (order, segment) in harness.process(item, key=row.user_id):
-                assert kind == "segment" and day == day_of(ts)
+            for kind, day, ts, (order, segment, value, user) in harness.process(
+                    item, key=row.user_id):
+                assert kind == "segment" and day == day_of(ts) and user == row.user_id
+                assert (value is None) == (segment == UNKNOWN)
                 sent[order] = segment
         assert sent == batch
 
