@@ -33,6 +33,7 @@ from pipelines.flink.jobs import (
     unique,
 )
 from pipelines.kafka.io import count_messages, recreate_topics
+from pipelines.ltv.publish import fit_and_publish
 from pipelines.ltv.report import refresh_ltv
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
@@ -56,7 +57,7 @@ DEMO_STEPS = {ATTRIBUTION.name: " until the sample is consumed",
               GPU_COST.name: " over the GPU samples and GPU-backed spans",
               ROI.name: ": spend and GPU cost allocated to the conversions",
               EXPERIMENTS.name: ": each user's first variant, their orders",
-              LTV.name: ": each customer's orders tallied (scored once a model is published)"}
+              LTV.name: ": each customer scored with the model fitted on the orders"}
 CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
@@ -135,9 +136,22 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         _done(t)
 
         for job in STREAMING_JOBS.values():
+            if job.name == LTV.name:  # as a scheduled `seedance ltv fit --publish` would
+                t = _step("Fitting BG/NBD and Gamma-Gamma on the orders so far, published to "
+                          f"{topics.ltv_models}")
+                try:
+                    message, fitted = fit_and_publish(info.bootstrap, config)
+                    print(f"    {fitted:,} customers; segments {'/'.join(message.names)} at "
+                          + ", ".join(f"{bound:,.2f}" for bound in message.bounds))
+                except ValueError as error:  # too small a sample: the job keeps the orders
+                    print(f"    no model published: {error}")
+                _done(t)
             t = _step(f"Running the Flink {job.title} job{DEMO_STEPS[job.name]}")
             job.run(config, info.bootstrap, job_name=demo_job_name(job))
             _done(t)
+            if job.name == LTV.name:
+                print(f"    {count_messages(info.bootstrap, topics.customer_ltv):,} customer "
+                      f"scores on {topics.customer_ltv}")
             report = latest_report(info.bootstrap, topics.accounting) \
                 if job.keeps_accounting else None
             if report:

@@ -45,6 +45,11 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     assert "the autoscaler applied scale" in out, out
     assert re.search(r"verified success: scale_out_hot_pool on \S.* \(0\.9\d -> 0\.\d\d\)",
                      out), out
+    # the streaming ltv job scored the customers with the model fitted before it ran
+    scored = re.search(r"([\d,]+) customers; segments low/mid/high/top at", out)
+    scores = re.search(r"([\d,]+) customer scores on customer_ltv", out)
+    assert scored and scores, out
+    assert int(scores.group(1).replace(",", "")) >= int(scored.group(1).replace(",", "")) > 0
     # lifetime value: each channel's first-order ROI beside its LTV ROI, with totals that
     # are those of the ltv_return table the demo wrote
     ltv = out[out.index("LTV-based return by channel under last_click"):]
