@@ -91,10 +91,12 @@ class OrderSegmenter:
     names: tuple[str, ...] = SEGMENTS
 
     def __post_init__(self) -> None:
-        check_segments(self.bounds, self.names)
         if not (isinstance(self.horizon_days, int) and self.horizon_days >= 1):
             raise ValueError(f"horizon_days must be a whole number of days >= 1, got "
                              f"{self.horizon_days!r}")
+        if not (math.isfinite(self.discount_rate) and self.discount_rate > -1):
+            raise ValueError(f"discount_rate must be above -1, got {self.discount_rate!r}")
+        check_segments(self.bounds, self.names)
 
     def segments(self, users: Mapping[str, Orders],
                  days: Mapping[str, Iterable[int]] | None = None) -> dict[str, str]:

@@ -28,7 +28,7 @@ import numpy as np
 from udfs.ltv import CustomerSummaries, LtvModel
 from udfs.ltv_allocation import OrderSegmenter
 from udfs.ltv_segments import CUTS, SEGMENTS, segment_thresholds
-from udfs.ltv_tally import check_segments, customer_scores
+from udfs.ltv_tally import customer_scores
 
 KEY = "current"  # the one key of the topic: compaction keeps its latest message
 COMPACT = {"cleanup.policy": "compact"}
@@ -46,15 +46,11 @@ class ModelMessage:
     names: tuple[str, ...] = SEGMENTS
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.horizon_days, int) and self.horizon_days >= 1):
-            raise ValueError(f"horizon_days must be a whole number of days >= 1, got "
-                             f"{self.horizon_days!r}")
-        if not (math.isfinite(self.discount_rate) and self.discount_rate > -1):
-            raise ValueError(f"discount_rate must be above -1, got {self.discount_rate!r}")
+        # horizon, discount rate and segments: checked by the scoring they describe
+        self.segmenter()
         if not self.model.spend.q > 1:
             raise ValueError(f"spend.q must be above 1 (q = {self.model.spend.q:g} has no "
                              "finite mean order value)")
-        check_segments(self.bounds, self.names)
         object.__setattr__(self, "bounds", tuple(float(b) for b in self.bounds))
         object.__setattr__(self, "names", tuple(self.names))
 
