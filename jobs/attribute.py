@@ -78,7 +78,13 @@ def read_table(path: Path, numeric: tuple[str, ...] = (), columns: tuple[str, ..
         raise InputError(f"{path}: file not found")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        frame = pd.read_parquet(path).astype(object).where(lambda f: f.notna(), None)
+        try:
+            frame = pd.read_parquet(path)
+        except (pa.ArrowException, OSError, ValueError) as error:
+            # pyarrow's message names a '<Buffer>', not the file
+            raise InputError(f"{path}: not a Parquet file that can be read "
+                             f"({' '.join(str(error).split())})") from None
+        frame = frame.astype(object).where(lambda f: f.notna(), None)
         return frame, np.arange(1, len(frame) + 1), []
     if suffix in (".csv", ".txt"):
         try:

@@ -158,12 +158,22 @@ def run(config: ReconcileConfig, request: ReconcileRequest,
 
 # --- the command line ----------------------------------------------------------------
 
+def _day(option: str, text: str) -> str:
+    """`text` as a strict YYYY-MM-DD day; the error names the option it came from."""
+    try:
+        return parse_day(text).isoformat()
+    except ValueError as error:
+        raise ValueError(f"{option} {text}: {error}") from None
+
+
 def date_range(args: argparse.Namespace, today: date | None = None) -> tuple[str, str]:
     today = today or datetime.now(UTC).date()
     if args.date:
-        day = "yesterday" if args.date == "yesterday" else args.date
-        value = (today - timedelta(days=1)).isoformat() if day == "yesterday" else day
-        return parse_day(value).isoformat(), parse_day(value).isoformat()
+        if args.date == "yesterday":
+            day = (today - timedelta(days=1)).isoformat()
+            return day, day
+        day = _day("--date", args.date)
+        return day, day
     if args.days:
         if args.days < 1:
             raise ValueError("--days must be at least 1")
@@ -173,8 +183,9 @@ def date_range(args: argparse.Namespace, today: date | None = None) -> tuple[str
         raise ValueError("--to needs --from")
     if not (args.date_from and args.date_to):
         raise ValueError("give --date D, or --from D1 --to D2, or --days N")
-    days_between(args.date_from, args.date_to)
-    return args.date_from, args.date_to
+    first, last = _day("--from", args.date_from), _day("--to", args.date_to)
+    days_between(first, last)
+    return first, last
 
 
 def add_parser(sub: Any) -> None:
