@@ -190,6 +190,8 @@ ACCOUNTING = Row(
      Column("other_gpu_calls", "bigint"),
      Column("other_tracing_spans", "bigint"),
      Column("duplicate_orders", "bigint"),
+     Column("expired", "bigint", "of the late: arrived in time, but behind the state the "
+            "job keeps (an alarm: lost, not late)"),
      Column("processed", "bigint", "used - late - duplicate_orders"),
      Column("final", "boolean", "the end of a bounded input")),
     key=("job",))

@@ -35,3 +35,16 @@ def arrival_bound(arrival_ms: np.ndarray | int, horizon_ms: int) -> np.ndarray:
     """The oldest event time that still counts for a record that arrived then (what a late
     event's row names as the bound it missed)."""
     return np.asarray(arrival_ms, dtype=np.int64) - horizon_ms
+
+
+def correction_reach_ms(horizon_ms: int, max_future_ms: int) -> int:
+    """How far behind a stream's watermark an event that counts can reach its journey, so
+    how much of its users' past the stream keeps to correct with.
+
+    The watermark is the minimum over the partitions that still have records to read, each
+    at most its newest event time so far; those events arrived no later than the record at
+    hand (a partition is appended in arrival order) and ran at most `max_future_ms` ahead of
+    their arrival (the source stamps no event time beyond that). An event that counts
+    happened at most `horizon_ms` before its arrival. So it is at most
+    `horizon_ms + max_future_ms` behind the watermark. With horizon 0 nothing corrects."""
+    return horizon_ms + max_future_ms if horizon_ms > 0 else 0

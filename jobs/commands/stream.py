@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     report = latest_report(bootstrap, topics.accounting, client)
     if report:
         print(format_report(report, topics.dead_letter, topics.late))
-        if not adds_up(report):
+        if not adds_up(report) or report.get("expired", 0):
             return 1
     return 0
 

@@ -32,12 +32,13 @@ from pipelines.flink.jobs import (
     topic_settings,
     unique,
 )
-from pipelines.kafka.io import count_messages, recreate_topics
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, count_messages, recreate_topics
 from pipelines.ltv.publish import fit_and_publish
 from pipelines.ltv.report import refresh_ltv
 from pipelines.settings.job_config import load_config
 from pipelines.settings.paths import state_home
-from pipelines.sources.generator import plan_events, plan_spend
+from pipelines.sources.generator import plan_events
+from pipelines.sources.plan_costs import plan_spend
 from pipelines.sources.publish import (
     DEMO_EXPERIMENTS,
     generated_summary,
@@ -113,7 +114,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, unique(
             [topic for job in STREAMING_JOBS.values() for topic in job.topics(config)]
-            + [CONTROL_TOPIC]), settings=topic_settings(STREAMING_JOBS.values(), config))
+            + [CONTROL_TOPIC]), settings={**topic_settings(STREAMING_JOBS.values(), config),
+                                          topics.spans: SAMPLE_SPANS_TOPIC})
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")

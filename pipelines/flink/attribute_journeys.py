@@ -17,10 +17,12 @@ from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.legacy_state import LegacyBookState
 from pipelines.flink.operator_support import (
     ADMITTED,
+    BEHIND_WATERMARK,
     CLOSED_JOURNEYS,
     CONVERSIONS,
     LATE_EVENTS,
     PICKLE_PROTOCOL,
+    STATE_EXPIRED,
     WITHDRAWN,
     Batch,
     collect_garbage_rarely,
@@ -87,9 +89,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
-                 buckets: int | None = None) -> None:
+                 buckets: int | None = None, reach_ms: int | None = None) -> None:
         self.journey = journey
-        self.horizon_ms = journey.correction_ms
+        # how far behind the watermark an event may still correct (udfs.arrival.
+        # correction_reach_ms; by default the horizon itself)
+        self.horizon_ms = journey.correction_ms if reach_ms is None else reach_ms
         self.buckets = buckets  # kept with the state: a restore under another count fails
         self.process_mode = process_mode
         self.models = models
@@ -202,8 +206,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         added = book.add(events, watermark)
         changes = added.changes
         if size(added.late):
+            # with a horizon these arrived in time (the decoder set the others apart): lost
+            reason = STATE_EXPIRED if self.horizon_ms else BEHIND_WATERMARK
+            bound = max(watermark, book.watermark) - self.horizon_ms
             for event in records_of(added.late):
-                yield LATE_EVENTS, event_json(event, max(watermark, book.watermark))
+                yield LATE_EVENTS, event_json(event, bound, reason)
         elif as_came and size(events) and len(changes.batches) == 1 and size(
                 next(iter(changes.batches.values()))) == size(events):
             # the batch is stored as it came (no need to encode it again)

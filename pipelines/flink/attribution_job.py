@@ -51,12 +51,14 @@ from pipelines.flink.operator_support import (
     DUPLICATE_ORDERS,
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
+    ONE_EXPIRED,
     ONE_LATE,
     ORDERS,
     RESULT_TYPE,
 )
 from pipelines.flink.run_accounting import RunAccounting
 from pipelines.settings.job_config import StreamingJobConfig
+from udfs.arrival import correction_reach_ms
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -66,7 +68,8 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
     raw = from_kafka(env, build_source(config, bootstrap, config.topics.spans,
                                        framed_max_future_ms=int(
                                            config.event_time.max_future_s * 1000)),
-                     otlp_event_time(config), "otlp-spans", "source-otlp-spans")
+                     otlp_event_time(config, bootstrap, config.topics.spans),
+                     "otlp-spans", "source-otlp-spans")
     write(transform(raw, config), config, bootstrap)
 
 
@@ -79,12 +82,14 @@ class JobOutputs(NamedTuple):
 
 
 def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
-    slack_ms = int(config.event_time.max_out_of_orderness_s * 1000)
     settings = config.computation
-    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans, slack_ms,
+    horizon_ms = settings.journey.correction_ms
+    # how far behind the watermark an event that counts by arrival can reach its journey:
+    # the horizon, and how far a record's spans may run ahead of its arrival
+    reach_ms = correction_reach_ms(horizon_ms, int(config.event_time.max_future_s * 1000))
+    decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans,
                                      config.flink.user_buckets,
-                                     config.event_time.max_future_s,
-                                     settings.journey.correction_ms)) \
+                                     config.event_time.max_future_s, horizon_ms)) \
         .name("decode-otlp").uid("decode-otlp")
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
@@ -104,7 +109,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(settings.journey, per_conversion, params,
                                              settings.refit_every_ms if data_driven else None,
-                                             process_mode, config.flink.user_buckets),
+                                             process_mode, config.flink.user_buckets,
+                                             reach_ms),
                            output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
@@ -115,18 +121,19 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                              "closed-journeys-stay-active", "closed-journeys-stay-active")
         fitted = (closed
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(FitDataDrivenModels(data_driven, params, process_mode,
-                                               settings.journey.correction_ms),
+                  .process(FitDataDrivenModels(data_driven, params, process_mode, reach_ms),
                            output_type=RESULT_TYPE)
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
         credits = attributed.union(fitted)
-    # late on decoding (behind its subtask's bound) or on arrival (behind the watermark);
-    # the decoder counts its own in its accounting
-    late_on_arrival = attributed.get_side_output(LATE_EVENTS)
-    late = decoded.get_side_output(LATE_EVENTS).union(late_on_arrival)
+    # late by arrival (the decoder, which counts its own in its accounting), or behind what
+    # the journeys still keep: with a horizon, lost events that counted (an alarm); without
+    # one, every event behind the watermark
+    behind_state = attributed.get_side_output(LATE_EVENTS)
+    late = decoded.get_side_output(LATE_EVENTS).union(behind_state)
     duplicates = dedup.get_side_output(DUPLICATE_ORDERS)
+    one_behind = ONE_EXPIRED if horizon_ms else ONE_LATE
     accounting = (decoded.get_side_output(ACCOUNTING)
-                  .union(late_on_arrival.map(lambda _: ONE_LATE,
+                  .union(behind_state.map(lambda _: one_behind,
                                              output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"),
                          duplicates.map(lambda _: ONE_DUPLICATE_ORDER,

@@ -25,6 +25,7 @@ from pipelines.codec.frame import Framed, unframe
 from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.operator_support import (
     ACCOUNTING,
+    ARRIVED_LATE,
     DEAD_LETTERS,
     LATE_EVENTS,
     ORDERS,
@@ -43,6 +44,7 @@ from schemas.events import (
     take,
 )
 from schemas.records import DeadLetter
+from udfs.arrival import arrival_bound, arrived_in_time
 
 log = logging.getLogger(__name__)
 
@@ -54,28 +56,26 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     ORDERS side output to the duplicate check (pipelines/flink/dedup_orders.py), which
     withdraws from its journey a copy that does not count.
 
-    An event is late when it is not newer than its partition's newest event time before it
-    (the source's header says), or an earlier event of its own message, minus the allowed
-    out-of-orderness and the correction horizon (`journey.correction_days`): decided per
-    record, so the same partition's records are classified the same way whatever the
-    partition count, parallelism or interleaving. An event that passes it but is behind
-    the job's watermark when it reaches its journey (its partition was read late, or sat
-    idle while others moved on) corrects what it changes (udfs/journey_corrections.py).
-    An order already behind this operator's watermark goes to its journey only through
-    the duplicate check (held, then admitted or turned down): a correction cannot wait
-    for the watermark that brings a later copy's withdrawal.
+    An event is late when it reached Kafka more than the correction horizon
+    (`journey.correction_days`) after it happened: its record's timestamp (the source's
+    header carries it) minus its event time, udfs/arrival.py. That is a property of the
+    record, the same whatever the partition count, keying, parallelism, read order or
+    restart. Every other event counts: one behind the job's watermark when it reaches its
+    journey (its partition was read late, a catch-up, a pause) corrects what it changes
+    (udfs/journey_corrections.py). An order already behind this operator's watermark goes
+    to its journey only through the duplicate check (held, then admitted or turned down):
+    a correction cannot wait for the watermark that brings a later copy's withdrawal.
 
     Nothing stops this operator: a null record, unreadable bytes, any error while decoding
     one record become dead letters (with the record's partition and offset), counted.
     """
 
-    def __init__(self, encoding: str, source: str, max_out_of_orderness_ms: int,
-                 buckets: int, max_future_s: float = MAX_FUTURE_S,
-                 correction_ms: int = 0) -> None:
+    def __init__(self, encoding: str, source: str, buckets: int,
+                 max_future_s: float = MAX_FUTURE_S, correction_ms: int = 0) -> None:
         self.encoding = encoding
         self.max_future_s = max_future_s  # a span further ahead of the clock: dead letter
         self.source = source
-        self.slack_ms = max_out_of_orderness_ms + correction_ms
+        self.correction_ms = correction_ms
         self.buckets = buckets
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -109,12 +109,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     def _decode(self, record: Framed, watermark: int) -> Iterator[Any]:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
-        value, newest_before = record.value, record.partition_newest_ms
+        value, arrival = record.value, record.kafka_timestamp_ms
         assert value is not None
         decoded = decode_message(value, self.buckets, self.encoding, self.max_future_s)
         out: list[Any] = []
         if isinstance(decoded, PackedMessage):
-            if self._none_late(decoded.ts_ms, newest_before) and (
+            if self._none_late(decoded.ts_ms, arrival) and (
                     not len(decoded.ts_ms) or int(decoded.ts_ms.min()) > watermark):
                 # the common case, every span plain, none late or behind the watermark:
                 # the scanner's buckets as they are
@@ -140,10 +140,10 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         used = len(touches.ts_ms) + len(orders.ts_ms)
         late_count = 0
         if used:
-            late_touches, late_orders, bounds = self._late(decoded, newest_before)
+            late_touches, late_orders = self._late(decoded, arrival)
             late_count = int(late_touches.sum() + late_orders.sum())
             if late_count:
-                out.extend(self._late_json(decoded, late_touches, late_orders, bounds))
+                out.extend(self._late_json(decoded, late_touches, late_orders, arrival))
             held = ~late_orders & (orders.ts_ms <= watermark)
             if late_count or held.any():
                 batches = by_bucket(decoded, ~late_touches, ~late_orders & ~held)
@@ -171,42 +171,23 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         for key, part in by_order_bucket(orders, self.buckets).items():
             yield ORDERS, (key, int(held), [row + place for row in part])
 
-    @staticmethod
-    def _newest_so_far(ts: np.ndarray, newest_before: int) -> np.ndarray:
-        """For each of these times (in message order), the newest seen up to it."""
-        newest = np.maximum.accumulate(ts)
-        np.maximum(newest, newest_before, out=newest)
-        return newest
+    def _none_late(self, ts: np.ndarray, arrival: int) -> bool:
+        """True when none of these times is late by arrival."""
+        return not len(ts) or bool(arrived_in_time(np.array([int(ts.min())]), arrival,
+                                                   self.correction_ms)[0])
 
-    def _none_late(self, ts: np.ndarray, newest_before: int) -> bool:
-        """True when none of these times (in message order) is late."""
-        if not len(ts):
-            return True
-        return not (ts <= self._newest_so_far(ts, newest_before) - self.slack_ms).any()
-
-    def _late(self, decoded: DecodedEvents,
-              newest_before: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Which touches and orders are late, and the bound each event met (both kinds
-        together, in message order)."""
-        n_touches = len(decoded.touch_seq)
-        seq = np.concatenate([decoded.touch_seq, decoded.order_seq])
-        ts = np.concatenate([decoded.touches.ts_ms, decoded.orders.ts_ms])
-        order = np.argsort(seq, kind="stable")
-        newest = self._newest_so_far(ts[order], newest_before)
-        bounds = np.empty(len(ts), np.int64)
-        bounds[order] = newest - self.slack_ms
-        late = ts <= bounds
-        return late[:n_touches], late[n_touches:], bounds
+    def _late(self, decoded: DecodedEvents, arrival: int) -> tuple[np.ndarray, np.ndarray]:
+        """Which touches and which orders arrived too late to count."""
+        return (~arrived_in_time(decoded.touches.ts_ms, arrival, self.correction_ms),
+                ~arrived_in_time(decoded.orders.ts_ms, arrival, self.correction_ms))
 
     def _late_json(self, decoded: DecodedEvents, late_touches: np.ndarray,
-                   late_orders: np.ndarray, bounds: np.ndarray) -> Iterator[Any]:
-        n_touches = len(late_touches)
+                   late_orders: np.ndarray, arrival: int) -> Iterator[Any]:
         late = EventColumns(take(decoded.touches, late_touches), take(decoded.orders,
                                                                      late_orders))
         seq = np.concatenate([decoded.touch_seq[late_touches],
                               decoded.order_seq[late_orders]])
-        bound = np.concatenate([bounds[:n_touches][late_touches],
-                                bounds[n_touches:][late_orders]])
         records = records_of(late)
+        bound = int(arrival_bound(arrival, self.correction_ms))
         for at in np.argsort(seq, kind="stable").tolist():  # message order
-            yield LATE_EVENTS, event_json(records[at], int(bound[at]))
+            yield LATE_EVENTS, event_json(records[at], bound, ARRIVED_LATE)

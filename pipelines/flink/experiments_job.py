@@ -193,7 +193,8 @@ def build_experiments_pipeline(env: StreamExecutionEnvironment, config: Streamin
     spans = from_kafka(
         env, build_source(config, bootstrap, topics.spans, "-experiments",
                           framed_max_future_ms=int(config.event_time.max_future_s * 1000)),
-        otlp_event_time(config), "experiment-spans", "experiments-source-spans")
+        otlp_event_time(config, bootstrap, topics.spans, "-experiments"), "experiment-spans",
+        "experiments-source-spans")
     exposures = spans.process(DecodeExposures(config.input.encoding, topics.spans,
                                               config.event_time.max_future_s)) \
         .name("decode-exposures").uid("experiments-decode-exposures")

@@ -312,10 +312,12 @@ def build_gpu_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
     max_future_ms = int(config.event_time.max_future_s * 1000)
     raw_metrics = from_kafka(env, build_source(config, bootstrap, gpu.metrics_topic, "-gpu",
                                                max_future_ms, "METRICS"),
-                             otlp_event_time(config), "otlp-metrics", "source-otlp-metrics")
+                             otlp_event_time(config, bootstrap, gpu.metrics_topic, "-gpu"),
+                             "otlp-metrics", "source-otlp-metrics")
     raw_spans = from_kafka(env, build_source(config, bootstrap, config.topics.spans, "-gpu",
                                              max_future_ms, "TRACES"),
-                           otlp_event_time(config), "otlp-spans-gpu", "source-otlp-spans-gpu")
+                           otlp_event_time(config, bootstrap, config.topics.spans, "-gpu"),
+                           "otlp-spans-gpu", "source-otlp-spans-gpu")
     samples = raw_metrics.process(DecodeSamples(gpu.metrics_topic)) \
         .name("decode-gpu-samples").uid("decode-gpu-samples")
     calls = raw_spans.process(DecodeCalls(config.event_time.max_future_s)) \

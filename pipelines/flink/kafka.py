@@ -68,9 +68,10 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
     if framed_max_future_ms is None:
         builder = builder.set_value_only_deserializer(ByteArraySchema())
     else:
+        # reports what it reads under the group: the watermarks' idleness asks (PartitionLag)
         builder._j_builder.setDeserializer(
-            _job_classes().io.seedance.flink.FramedOtlpDeserializer(framed_max_future_ms,
-                                                                   signal))
+            _job_classes().io.seedance.flink.FramedOtlpDeserializer(
+                framed_max_future_ms, signal, config.input.group_id + group_suffix))
     for key, value in _kafka_properties(config).items():
         builder = builder.set_property(key, value)
     if config.input.bounded:
@@ -78,12 +79,14 @@ def build_source(config: StreamingJobConfig, bootstrap: str, topic: str,
     return builder.build()
 
 
-def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
+def otlp_event_time(config: StreamingJobConfig, bootstrap: str | None = None,
+                    topic: str | None = None, group_suffix: str = "") -> WatermarkStrategy:
     """Watermarks made per Kafka partition inside the source, from each framed record's event
     time (io.seedance.flink.LagAwareWatermarks): a subtask's watermark is the minimum over
-    its partitions; a partition silent for `event_time.idleness_s` stops holding it back,
-    unless its last record was read behind the head of its log (then after
-    `event_time.backlog_idleness_s`: its reader may be busy elsewhere)."""
+    its partitions; a partition silent for `event_time.idleness_s` stops holding it back
+    once everything in it has been read (the broker's end offsets for `topic`, asked with
+    the job's client settings, against what the source read under its group), or after
+    `event_time.backlog_idleness_s` of silence where that cannot be known."""
     event_time = config.event_time
     idleness_ms = int(event_time.idleness_s * 1000)
     backlog_idleness_ms = int(event_time.backlog_idleness_s * 1000)
@@ -93,8 +96,20 @@ def otlp_event_time(config: StreamingJobConfig) -> WatermarkStrategy:
         # watermark to the end of time while this one's data still waits: then nothing
         # after it would ever be stepped
         idleness_ms = backlog_idleness_ms = NEVER_IDLE_MS
-    return WatermarkStrategy(_job_classes().io.seedance.flink.LagAwareWatermarks(
-        int(event_time.max_out_of_orderness_s * 1000), idleness_ms, backlog_idleness_ms))
+    jvm = _job_classes()
+    out_of_orderness_ms = int(event_time.max_out_of_orderness_s * 1000)
+    if bootstrap is None or topic is None:
+        return WatermarkStrategy(jvm.io.seedance.flink.LagAwareWatermarks(
+            out_of_orderness_ms, idleness_ms, backlog_idleness_ms))
+    client = jvm.java.util.Properties()
+    client.setProperty("bootstrap.servers", bootstrap)
+    client.setProperty("isolation.level", "read_committed")  # as the source reads
+    client.setProperty("group.id", config.input.group_id + group_suffix)
+    for key, value in _kafka_properties(config).items():
+        client.setProperty(key, value)
+    return WatermarkStrategy(jvm.io.seedance.flink.LagAwareWatermarks(
+        out_of_orderness_ms, idleness_ms, backlog_idleness_ms,
+        config.input.group_id + group_suffix, topic, client, config.input.starting_offsets))
 
 
 NEVER_IDLE_MS = 100 * 365 * 86_400_000  # a century: longer than any run

@@ -48,6 +48,7 @@ def counted(**counts: int) -> tuple[int, ...]:
 
 
 ONE_LATE = counted(late=1)
+ONE_EXPIRED = counted(late=1, expired=1)
 ONE_DUPLICATE_ORDER = counted(dead_lettered=1, duplicate_orders=1)
 
 
@@ -81,9 +82,18 @@ def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
 
 
 
-def event_json(event: Event, watermark: int) -> str:
-    """A late event as the late-events topic carries it, with the bound it missed."""
+# Why an event is on the late-events topic:
+ARRIVED_LATE = "arrived_late"  # it reached Kafka more than the horizon after it happened
+# it arrived in time, but behind what the job still keeps of its users (the watermark ran
+# further ahead of it than the reach of corrections): lost, an alarm (accounting `expired`)
+STATE_EXPIRED = "state_expired"
+BEHIND_WATERMARK = "behind_watermark"  # corrections off (horizon 0): behind the watermark
+
+
+def event_json(event: Event, bound: int, reason: str) -> str:
+    """A late event as the late-events topic carries it, with why and the bound it missed
+    (`watermark_ms`: the oldest event time that still counted)."""
     body = {"type": "touchpoint" if isinstance(event, Touchpoint) else "conversion",
-            **event._asdict(), "watermark_ms": watermark}
+            **event._asdict(), "watermark_ms": bound, "reason": reason}
     return orjson.dumps(body).decode()
 

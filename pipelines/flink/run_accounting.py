@@ -47,6 +47,7 @@ class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]
 
 
 def accounting_json(job: str, totals: tuple[int, ...], final: bool) -> str:
+    totals = (*totals, *(0,) * (len(COUNTS) - len(totals)))  # kept by an earlier version
     row = dict(zip(COUNTS, totals, strict=True))
     row["processed"] = row["used"] - row["late"] - row["duplicate_orders"]
     return orjson.dumps({"job": job, **row, "final": final}).decode()

@@ -16,6 +16,11 @@ from pipelines.kafka.reader import TopicReader
 # Records written by the jobs carry event time, which can be older than the retention
 # period; topics created here keep records by their arrival time instead.
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+# A sample's spans topic (`seedance generate`, the demo, the tests, the benches): its records
+# carry when each would have arrived (CreateTime), which decides whether its events count
+# (udfs/arrival.py); kept whatever their age. A live spans topic is better stamped by the
+# broker (LogAppendTime: no producer's clock decides; docs/operations.md).
+SAMPLE_SPANS_TOPIC = {"message.timestamp.type": "CreateTime", "retention.ms": "-1"}
 
 
 def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
@@ -38,6 +43,20 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
     finally:
         admin.close()
     _wait_for_leaders(bootstrap, topics, client=client)
+
+
+def timestamp_type(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> str:
+    """The topic's message.timestamp.type (CreateTime or LogAppendTime)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
+    try:
+        found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)],
+                                       config_filter="all")
+    finally:
+        admin.close()
+    (configs,) = [c for by_name in found.values() for n, c in by_name.items() if n == topic]
+    return str(configs["message.timestamp.type"]["value"])
 
 
 def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1,

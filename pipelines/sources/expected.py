@@ -1,39 +1,38 @@
 """What a run over a plan should count: the events a pipeline uses, and which of the
-held-back ones (emitted after everything else) a stream corrects with rather than sets
-aside as late."""
+held-back ones (emitted after everything else) count by arrival rather than go to the late
+events (udfs/arrival.py: an event counts when its record reached Kafka no more than the
+horizon after it happened; the plan knows when each record arrives, `arrivals_ns`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipelines.sources.generator import LATE_RANK, Plan, PlannedEvent
+import numpy as np
+
+from pipelines.sources.generator import LATE_RANK, SHIP_EVERY_NS, Plan, PlannedEvent, arrivals_ns
+from udfs.arrival import arrived_in_time
 
 JOURNEY_KINDS = ("touchpoint", "conversion")
 
 
 def valid_events(plan: Plan, correction_ms: int | None = None,
-                 slack_ms: int = 300_000) -> Iterable[PlannedEvent]:
-    """Events the pipeline should use: not broken at the source and not emitted late; with
-    `correction_ms` (a stream's correction horizon), also the held-back events it corrects
-    with (`late_beyond`)."""
-    corrections = set() if correction_ms is None else _corrections(plan, correction_ms,
-                                                                    slack_ms)
-    return (e for at, e in enumerate(plan.events)
-            if e.kind in JOURNEY_KINDS
-            and (e.emit_rank < LATE_RANK or at in corrections))
+                 ship_every_ns: int = SHIP_EVERY_NS) -> Iterable[PlannedEvent]:
+    """Events the pipeline should use: not broken at the source and, without
+    `correction_ms`, not emitted late; with `correction_ms` (a stream's correction
+    horizon), every one that arrived within it (`late_beyond` counts the rest)."""
+    if correction_ms is None:
+        return (e for e in plan.events if e.kind in JOURNEY_KINDS and e.emit_rank < LATE_RANK)
+    counts = in_time(plan, correction_ms, ship_every_ns)
+    return (e for e, ok in zip(plan.events, counts, strict=True)
+            if e.kind in JOURNEY_KINDS and ok)
 
 
-def _corrections(plan: Plan, correction_ms: int, slack_ms: int) -> set[int]:
-    """Where in `plan.events` the held-back events within the horizon are."""
-    newest = -(2**63)
-    within = set()
-    for at, e in enumerate(plan.events):  # in emission order
-        ms = e.ts_ns // 1_000_000
-        if e.emit_rank >= LATE_RANK and e.kind in JOURNEY_KINDS \
-                and ms > newest - slack_ms - correction_ms:
-            within.add(at)
-        newest = max(newest, ms)  # every span moves its partition's newest time
-    return within
+def in_time(plan: Plan, correction_ms: int, ship_every_ns: int = SHIP_EVERY_NS) -> np.ndarray:
+    """For each event of the plan, whether it arrives within the horizon."""
+    ts_ms = np.fromiter((e.ts_ns // 1_000_000 for e in plan.events), np.int64,
+                        len(plan.events))
+    arrival_ms = np.asarray(arrivals_ns(plan.events, ship_every_ns), np.int64) // 1_000_000
+    return arrived_in_time(ts_ms, arrival_ms, correction_ms)
 
 
 def valid_exposures(plan: Plan) -> Iterable[PlannedEvent]:
@@ -41,8 +40,10 @@ def valid_exposures(plan: Plan) -> Iterable[PlannedEvent]:
     return (e for e in plan.events if e.kind == "exposure")
 
 
-def late_beyond(plan: Plan, correction_ms: int, slack_ms: int = 300_000) -> int:
-    """Of the held-back events, those a stream with this correction horizon takes as late
-    (the rest correct): at or behind the newest event before them, minus the allowed
-    out-of-orderness and the horizon (on one partition, exactly)."""
-    return plan.late_count - len(_corrections(plan, correction_ms, slack_ms))
+def late_beyond(plan: Plan, correction_ms: int,
+                ship_every_ns: int = SHIP_EVERY_NS) -> int:
+    """The journey events a stream with this correction horizon takes as late: those that
+    arrive more than the horizon after they happened (whatever the partitioning)."""
+    counts = in_time(plan, correction_ms, ship_every_ns)
+    return sum(1 for e, ok in zip(plan.events, counts, strict=True)
+               if e.kind in JOURNEY_KINDS and not ok)

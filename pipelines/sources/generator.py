@@ -20,10 +20,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from pipelines.sources.ad_spend import SpendRecord
 from pipelines.sources.repeat_buying import DIRECT, Order, RepeatBuying
 from schemas import telemetry as attr
-from schemas.gpu import GpuSample
 
 CHANNELS: dict[str, tuple[str, ...]] = {
     "paid_search": ("gs-brand", "gs-generic"),
@@ -200,29 +198,6 @@ def _with_experiment(events: list[PlannedEvent], experiment: ExperimentPlan,
     return out
 
 
-# Which ad platform bills a campaign, and a rough price per touch it drove.
-AD_ACCOUNTS = {"gs-": ("google_ads", "123-456-7890", 4.50), "meta-": ("meta", "act_1001", 3.50),
-               "dv360-": ("dv360", "adv-77", 2.00), "aff-": ("affiliate", "aff-net-5", 1.50)}
-
-
-def plan_spend(plan: Plan, seed: int = 7) -> list[SpendRecord]:
-    """Daily spend of the paid campaigns in the plan: touches that day x a price, with noise
-    (email and organic cost nothing here). Deterministic for a plan and seed."""
-    rng = random.Random(seed)
-    touches: dict[tuple[str, str], int] = {}
-    for event in plan.events:
-        if event.kind == "touchpoint" and event.campaign:
-            day = datetime.fromtimestamp(event.ts_ns / 1e9, UTC).strftime("%Y-%m-%d")
-            touches[event.campaign, day] = touches.get((event.campaign, day), 0) + 1
-    out = []
-    for (campaign, day), count in sorted(touches.items()):
-        for prefix, (platform, account, price) in AD_ACCOUNTS.items():
-            if campaign.startswith(prefix):
-                amount = round(count * price * (0.8 + 0.4 * rng.random()), 2)
-                out.append(SpendRecord(platform, account, campaign, day, amount, "USD"))
-    return out
-
-
 LATE_RANK = 1e31  # emitted after everything else: far behind the watermark
 MALFORMED_SAMPLES = [
     b"this is not OTLP",
@@ -303,16 +278,46 @@ class SpanEmitter:
         self.provider.shutdown()
 
 
+SHIP_EVERY_NS = HOUR_NS  # the sample's shop ships what it has on every hour
+
+
+def arrivals_ns(events: list[PlannedEvent], ship_every_ns: int = SHIP_EVERY_NS) -> list[int]:
+    """When each event (in emission order) reaches Kafka: at the next shipping time after
+    the newest time emitted so far (the emission clock: an event's emission rank where it
+    is a time, else its event time). An event emitted behind newer ones, a held-back one
+    above all, arrives with them: how late it came is a property of the record
+    (udfs/arrival.py), the same for every way the topic is read."""
+    out = []
+    clock = 0
+    for event in events:
+        rank = event.emit_rank
+        clock = max(clock, int(rank) if 0 < rank < LATE_RANK else event.ts_ns)
+        out.append(-(-clock // ship_every_ns) * ship_every_ns)
+    return out
+
+
 def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
          seed: int = 7, batch_size: int = 500,
-         progress: Callable[[int, int], None] | None = None) -> int:
-    """Emit the plan through the OpenTelemetry SDK; returns the number of spans exported."""
+         progress: Callable[[int, int], None] | None = None,
+         ship_every_ns: int = SHIP_EVERY_NS) -> int:
+    """Emit the plan through the OpenTelemetry SDK; returns the number of spans exported.
+    Spans go out in messages of at most `batch_size`, one shipping time each
+    (`arrivals_ns`), stamped with it where the exporter stamps records (KafkaSpanExporter's
+    `timestamp_ms`: the record's CreateTime)."""
     emitter = SpanEmitter(exporter, seed, batch_size)
     # Malformed messages go out at fixed points of the stream, between span batches.
     checkpoints = {int(len(plan.events) * (i + 1) / (len(plan.malformed) + 1)): payload
                    for i, payload in enumerate(plan.malformed)}
     spans = 0
-    for position, event in enumerate(plan.events):
+    shipping = 0
+    for position, (event, arrival) in enumerate(zip(plan.events,
+                                                    arrivals_ns(plan.events, ship_every_ns),
+                                                    strict=True)):
+        if arrival != shipping:
+            emitter.flush()
+            shipping = arrival
+            if hasattr(exporter, "timestamp_ms"):
+                exporter.timestamp_ms = arrival // 1_000_000
         if position in checkpoints:
             emitter.flush()
             send_raw(checkpoints[position])
@@ -368,31 +373,3 @@ def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
                           ).end(end_time=start + 9_000_000)
     root.end(end_time=start + 80_000_000)
     return 2
-
-
-def gpu_samples(plan: Plan, interval_ms: int = 60_000, seed: int = 7) -> list[GpuSample]:
-    """DCGM-like samples of the plan's GPUs around their calls (the interval that holds a
-    call and the one before it); the time in between is left unsampled, as when a node is
-    scaled down. A GPU that runs a batch workload is up, and sampled, from its first
-    run to its last."""
-    rng = random.Random(seed ^ 0x6A)
-    stamps: dict[str, set[int]] = {gpu: set() for gpu in GPUS}
-    for gpu in GPUS:
-        runs = [e for e in plan.events if e.kind == "gpu_batch" and e.gpu_uuid == gpu]
-        if runs:
-            first = runs[0].ts_ns // 1_000_000 // interval_ms * interval_ms
-            last = max(e.ts_ns + e.duration_ns for e in runs) // 1_000_000
-            stamps[gpu].update(range(first, last + interval_ms, interval_ms))
-    for event in plan.events:
-        if event.gpu_uuid and event.emit_rank < LATE_RANK and event.kind != "gpu_batch":
-            end_ms = (event.ts_ns + 42_000_000) // 1_000_000
-            closing = -(-end_ms // interval_ms) * interval_ms
-            stamps[event.gpu_uuid].update((closing - interval_ms, closing))
-    out = []
-    for gpu, times in stamps.items():
-        for ts in sorted(times):
-            out.append(GpuSample(ts, gpu, GPU_MODELS[gpu], "gpu-node-1", "", "",
-                                 round(rng.uniform(5, 90), 1), round(rng.uniform(2, 60), 1),
-                                 round(rng.uniform(2_000, 30_000)), 40_000.0,
-                                 round(rng.uniform(80, 350), 1), float(ts)))
-    return sorted(out, key=lambda s: (s.ts_ms, s.gpu_uuid))

@@ -4,7 +4,9 @@ Wire format is that of the OpenTelemetry Collector's kafka exporter, so a Collec
 receiver can read what this writes, and this pipeline can read what a Collector writes:
 one `ExportTraceServiceRequest` per message value (`otlp_proto` by default, or
 `otlp_json`); with `partition_by_trace=True` one message per trace, keyed by the trace id
-as 32 lowercase hex digits (the Collector's `partition_traces_by_id`).
+as 32 lowercase hex digits (the Collector's `partition_traces_by_id`). Records carry the
+producer's send time as their timestamp (CreateTime), or `timestamp_ms` where it is set (a
+sample replaying when its spans arrived: pipelines.sources.generator.emit).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class KafkaSpanExporter(SpanExporter):
             **producer_config,
         )
         self._closed = False
+        # the records' timestamp (ms); None: the producer's clock at sending
+        self.timestamp_ms: int | None = None
 
     def _encode(self, spans: Sequence[ReadableSpan]) -> list[bytes]:
         """Encode spans into one or more messages, each under max_message_bytes."""
@@ -83,7 +87,8 @@ class KafkaSpanExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         try:
-            futures = [self._producer.send(self.topic, key=key, value=body)
+            futures = [self._producer.send(self.topic, key=key, value=body,
+                                           timestamp_ms=self.timestamp_ms)
                        for key, body in self._batches(spans)]
             self._producer.flush()
             for future in futures:
@@ -106,16 +111,21 @@ class KafkaSpanExporter(SpanExporter):
 
 class CollectingProducer:
     """Stands in for a KafkaProducer where no broker is wanted (benchmarks, tests): keeps
-    every message value in order, in `values`; `append` takes raw values the same way."""
+    every message value in order, in `values`, and its timestamp in `timestamps` (None where
+    the producer's clock would set it); `append` takes raw values the same way."""
 
     def __init__(self) -> None:
         self.values: list[bytes] = []
+        self.timestamps: list[int | None] = []
 
     def append(self, value: bytes) -> None:
         self.values.append(value)
+        self.timestamps.append(None)
 
-    def send(self, topic: str, key: bytes | None = None, value: bytes = b"") -> object:
+    def send(self, topic: str, key: bytes | None = None, value: bytes = b"",
+             timestamp_ms: int | None = None) -> object:
         self.values.append(value)
+        self.timestamps.append(timestamp_ms)
         return self
 
     def get(self, timeout: float | None = None) -> None:

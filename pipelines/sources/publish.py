@@ -13,8 +13,9 @@ from typing import Any
 from pipelines.codec.metrics import encode_samples
 from pipelines.kafka.io import producer
 from pipelines.sources.ad_spend import SpendRecord
-from pipelines.sources.generator import ExperimentPlan, Plan, emit, gpu_samples
+from pipelines.sources.generator import ExperimentPlan, Plan, emit
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.sources.plan_costs import gpu_samples
 
 # The sample's experiments (`seedance generate --experiments`, the demo): a bidding
 # strategy that earns a third more per order than the control (a real lift the strategy

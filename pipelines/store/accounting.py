@@ -27,8 +27,22 @@ def adds_up(report: dict[str, Any]) -> bool:
 
 def format_report(report: dict[str, Any], dead_letter_topic: str, late_topic: str) -> str:
     check = "adds up" if adds_up(report) else "DOES NOT ADD UP"
-    return (f"Accounting ({'final' if report['final'] else 'running'}): "
+    state = "final" if report["final"] else "running"
+    return expired_alarm(report, late_topic) + (f"Accounting ({state}): "
             f"{report['records_in']:,} records in ({report['messages']:,} messages) = "
             f"{report['processed']:,} processed + {report['dead_lettered']:,} dead-lettered "
             f"({dead_letter_topic}) + {report['late']:,} late ({late_topic}) + "
             f"{report['other']:,} not for this job -- {check}")
+
+
+def expired_alarm(report: dict[str, Any], late_topic: str) -> str:
+    """The alarm for events that counted by arrival but came behind the state the job
+    keeps (lost: they are among the late, reason state_expired); '' when there is none."""
+    expired = report.get("expired", 0)
+    if not expired:
+        return ""
+    return (f"ALARM: {expired:,} events arrived within the correction horizon but behind the "
+            f"journeys the job still keeps: they are NOT in the results ({late_topic}, "
+            "reason state_expired). The watermark ran ahead of them: a partition declared "
+            "idle with records unread, or a catch-up drift over the correction reach "
+            "(docs/operations.md).\n")

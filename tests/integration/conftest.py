@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from pipelines.flink.cluster import LocalFlinkCluster
-from pipelines.kafka.io import ensure_topics
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.stack.postgres import LocalPostgres
@@ -87,6 +87,8 @@ def topic(kafka: str, request: pytest.FixtureRequest) -> Callable[[str], str]:
     def make(purpose: str, partitions: int = 1, config: dict[str, str] | None = None) -> str:
         name = f"{request.node.name[:40]}-{purpose}-{next(_topic_ids)}".replace("[", "_") \
             .replace("]", "_")
+        if purpose == "spans":  # the tests publish samples stamped with their arrival
+            config = {**SAMPLE_SPANS_TOPIC, **(config or {})}
         ensure_topics(kafka, [name], partitions, config)
         return name
 

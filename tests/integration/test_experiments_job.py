@@ -23,8 +23,8 @@ from pipelines.sources.generator import (
     ExperimentPlan,
     PlannedEvent,
     plan_events,
-    plan_spend,
 )
+from pipelines.sources.plan_costs import plan_spend
 from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import messages, publish

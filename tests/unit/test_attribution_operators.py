@@ -44,11 +44,13 @@ from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
+from udfs.arrival import correction_reach_ms
 from udfs.journey_book import JourneyBook, bucket_of
 from udfs.journeys import JourneyConfig, JourneyState
 from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams
 
 SLACK_MS = 5 * 60_000  # the job's default allowed out-of-orderness
+MAX_FUTURE_MS = 5 * 60_000  # ... and event_time.max_future_s
 BUCKETS = 4
 PER_CONVERSION = PER_CONVERSION_MODELS
 DATA_DRIVEN = DATA_DRIVEN_MODELS
@@ -59,19 +61,21 @@ class Job:
     """One parallel instance of each operator, reading one partition; a checkpoint is
     each operator's keyed state and timers (the watermark with them). The source's part
     is played as the job's source plays it (io.seedance.flink.FramedOtlpDeserializer,
-    whose reference is pipelines.codec.frame): each message framed with its partition's
-    newest event time before it, and the watermark that time minus the allowed lateness;
-    neither is kept in a checkpoint (the source reader keeps them in memory)."""
+    whose reference is pipelines.codec.frame): each message framed with its arrival (its
+    record's timestamp, `Stamped`) and its partition's newest event time before it, and
+    the watermark that time minus the allowed lateness; neither is kept in a checkpoint
+    (the source reader keeps them in memory)."""
 
     def __init__(self, state: dict[str, Any] | None = None,
                  journey: JourneyConfig | None = None) -> None:
         journey = journey or JourneyConfig()
-        self.decode = DecodeOtlp("auto", "spans", SLACK_MS, BUCKETS,
+        self.decode = DecodeOtlp("auto", "spans", BUCKETS,
                                  correction_ms=journey.correction_ms)
+        reach = correction_reach_ms(journey.correction_ms, MAX_FUTURE_MS)
         self.attribute = AttributeJourneys(journey, PER_CONVERSION, ModelParams(),
-                                           REFIT_MS, process_mode=False, buckets=BUCKETS)
-        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(),
-                                       horizon_ms=journey.correction_ms)
+                                           REFIT_MS, process_mode=False, buckets=BUCKETS,
+                                           reach_ms=reach)
+        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(), horizon_ms=reach)
         self.dedup = DedupOrders(BUCKETS, JourneyConfig().duplicate_order_ms,
                                  process_mode=False, source="spans")
         state = copy.deepcopy(state) if state else {}
@@ -106,7 +110,8 @@ class Job:
         (as when the others are idle: the adversary's watermark)."""
         event_time = newest_start_ms(message, 2**62)
         before = self.newest_of.get(partition, NO_TIME)
-        framed = frame(message, partition, self.offset, 0, event_time, before)
+        framed = frame(message, partition, self.offset, getattr(message, "timestamp_ms", 0),
+                       event_time, before)
         self.offset += 1
         self.newest_of[partition] = max(before, event_time)
         self.partition_newest = max(self.newest_of.values())
@@ -186,7 +191,22 @@ def stream() -> tuple[Any, list[bytes]]:
     plan = plan_events(300, seed=21)
     sink = CollectingProducer()
     emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=16)
-    return plan, sink.values
+    return plan, stamped(sink)
+
+
+class Stamped(bytes):
+    """A message value with its record's timestamp (when it arrived)."""
+
+    timestamp_ms: int = 0
+
+
+def stamped(sink: CollectingProducer) -> list[bytes]:
+    out = []
+    for value, timestamp in zip(sink.values, sink.timestamps, strict=True):
+        message = Stamped(value)
+        message.timestamp_ms = timestamp or 0
+        out.append(message)
+    return out
 
 
 def run(job: Job, messages: list[bytes]) -> Job:
@@ -220,12 +240,12 @@ def test_the_operators_give_the_batch_reference_credits(stream, correction_days)
     assert got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
     # of the touches held back to the end, those within the horizon corrected; the rest late
-    late_ones = late_beyond(plan, horizon, SLACK_MS)
+    late_ones = late_beyond(plan, horizon)
     assert 0 < late_ones <= plan.late_count
     assert late_ones < plan.late_count or correction_days < 30
     assert job.conversions > 0 and job.late == late_ones
-    messages_, records_in, used, other, dead, late, gpu_calls, tracing, _ = job.counts
-    assert (messages_, dead, late) == (len(messages), job.dead, late_ones)
+    messages_, records_in, used, other, dead, late, gpu_calls, tracing, _, expired = job.counts
+    assert (messages_, dead, late, expired) == (len(messages), job.dead, late_ones, 0)
     assert records_in == used + other + dead
     assert other == gpu_calls + tracing and gpu_calls > 0 and tracing > 0
     assert {c["stage"] for c in job.credits} >= {"new", "repeat"}
@@ -307,7 +327,7 @@ def _messages(events: list[PlannedEvent]) -> list[bytes]:
     sink = CollectingProducer()
     emit(Plan(events=events), KafkaSpanExporter("unused:0", producer=sink), sink.append,
          batch_size=len(events))
-    return sink.values
+    return stamped(sink)
 
 
 def test_an_order_sent_again_is_credited_once():

@@ -9,10 +9,10 @@ from pipelines.sources.generator import (
     BATCH_WORKLOAD,
     LATE_RANK,
     emit,
-    gpu_samples,
     plan_events,
 )
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from pipelines.sources.plan_costs import gpu_samples
 from schemas.gpu import load_catalog
 from schemas.records import GpuCall
 from udfs.gpu_cost import allocate_gpu

@@ -100,24 +100,58 @@ def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(m
             newest_start_ms(message, max_ms, signal=METRICS), seed
 
 
-def test_a_partition_read_behind_its_head_is_not_taken_for_an_idle_one():
-    """io.seedance.flink.LagAwareWatermarks: silent for `idleness` after a record read at
-    the head of its log (the broker took it a second before): idle. Silent as long after
-    a record read a minute behind the head (a backlog; the reader may be busy with another
-    partition's fetch): not idle until `backlog_idleness`."""
-    from pipelines.flink.kafka import _job_classes
+def _generator(group: str, ends: dict[int, int], starts: dict[int, int]):
+    """A partition's generator whose PartitionLag knows these log ends and starts (as if
+    the broker had answered so), with idleness 10 s and backlog idleness 300 s."""
+    jvm = _job_classes()
+    lag = jvm.io.seedance.flink.PartitionLag.of(group, "spans")
+    lag.known(_offsets(ends), _offsets(starts))
+    return jvm.io.seedance.flink.LagAwareWatermarks.generator(10_000, 300_000, lag), lag
 
-    generator = _job_classes().io.seedance.flink.LagAwareWatermarks(
-        300_000, 10_000, 300_000).createWatermarkGenerator(None)
+
+def _offsets(values: dict[int, int]) -> str:
+    return ",".join(f"{partition}:{offset}" for partition, offset in values.items())
+
+
+def _job_classes():
+    from pipelines.flink.kafka import _job_classes as classes
+
+    return classes()
+
+
+def test_a_partition_with_records_not_read_yet_is_never_idle():
+    """io.seedance.flink.LagAwareWatermarks with PartitionLag: a partition silent for the
+    idleness is idle only once its reader has read up to the log's end; one nothing has
+    been read from yet is idle only while no such partition has records to read (a
+    catch-up whose reader has not reached it: not idle, however long it waits, up to the
+    backlog idleness, the last resort when nothing can be known)."""
     t = 1_790_000_000_000
-    generator.seen(frame(b"x", 0, 0, t - 1_000, t, NO_TIME), t)
-    assert not generator.idleAt(t + 9_999) and generator.idleAt(t + 10_000)
-    generator.seen(frame(b"x", 0, 1, t - 60_000, t, NO_TIME), t)
-    assert not generator.idleAt(t + 10_000) and not generator.idleAt(t + 299_999)
-    assert generator.idleAt(t + 300_000)
-    quiet = _job_classes().io.seedance.flink.LagAwareWatermarks(
+    # partition 0: 5 records, partition 1: 3 records, reading from offset 0
+    read, lag = _generator("g-read", {0: 5, 1: 3}, {0: 0, 1: 0})
+    lag.read(0, 3)  # offsets 0..3 read of partition 0: one record left
+    read.seen(frame(b"x", 0, 3, t, t, NO_TIME), t)
+    assert not read.idleAt(t + 10_000) and not read.idleAt(t + 299_999)
+    assert read.idleAt(t + 300_000)  # the last resort
+    lag.read(0, 4)
+    read.seen(frame(b"x", 0, 4, t, t, NO_TIME), t)
+    assert not read.idleAt(t + 9_999) and read.idleAt(t + 10_000)  # all read: quiet
+    # a generator of a partition nothing has been read from: partition 1 has 3 records
+    unread, _ = _generator("g-read", {0: 5, 1: 3}, {0: 0, 1: 0})
+    assert not unread.idleAt(t) and not unread.idleAt(t + 60_000)
+    lag.read(1, 2)  # partition 1 read to its end elsewhere: no unread partition is left
+    assert unread.idleAt(t + 70_000)
+    # nothing known from the broker (no answer yet): idle only after the backlog idleness
+    blind = _job_classes().io.seedance.flink.LagAwareWatermarks(
         300_000, 10_000, 300_000).createWatermarkGenerator(None)
-    assert not quiet.idleAt(t) and quiet.idleAt(t + 10_000)  # nothing read: as Flink's
+    assert not blind.idleAt(t) and not blind.idleAt(t + 299_999) and blind.idleAt(t + 300_000)
+
+
+def test_an_empty_partition_goes_idle_after_the_idleness():
+    """Where reading starts at a partition's end (nothing committed past it, an empty log),
+    nothing is unread: idle after the idleness, as a quiet partition should be."""
+    t = 1_790_000_000_000
+    empty, _ = _generator("g-empty", {0: 7, 1: 0}, {0: 7, 1: 0})
+    assert not empty.idleAt(t) and empty.idleAt(t + 10_000)
 
 
 def test_a_bounded_run_takes_no_partition_for_idle():

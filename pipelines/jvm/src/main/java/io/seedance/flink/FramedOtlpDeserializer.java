@@ -38,7 +38,9 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
 
     private final long maxFutureMs;
     private final OtlpEventTime.Signal signal;
+    private final String group; // null: read positions are not reported (PartitionLag)
     private transient Map<Integer, Long> newestByPartition;
+    private transient PartitionLag lag;
 
     /** Trace records: @param maxFutureMs start times further ahead of this clock are not
      * event time */
@@ -49,8 +51,15 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
     /** @param signal TRACES or METRICS: where a record's event time is; NONE: the record
      * is no OTLP (a JSON row), framed for its place alone, without event time */
     public FramedOtlpDeserializer(long maxFutureMs, String signal) {
+        this(maxFutureMs, signal, null);
+    }
+
+    /** @param group the source's consumer group: each record's offset is reported to
+     * {@link PartitionLag} under it, for the watermarks' idleness */
+    public FramedOtlpDeserializer(long maxFutureMs, String signal, String group) {
         this.maxFutureMs = maxFutureMs;
         this.signal = NO_SIGNAL.equals(signal) ? null : OtlpEventTime.Signal.valueOf(signal);
+        this.group = group;
     }
 
     @Override
@@ -58,9 +67,21 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
         if (newestByPartition == null) {
             newestByPartition = new HashMap<>();
         }
+        if (group != null) {
+            if (lag == null) {
+                lag = PartitionLag.of(group, record.topic());
+            }
+            lag.read(record.partition(), record.offset());
+        }
         byte[] value = record.value();
+        // spans further ahead than that of the clock, or of the record's arrival where it
+        // has one, are no event time: what runs ahead of its arrival cannot drag the
+        // watermark further (udfs/arrival.py correction_reach_ms counts on it)
+        long now = System.currentTimeMillis();
+        long arrival = record.timestamp();
+        long maxMs = (arrival > 0 ? Math.min(now, arrival) : now) + maxFutureMs;
         long eventTime = signal == null ? OtlpEventTime.NONE : OtlpEventTime.newestMs(value,
-                signal, MIN_MS, System.currentTimeMillis() + maxFutureMs);
+                signal, MIN_MS, maxMs);
         Long before = newestByPartition.get(record.partition());
         long newestBefore = before == null ? OtlpEventTime.NONE : before;
         if (eventTime > newestBefore) {

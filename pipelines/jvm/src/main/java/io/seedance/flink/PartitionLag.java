@@ -1,0 +1,178 @@
+package io.seedance.flink;
+
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import org.apache.flink.kafka.shaded.org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.flink.kafka.shaded.org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.flink.kafka.shaded.org.apache.kafka.common.PartitionInfo;
+import org.apache.flink.kafka.shaded.org.apache.kafka.common.TopicPartition;
+import org.apache.flink.kafka.shaded.org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * Per JVM and per (consumer group, topic): how far this JVM's readers have read each
+ * partition (the deserializer reports every record's offset) and where each partition's log
+ * ends (a consumer of its own asks the broker every second), so that a watermark generator
+ * can tell a quiet partition from one with records not read yet ({@link LagAwareWatermarks}).
+ *
+ * <p>A partition nothing has been read from yet has records to read when its end is past
+ * where reading starts: the group's committed offset ({@code committed}), the log's start
+ * ({@code earliest}), or its end when the job started ({@code latest}). Readers in another
+ * JVM (a cluster with several TaskManagers) are not seen here: their partitions look unread,
+ * which only keeps this JVM's unread partitions from going idle early (never the reverse).
+ */
+public final class PartitionLag {
+    private static final Map<String, PartitionLag> BY_KEY = new ConcurrentHashMap<>();
+    private static final long POLL_MS = 1_000;
+
+    private final Map<Integer, Long> nextToRead = new ConcurrentHashMap<>();
+    private volatile Map<Integer, Long> ends; // null until the first answer
+    private volatile Map<Integer, Long> starts;
+    private volatile boolean watched;
+
+    private PartitionLag() {}
+
+    static String key(String group, String topic) {
+        return group + "\u0000" + topic;
+    }
+
+    public static PartitionLag of(String group, String topic) {
+        return BY_KEY.computeIfAbsent(key(group, topic), k -> new PartitionLag());
+    }
+
+    /** A record at {@code offset} of {@code partition} was read. */
+    public void read(int partition, long offset) {
+        nextToRead.merge(partition, offset + 1, Math::max);
+    }
+
+    /** Whether {@code partition} (read from here before) has records not read yet; null
+     * while its end is not known. */
+    public Boolean hasUnread(int partition) {
+        Map<Integer, Long> known = ends;
+        Long end = known == null ? null : known.get(partition);
+        Long next = nextToRead.get(partition);
+        if (end == null || next == null) {
+            return null;
+        }
+        return end > next;
+    }
+
+    /** Whether some partition nothing has been read from here yet has records to read; null
+     * while that is not known. */
+    public Boolean unreadBeyondTheRead() {
+        Map<Integer, Long> known = ends;
+        Map<Integer, Long> from = starts;
+        if (known == null || from == null) {
+            return null;
+        }
+        for (Map.Entry<Integer, Long> end : known.entrySet()) {
+            if (nextToRead.containsKey(end.getKey())) {
+                continue;
+            }
+            Long start = from.get(end.getKey());
+            if (start == null || end.getValue() > start) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Test hook: the log ends and starts as if the broker had answered so, each as
+     * "partition:offset,..." */
+    public void known(String endOffsets, String startOffsets) {
+        starts = parse(startOffsets);
+        ends = parse(endOffsets);
+    }
+
+    private static Map<Integer, Long> parse(String offsets) {
+        Map<Integer, Long> out = new HashMap<>();
+        for (String pair : offsets.split(",")) {
+            String[] parts = pair.split(":");
+            out.put(Integer.parseInt(parts[0].trim()), Long.parseLong(parts[1].trim()));
+        }
+        return out;
+    }
+
+    /** Start asking the broker for the topic's ends (once per JVM, group and topic). */
+    public synchronized void watch(String topic, Properties client, String startingMode) {
+        if (watched) {
+            return;
+        }
+        watched = true;
+        Thread poller = new Thread(() -> poll(topic, client, startingMode),
+                "seedance-partition-lag-" + topic);
+        poller.setDaemon(true);
+        poller.start();
+    }
+
+    private void poll(String topic, Properties client, String startingMode) {
+        Properties props = new Properties();
+        props.putAll(client);
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("enable.auto.commit", "false");
+        props.put("client.id", "seedance-partition-lag-" + topic);
+        while (true) {
+            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+                while (true) {
+                    refresh(consumer, topic, startingMode);
+                    Thread.sleep(POLL_MS);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            } catch (RuntimeException e) {
+                // a broker away for a while: nothing is known meanwhile, so nothing is idle
+                // but by the backlog idleness; ask again
+                ends = null;
+                try {
+                    Thread.sleep(5 * POLL_MS);
+                } catch (InterruptedException stop) {
+                    Thread.currentThread().interrupt();
+                    return;
+                }
+            }
+        }
+    }
+
+    private void refresh(KafkaConsumer<byte[], byte[]> consumer, String topic,
+                         String startingMode) {
+        List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofSeconds(10));
+        Set<TopicPartition> partitions = new HashSet<>();
+        for (PartitionInfo info : infos) {
+            partitions.add(new TopicPartition(topic, info.partition()));
+        }
+        Map<Integer, Long> end = byPartition(consumer.endOffsets(partitions,
+                Duration.ofSeconds(10)));
+        Map<Integer, Long> start;
+        if ("latest".equals(startingMode)) {
+            start = starts == null ? end : starts;
+        } else {
+            start = byPartition(consumer.beginningOffsets(partitions, Duration.ofSeconds(10)));
+            if ("committed".equals(startingMode)) {
+                Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(partitions,
+                        Duration.ofSeconds(10));
+                for (Map.Entry<TopicPartition, OffsetAndMetadata> c : committed.entrySet()) {
+                    if (c.getValue() != null) { // none committed: the job starts at the start
+                        start.put(c.getKey().partition(), c.getValue().offset());
+                    }
+                }
+            }
+        }
+        starts = start;
+        ends = end;
+    }
+
+    private static Map<Integer, Long> byPartition(Map<TopicPartition, Long> offsets) {
+        Map<Integer, Long> out = new HashMap<>();
+        for (Map.Entry<TopicPartition, Long> o : offsets.entrySet()) {
+            out.put(o.getKey().partition(), o.getValue());
+        }
+        return out;
+    }
+}
