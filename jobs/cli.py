@@ -8,6 +8,7 @@ import argparse
 import logging
 import sys
 import traceback
+from pathlib import Path
 
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError
 
@@ -26,7 +27,7 @@ from jobs.commands import (
 from jobs.commands.common import CliError
 from jobs.commands.control import add_control
 from pipelines.settings.environment import env_help
-from pipelines.settings.job_config import ConfigError
+from pipelines.settings.job_config import ConfigError, load_config
 from pipelines.stack.local_kafka import StackError
 
 __all__ = ["CliError", "build_parser", "main"]
@@ -91,12 +92,43 @@ def error_line(error: BaseException, args: argparse.Namespace) -> str:
                 "user and password in kafka.properties' sasl.jaas.config and the variable "
                 "it reads, e.g. KAFKA_SASL_PASSWORD)")
     if isinstance(error, KafkaConnectionError | KafkaTimeoutError):
+        refusal = login_refusal(args)
+        if refusal:
+            return (f"the Kafka broker at {server} answers but refused the login "
+                    f"(authentication failed): {refusal} (check the SASL user and password "
+                    "in kafka.properties' sasl.jaas.config and the variable it reads, e.g. "
+                    "KAFKA_SASL_PASSWORD)")
         return (f"no Kafka broker answered at {server}: {error} (check --bootstrap or "
                 "SEEDANCE_KAFKA_BOOTSTRAP, and that the broker runs)")
     if isinstance(error, USER_ERRORS):
         return str(error)
     lines = str(error).strip().splitlines()  # a JVM's error ends with its reason
     return f"{type(error).__name__}: {lines[-1] if lines else ''} (-v shows the traceback)"
+
+
+def login_refusal(args: argparse.Namespace) -> str | None:
+    """The broker's reason for refusing the SASL login of the command's Kafka settings (its
+    --config, or the shipped one), None when it uses no SASL or nothing answers: a Python
+    client that was refused reports only that the bootstrap timed out."""
+    from types import SimpleNamespace
+
+    from pipelines.kafka.address import resolve_bootstrap
+    from pipelines.kafka.login import login_refusal as refusal_of
+    from pipelines.kafka.security import for_python
+    from pipelines.reconcile.config import load_reconcile_config
+
+    path = Path(args.config) if getattr(args, "config", None) else None
+    try:
+        if getattr(args, "command", None) == "reconcile":
+            kafka = load_reconcile_config(path).kafka
+        else:
+            kafka = load_config(path).kafka
+        client = for_python(dict(kafka.properties))
+        bootstrap = resolve_bootstrap(getattr(args, "bootstrap", None),
+                                      SimpleNamespace(kafka=kafka), required=False)
+    except Exception:  # noqa: BLE001 - a diagnosis only: without it, the plain message
+        return None
+    return refusal_of(bootstrap, client)
 
 
 if __name__ == "__main__":

@@ -75,3 +75,36 @@ def test_exporter_job_and_loader_over_sasl_ssl(job_config, tmp_path, monkeypatch
         assert loaded == expected and len(expected) > 100
     finally:
         broker.down()
+
+
+def test_a_wrong_password_says_the_login_was_refused(job_config, tmp_path, monkeypatch):
+    """The broker refuses the login and closes the connection; kafka-python loses its answer
+    and only times out. The error says that authentication failed (the broker's reason),
+    not that no broker answered."""
+    broker = LocalKafka(tmp_path / "kafka", scram_user=("seedance", PASSWORD))
+    info = broker.up()
+    try:
+        properties = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+                                'required username="seedance" '
+                                'password="${env:KAFKA_SASL_PASSWORD}";',
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": info.ca_file}
+        config = job_config.replace("kafka", bootstrap=info.secure_bootstrap,
+                                    properties=properties)
+        config = config.replace("warehouse", url=f"sqlite:///{tmp_path / 'wh.db'}")
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
+        env = {**os.environ, "SEEDANCE_HOME": str(tmp_path / "home"),
+               "KAFKA_SASL_PASSWORD": PASSWORD + "-typo"}
+        done = subprocess.run([sys.executable, "-m", "jobs.cli", "load", "--config", str(path)],
+                              env=env, capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 2, done.stderr[-3000:]
+        assert done.stderr.count("\n") == 1, done.stderr[-3000:]
+        assert "authentication failed" in done.stderr.lower(), done.stderr
+        assert "invalid credentials" in done.stderr and "no Kafka broker" not in done.stderr
+    finally:
+        broker.down()
