@@ -11,7 +11,8 @@ the same topic:
             Python decoder (decode_spans) on the same messages, for comparison
   job       the Flink attribution job, bounded (read to the end, then finish), and the
             same job on an empty topic (start-up and shutdown alone), so the difference
-            is the time spent on the data
+            is the time spent on the data; a pair whose start-up run is the longer is
+            void, said so and measured again (bench/streaming_runs.py), never clamped
   shapes    (--shapes 1x1,4x1,1x2,4x2: partitions x parallelism) the job on a topic of
             each partition count at each parallelism, side by side, each against the first
             shape as its baseline; --cluster runs them on a standalone Flink cluster
@@ -21,7 +22,10 @@ the same topic:
             differently each time) and keyed by the message's place (--publish); each
             run's committed credits (each conversion's latest) reduced to a digest, which
             must be the same for every run, beside the conversions late events corrected
-            and the largest checkpoint (the job's state)
+            and the largest checkpoint (the job's state); --catch-up runs each shape also
+            unbounded over the topic published beforehand, stopped once its committed
+            offsets reach the end, as a restarted `seedance run` catches up. It exits 1
+            when the digests differ or a run could not be measured
   latency   (--latency-s N) the job running unbounded while telemetry stamped with the
             current time is published at --rate spans/s for N seconds: p50/p99 of the
             time from an order's event time to its first credits being readable with
@@ -32,6 +36,7 @@ the same topic:
     .venv/bin/pip install -e '.[bench]'      # once: confluent-kafka for the ceiling
     .venv/bin/python bench/streaming.py [--users 200000] [--mode thread|process]
     .venv/bin/python bench/streaming.py --shapes 1x1,4x1,1x2,4x2 --cluster
+    .venv/bin/python bench/streaming.py --shapes 1x1,4x1,8x1 --catch-up --rounds 3
     .venv/bin/python bench/streaming.py --users 0 --latency-s 60 --rate 2000
 """
 
@@ -39,9 +44,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import shutil
-import statistics
 import struct
 import sys
 import tempfile
@@ -59,17 +62,11 @@ except ImportError:  # pragma: no cover - a set-up message, not a code path
              "ceiling): .venv/bin/pip install -e '.[bench]'")
 
 from bench.live_latency import live_latency  # noqa: E402
-from bench.run_results import (  # noqa: E402
-    CheckpointWatcher,
-    committed_values,
-    corrected_conversions,
-    credit_digest,
-)
+from bench.streaming_runs import Run, job_seconds, measure, report, time_on_data  # noqa: E402
 from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
 from pipelines.codec.otlp import decode_spans  # noqa: E402
-from pipelines.flink.attribution_job import run_job  # noqa: E402
 from pipelines.flink.standalone import StandaloneFlink  # noqa: E402
-from pipelines.kafka.io import ensure_topics, read_all  # noqa: E402
+from pipelines.kafka.io import ensure_topics  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from pipelines.sources.generator import emit, plan_events  # noqa: E402
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
@@ -168,36 +165,13 @@ def decode_only(bootstrap: str, topic: str, buckets: int) -> tuple[float, float,
     return seconds, events_s, time.perf_counter() - started, spans
 
 
-def job_seconds(config, bootstrap: str, name: str,
-                cluster: StandaloneFlink | None = None) -> float:
-    """A bounded run, start to end: in this process's MiniCluster, or submitted to the
-    standalone cluster with `flink run` (client start-up included, like the MiniCluster's)."""
-    started = time.perf_counter()
-    if cluster is None:
-        run_job(config, bootstrap, job_name=name)
-    else:
-        import dataclasses
-
-        import yaml
-
-        path = Path(config.flink.checkpoint_dir) / f"{name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(dataclasses.asdict(config)))
-        job = cluster.submit("attribution", path, bootstrap)
-        cluster.wait_for_job(job, timeout_s=1800)
-    return time.perf_counter() - started
-
-
-def final_accounting(bootstrap: str, topic: str) -> dict:
-    rows = [json.loads(v) for _, v in read_all(bootstrap, topic)]
-    return next((r for r in rows if r.get("final")), rows[-1] if rows else {})
-
-
-def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
+def run_shapes(args, base, info, home: Path, values: list[bytes]) -> bool:
     """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
-    with --cluster), interleaved; spans/s on the data against the first shape."""
+    with --cluster), bounded (and caught up with --catch-up), interleaved; spans/s on the
+    data against the first shape. Whether every run was measured and the credits agree."""
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     modes = args.publish.split(",")
+    runs = ["bounded", "catch-up"] if args.catch_up else ["bounded"]
     for partitions in sorted({p for p, _ in shapes}):
         ensure_topics(info.bootstrap, [f"bench_empty_{partitions}"], partitions=partitions)
         for mode in modes:
@@ -214,43 +188,17 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
         cluster = StandaloneFlink(home / "flink-cluster")
         cluster.up(task_managers=max(p for _, p in shapes), slots=1)
         engines.append(("standalone", cluster))
-    rows = []
+    done: list[Run] = []
     try:
         for round_ in range(args.rounds):
             for engine, where in engines:
-                for (partitions, parallelism), mode in itertools.product(shapes, modes):
-                    run = f"r{round_}_{engine}_{partitions}x{parallelism}_{mode}".lower()
-                    config = base.replace("flink", parallelism=parallelism,
-                                          user_buckets=max(base.flink.user_buckets,
-                                                           parallelism))
-
-                    def shaped(topic: str, name: str, config=config):
-                        return config.replace(
-                            "topics", spans=topic, credits=f"{name}_credits",
-                            dead_letter=f"{name}_dlq", late=f"{name}_late",
-                            conversions=f"{name}_conversions",
-                            accounting=f"{name}_accounting") \
-                            .replace("input", group_id=f"bench-{name}")
-
-                    empty_s = job_seconds(shaped(f"bench_empty_{partitions}", run + "_e"),
-                                          info.bootstrap, run + "_e", where)
-                    with CheckpointWatcher(Path(base.flink.checkpoint_dir) / run) as state:
-                        full_s = job_seconds(shaped(f"bench_spans_{partitions}_{mode}", run),
-                                             info.bootstrap, run, where)
-                    report = final_accounting(info.bootstrap, f"{run}_accounting")
-                    data_s = max(full_s - empty_s, 1e-9)
-                    credit_rows, digest = credit_digest(
-                        committed_values(info.bootstrap, f"{run}_credits"))
-                    corrected = corrected_conversions(
-                        committed_values(info.bootstrap, f"{run}_conversions"))
-                    rows.append((engine, partitions, parallelism, mode, spans / data_s,
-                                 report.get("late"), report.get("processed"), corrected,
-                                 credit_rows, digest, state.largest))
-                    print(f"  {engine:12} {partitions} partitions x parallelism "
-                          f"{parallelism}, {mode}: {spans / data_s:,.0f} spans/s on the data "
-                          f"(late {report.get('late')}, processed {report.get('processed')}, "
-                          f"corrected {corrected}, credits {credit_rows:,} rows {digest}, "
-                          f"state {state.largest / 1e6:.0f} MB)", flush=True)
+                for (partitions, parallelism), mode, how in itertools.product(
+                        shapes, modes, runs):
+                    name = (f"r{round_}_{engine}_{partitions}x{parallelism}_{mode}"
+                            f"{'_c' if how == 'catch-up' else ''}").lower()
+                    done.append(measure(Run(engine, partitions, parallelism, mode, how,
+                                            round_), base, info.bootstrap, spans, where,
+                                        name))
     finally:
         if cluster is not None:
             cluster.down()
@@ -259,26 +207,10 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> None:
           f"{base.journey.correction_ms / DAY_MS:g} days; {args.rounds} round(s), "
           "interleaved")
     print(f"ceiling (plain consumer + decode_message): {spans / ceiling_s:,.0f} spans/s")
-    print(f"{'engine':12}{'partitions':>11}{'parallel':>9}{'publish':>9}{'spans/s':>10}"
-          f"{'vs first':>9}{'late':>7}{'processed':>11}{'corrected':>10}{'state MB':>9}"
-          f"  credits")
-    digests = {r[9] for r in rows}
-    first_digest = rows[0][9]
-    for engine, _ in engines:
-        mine = [r for r in rows if r[0] == engine]
-        base_rates = [r[4] for r in mine if (r[1], r[2], r[3]) == (*shapes[0], modes[0])]
-        for (partitions, parallelism), mode in itertools.product(shapes, modes):
-            runs = [r for r in mine if r[1:4] == (partitions, parallelism, mode)]
-            rate, last = statistics.median(r[4] for r in runs), runs[-1]
-            same = "same" if {r[9] for r in runs} == {first_digest} else "DIFFERS"
-            print(f"{engine:12}{partitions:>11}{parallelism:>9}{mode:>9}{rate:>10,.0f}"
-                  f"{rate / statistics.median(base_rates):>9.2f}{last[5]!s:>7}{last[6]!s:>11}"
-                  f"{last[7]:>10}{last[10] / 1e6:>9.0f}  {last[8]:,} rows {last[9]} {same}")
-    print("credits identical in every run: " + ("yes" if len(digests) == 1 else
-                                                 f"NO ({len(digests)} different results)"))
+    return report(done)
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--users", type=int, default=200_000,
@@ -303,6 +235,9 @@ def main() -> None:
     parser.add_argument("--publish", default="unkeyed,keyed",
                         help="with --shapes: how the messages are published, unkeyed "
                              "(spread by the producer) and/or keyed (by their place)")
+    parser.add_argument("--catch-up", action="store_true",
+                        help="with --shapes: each run also as a catch-up (published first, "
+                             "the job unbounded, stopped once its offsets reach the end)")
     parser.add_argument("--correction-days", type=float, default=None,
                         help="journey.correction_days (default: the config's, the lookback; "
                              "0: no corrections, a cheaper state)")
@@ -324,7 +259,7 @@ def main() -> None:
         finally:
             broker.down()
             shutil.rmtree(home, ignore_errors=True)
-        return
+        return 0
     try:
         base = load_config().replace("input", bounded=True, starting_offsets="earliest")
         base = base.replace("flink", checkpoint_interval_s=args.checkpoint_s, resume=False,
@@ -342,8 +277,7 @@ def main() -> None:
             base = base.replace("journey", correction_days=args.correction_days)
         values = cached_messages(args.users, seed=11)
         if args.shapes:
-            run_shapes(args, base, info, home, values)
-            return
+            return 0 if run_shapes(args, base, info, home, values) else 1
         ensure_topics(info.bootstrap, ["bench_spans", "bench_empty"],
                       partitions=max(1, args.parallelism))
         publish(info.bootstrap, "bench_spans", values)
@@ -358,9 +292,19 @@ def main() -> None:
                 .replace("input", bounded=True, starting_offsets="earliest",
                          group_id=f"bench-{run}")
 
-        empty_s = job_seconds(config_for("bench_empty", "empty"), info.bootstrap, "empty")
-        full_s = job_seconds(config_for("bench_spans", "full"), info.bootstrap, "full")
-        credits = committed_count(info.bootstrap, "full_credits")
+        times: dict[str, float] = {}  # of the last pair: "empty", "full"
+        names: dict[str, str] = {}
+
+        def timed(kind: str, topic: str, attempt: int) -> float:
+            names[kind] = f"{kind}{attempt or ''}"  # a repeated pair: topics of its own
+            times[kind] = job_seconds(config_for(topic, names[kind]), info.bootstrap,
+                                      names[kind])
+            return times[kind]
+
+        data_s = time_on_data("Flink job", lambda n: timed("empty", "bench_empty", n),
+                              lambda n: timed("full", "bench_spans", n))
+        empty_s, full_s = times["empty"], times["full"]
+        credits = committed_count(info.bootstrap, f"{names['full']}_credits")
         if args.latency_s:
             live_latency(info.bootstrap, home, args.latency_s, args.rate, args.lateness_s,
                          args.checkpoint_s)
@@ -368,7 +312,6 @@ def main() -> None:
         broker.down()
         # the broker's log and the checkpoints: several hundred MB a run
         shutil.rmtree(home, ignore_errors=True)
-    data_s = max(full_s - empty_s, 1e-9)
     print(f"{spans:,} spans in {len(values):,} messages; {credits:,} credit messages; "
           f"python execution mode: {args.mode}; parallelism {base.flink.parallelism}; "
           f"{base.flink.user_buckets} user buckets; models: "
@@ -382,9 +325,13 @@ def main() -> None:
     print(f"{'  (pure Python decode_spans alone)':44}{python_s:9.2f}{spans / python_s:12,.0f}")
     print(f"{'Flink job, whole run (start-up included)':44}{full_s:9.2f}{spans / full_s:12,.0f}")
     print(f"{'Flink job on an empty topic (start-up only)':44}{empty_s:9.2f}")
+    if data_s is None:
+        print("Flink job, time on the data: NOT MEASURED (each start-up run took longer)")
+        return 1
     print(f"{'Flink job, time on the data':44}{data_s:9.2f}{spans / data_s:12,.0f}")
     print(f"ratio job/ceiling (time on the data): {ceiling_s / data_s:.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
