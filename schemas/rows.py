@@ -120,6 +120,18 @@ ROI_UNALLOCATED = Row(
      Column("currency", "string")),
     key=("model", "day", "cost_kind", "key"), table="roi_unallocated")
 
+ROI_DAY_CLOSED = Row(
+    "roi_day_closed",
+    "A day the ROI job has closed (roi topic, kind=day_closed): `rows` once its watermark "
+    "passed the day's end (the day's revenue, spend and credits reported), `compute` once it "
+    "also passed roi.link_window_days after it (every GPU cost of the day on an order or "
+    "unallocated). Later input still restates a closed day; `seedance verify` judges the "
+    "ties of closed days only.",
+    (Column("day", "date", "the day (UTC)"),
+     Column("part", "string", "rows | compute"),
+     Column("watermark_ms", "bigint", "the job's event time when it closed the part")),
+    key=("day", "part"), table="roi_days_closed")
+
 # -- GPU cost -----------------------------------------------------------------------------
 GPU_CALL_COST = Row(
     "gpu_call_cost",
@@ -372,9 +384,9 @@ CONTROL_VERIFICATION = Row(
     key=("action_id",), table="control_verifications")
 
 ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
-                         ROI_DAILY, ROI_UNALLOCATED, GPU_CALL_COST, GPU_IDLE_COST,
-                         KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER, LOAD_REJECT,
-                         ORDER_COST,
+                         ROI_DAILY, ROI_UNALLOCATED, ROI_DAY_CLOSED, GPU_CALL_COST,
+                         GPU_IDLE_COST, KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER,
+                         LOAD_REJECT, ORDER_COST,
                          EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
                          CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
                          CONTROL_VERIFICATION, *LTV_ROWS)

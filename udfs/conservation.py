@@ -19,12 +19,15 @@ computed from), per key:
   orders (each known user's earliest `new` order on or before the as-of day).
 
 A tie breaks when the two sides differ by more than half a cent (amounts) or 1e-6
-(conversion counts), or when one side has the key and the other has not.
+(conversion counts), or when one side has the key and the other has not. While the stream
+still fills the warehouse, a tie of a day the ROI job has not closed yet is open, not
+broken (still_open): its credits or spend may be loaded before the day's report, its GPU
+cost may wait up to the link window for the order that claims it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from udfs.drift import BREACH, OK, Comparison, Contributor, Key, Rule, drift
@@ -156,3 +159,16 @@ def ltv_return_ties(reported: Mapping[tuple[str, str], tuple[float, float, float
 
 def breaks(comparisons: Iterable[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if c.status == BREACH]
+
+
+def still_open(comparisons: Sequence[Comparison], rows_through: str,
+               compute_through: str | None) -> list[Comparison]:
+    """The ties not to judge yet, given the days the ROI job has closed: every day up to
+    `rows_through` has its report, every day up to `compute_through` its GPU cost placed
+    too (None: no day yet). A tie of a later day is open; the compute ties, over all the
+    checked days, while any of them (the GPU's days included) is after compute_through.
+    The GPU ties compare the GPU cost job's own rows and are always judged."""
+    days = {c.key.day for c in comparisons} - {ALL_DAYS}
+    compute_open = any(compute_through is None or day > compute_through for day in days)
+    return [c for c in comparisons if c.key.metric != GPU_COST.metric and (
+        compute_open if c.key.day == ALL_DAYS else c.key.day > rows_through)]

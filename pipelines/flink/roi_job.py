@@ -19,7 +19,8 @@ roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.r
 write    one JSON row per (model, day, dimension, key), per unallocated cost and per order (its
          revenue and allocated cost under experiments.cost_model) to `roi_daily`
          (read it as a changelog: the latest row per key wins; each record keyed by its row's
-         key, so one key's versions stay in order in one partition); unusable inputs to the
+         key, so one key's versions stay in order in one partition); a day_closed row per
+         part of a day it has closed (pipelines/flink/roi_rows.py); unusable inputs to the
          dead-letter topic with the reason; all exactly-once
 """
 
@@ -52,11 +53,11 @@ from pipelines.flink.kafka import (
     PLACE_ONLY,
     build_sink,
     build_source,
-    keyed_line,
     run_pipeline,
     stay_active,
 )
 from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
+from pipelines.flink.roi_rows import closed_rows, keyed_row, schedule_close
 from pipelines.flink.roi_support import (
     DEAD_LETTERS,
     Item,
@@ -69,7 +70,6 @@ from pipelines.flink.segment_orders import ORDER_HISTORY, order_items, segmented
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
-from schemas.row_layout import Row
 from udfs.lifecycle import StageWeights
 from udfs.ltv_allocation import SegmentWeights
 from udfs.periods import DAY_MS, day_end_ms, day_of
@@ -181,8 +181,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                  retention_ms: int | None, currency: str, order_cost_model: str = "",
                  source: str = "roi", min_cost: float = MIN_COST,
                  gross_margin: float = GROSS_MARGIN,
-                 segment_weights: SegmentWeights | None = None) -> None:
-        self.models = models
+                 segment_weights: SegmentWeights | None = None,
+                 link_window_ms: int = 0) -> None:
+        self.models, self.link_window_ms = models, link_window_ms  # 0: no closed days
         self.segment_weights = segment_weights  # costs shared by the orders' LTV segments
         self.min_cost = min_cost
         self.gross_margin = gross_margin
@@ -234,6 +235,7 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
         elif kind == "segment":  # (order, segment, value, user)
             self.segments.put(payload[0], payload[1:])
+        schedule_close(ctx.timer_service(), day, self.link_window_ms)
         if schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms):
             yield from self._report(day)
 
@@ -247,7 +249,9 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
                 state.clear()
             self.retired.update(True)
             return
-        yield from self._report(day)
+        yield from self._report(day)  # a day's marker follows its latest report
+        yield from closed_rows(ctx.timer_service(), day, timestamp, self.link_window_ms,
+                               self.retention_ms is None)
 
     def _report(self, day: str) -> Iterator[str]:
         groups = dict(self.credit_groups.items())
@@ -271,12 +275,12 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             for ratio in ("roi", "roas", "margin_roi"):  # NaN: under the cost floor
                 values[ratio] = None if math.isnan(values[ratio]) else values[ratio]
             roi_keys.append((values["model"], values["dimension"], values["key"]))
-            yield _keyed_row("roi", rows.ROI_DAILY, values)
+            yield keyed_row("roi", rows.ROI_DAILY, values)
         # a channel, campaign or stage reported before but without credit now (a corrected
         # conversion moved it): withdrawn, so the changelog's latest row is not stale
         stored = self.reported_roi.value() or []
         for model, dimension, key in sorted(set(map(tuple, stored)) - set(roi_keys)):
-            yield _keyed_row("roi", rows.ROI_DAILY, {
+            yield keyed_row("roi", rows.ROI_DAILY, {
                 **dict.fromkeys(rows.ROI_DAILY.names, None), "model": model, "day": day,
                 "dimension": dimension, "key": key, "conversions": 0.0, "revenue": 0.0,
                 "ad_spend": 0.0, "compute_cost": 0.0, "currency": self.currency},
@@ -289,16 +293,16 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         for model, kind, key, amount in with_withdrawn(self.reported.value(), left):
             values = {"model": model, "day": day, "cost_kind": kind, "key": key,
                       "amount": amount, "currency": self.currency}
-            yield _keyed_row("unallocated", rows.ROI_UNALLOCATED, values)
+            yield keyed_row("unallocated", rows.ROI_UNALLOCATED, values)
         self.reported.update(sorted({row[:3] for row in left}))
         for order, (segment, value, user) in sorted(scored.items()):
-            yield _keyed_row("order_segment", rows.ORDER_SEGMENT, {
+            yield keyed_row("order_segment", rows.ORDER_SEGMENT, {
                 "day": day, "order_id": order, "user_id": user, "predicted_ltv": value,
                 "segment": segment})
         orders = result.orders[result.orders.model == self.order_cost_model]
         for row in orders.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
-            yield _keyed_row("order_cost", rows.ORDER_COST, values)
+            yield keyed_row("order_cost", rows.ORDER_COST, values)
 
 
 def _by_key(unlinked: Any) -> dict[str, float]:
@@ -306,17 +310,6 @@ def _by_key(unlinked: Any) -> dict[str, float]:
     if isinstance(unlinked, dict):
         return dict(unlinked)
     return {"": float(unlinked)} if unlinked else {}
-
-
-def _keyed_row(kind: str, row: Row, values: dict[str, Any], withdrawn: bool = False) -> str:
-    """One result row for the keyed roi sink: its key (kind and the row's key columns) and
-    its JSON, so every version of one row goes to one partition, in order. `withdrawn`: the
-    key has no row any more (a reader deletes it)."""
-    body = {"kind": kind, **{name: values[name] for name in row.names}}
-    if withdrawn:
-        body["withdrawn"] = True
-    return keyed_line((kind, *(values[name] for name in row.key)),
-                      json.dumps(body, separators=(",", ":")))
 
 
 def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -380,7 +373,7 @@ def build_roi_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConf
             .process(RoiPerDay(settings.models, settings.stage_weights, retention_ms,
                                settings.currency, config.experiment_cost_model, topics.roi,
                                settings.min_cost, settings.gross_margin,
-                               settings.by_segment),
+                               settings.by_segment, settings.link_window_ms),
                      output_type=Types.STRING())
             .name("roi-per-day").uid("roi-per-day"))
     rows.sink_to(build_sink(config, bootstrap, topics.roi, "roi", keyed=True)) \

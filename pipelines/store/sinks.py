@@ -142,17 +142,19 @@ class GpuCostsSink:
 
 
 class RoiSink:
-    """The ROI topic: roi_daily, roi_unallocated, order_costs and order_segments rows; a
-    day reported again within one batch: the later row wins, as in the topic."""
+    """The ROI topic: roi_daily, roi_unallocated, order_costs and order_segments rows, and
+    the days the job has closed (roi_days_closed); a day reported again within one batch:
+    the later row wins, as in the topic."""
 
     def __init__(self, warehouse: Warehouse) -> None:
         self.roi = TableSink(warehouse, rows.ROI_DAILY)
         self.unallocated = TableSink(warehouse, rows.ROI_UNALLOCATED)
         self.orders = TableSink(warehouse, rows.ORDER_COST)
         self.segments = TableSink(warehouse, rows.ORDER_SEGMENT)
+        self.closed = TableSink(warehouse, rows.ROI_DAY_CLOSED)
 
     def write(self, messages: list[bytes]) -> None:
-        roi, unallocated, orders, segments = [], [], [], []
+        roi, unallocated, orders, segments, closed = [], [], [], [], []
         for message in messages:
             row = json.loads(message)
             if row["kind"] == "roi":
@@ -165,8 +167,11 @@ class RoiSink:
                 orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
             elif row["kind"] == "order_segment":
                 segments.append(tuple(row[c] for c in rows.ORDER_SEGMENT.names))
+            elif row["kind"] == "day_closed":
+                closed.append(tuple(row[c] for c in rows.ROI_DAY_CLOSED.names))
         self.orders.write(last_per_key(orders, len(rows.ORDER_COST.key)))
         self.segments.write(last_per_key(segments, len(rows.ORDER_SEGMENT.key)))
+        self.closed.write(last_per_key(closed, len(rows.ROI_DAY_CLOSED.key)))
         # a withdrawn key (no credit left there after a correction) is deleted
         keys = len(rows.ROI_DAILY.key)
         latest_roi = last_per_key(roi, keys)

@@ -1,12 +1,15 @@
 """`seedance verify`'s reading and writing: the sums each tie compares (udfs/conservation.py)
 from the warehouse's result tables, and the comparisons stored beside the billing drift
 (reconciliation_daily, scope 'internal') with their alert events (table alerts), so the
-dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift."""
+dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift; and
+which days the ROI job has closed (roi_days_closed), so a day still filling is told from a
+break."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from pipelines.reconcile.store import (
     ALERT_COLUMNS,
@@ -18,6 +21,7 @@ from pipelines.reconcile.store import (
     daily_row,
 )
 from pipelines.store.warehouse import Warehouse
+from schemas import rows
 from udfs import conservation
 from udfs.drift import Comparison, Key, decide, state_of
 from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
@@ -37,6 +41,27 @@ def _day_filter(column: str, first: str | None, last: str | None) -> tuple[str, 
 
 def _epoch_ms(day: str, end: bool) -> int:
     return day_end_ms(day) if end else day_start_ms(day)
+
+
+class ClosedDays(NamedTuple):
+    """How far the ROI job has closed the days: every day up to `rows_through` has its
+    report, every day up to `compute_through` its GPU cost placed too (None: no day yet)."""
+
+    rows_through: str
+    compute_through: str | None
+
+
+def closed_days(warehouse: Warehouse) -> ClosedDays | None:
+    """From roi_days_closed; None where it is empty (a warehouse a ROI job from before the
+    markers wrote: its days cannot be told apart). The job closes days in order (its
+    watermark only advances), so the latest closed day stands for those before it, also
+    the days with no input of their own and those closed before the job recorded it."""
+    latest = dict(warehouse.query(
+        f"SELECT part, MAX(day) FROM {rows.ROI_DAY_CLOSED.table} GROUP BY part"))
+    if not latest:
+        return None
+    compute = str(latest["compute"]) if latest.get("compute") else None
+    return ClosedDays(max(str(day) for day in latest.values()), compute)
 
 
 def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
@@ -140,10 +165,11 @@ def ltv_ties(warehouse: Warehouse, first: str | None = None,
 
 def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
                sinks: AlertSinks, first: str | None = None,
-               last: str | None = None) -> int:
+               last: str | None = None, unjudged: Collection[Key] = ()) -> int:
     """Replace the internal rows of the checked days and add the alert events the ties'
     breaks and repairs call for (udfs.drift.decide: open on a break, resolve once it ties
-    again). Returns the alert events added."""
+    again). `unjudged`: keys of open ties, whose alerts stay as they are. Returns the alert
+    events added."""
     wh = store.warehouse
     where, params = _day_filter("day", first, last)
     events: dict[Key, list[tuple[str, int]]] = {}
@@ -154,7 +180,7 @@ def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     current = {c.key: c for c in comparisons}
     alerts = []
-    for key in sorted(current.keys() | events.keys()):
+    for key in sorted((current.keys() | events.keys()) - set(unjudged)):
         transition = decide(state_of(events.get(key, [])), current.get(key))
         if transition is not None:
             alerts.append(alert_row(key, transition, current.get(key), run_id, now, sinks))

@@ -127,6 +127,17 @@ CREATE TABLE IF NOT EXISTS roi_unallocated (
     PRIMARY KEY (model, day, cost_kind, key)
 );
 
+-- The days the ROI job has closed (roi topic, kind=day_closed): part `rows` once its
+-- watermark passed the day's end, `compute` once it passed roi.link_window_days after that
+-- too (every GPU cost of the day placed). `seedance verify` tells these days' ties from
+-- those of days still open; a warehouse without rows here is checked as before.
+CREATE TABLE IF NOT EXISTS roi_days_closed (
+    day           TEXT    NOT NULL,  -- YYYY-MM-DD (UTC)
+    part          TEXT    NOT NULL,  -- rows | compute
+    watermark_ms  BIGINT  NOT NULL,  -- the job's event time when it closed the part
+    PRIMARY KEY (day, part)
+);
+
 -- Each order's revenue and allocated cost under the experiments' cost model (roi topic,
 -- kind=order_cost): what an experiment's ROI is summed from.
 CREATE TABLE IF NOT EXISTS order_costs (

@@ -121,4 +121,7 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
     assert stored == pytest.approx({o: r["ad_spend"] for o, r in orders.items()})
     spend_rows = warehouse.query("SELECT campaign, amount FROM ad_spend ORDER BY campaign")
     assert spend_rows == [("display-campaign", 90.0), ("email-campaign", 30.0), ("ghost", 10.0)]
+    # the end of a bounded run closes every day it had input for, its rows and its compute
+    assert warehouse.query("SELECT day, part FROM roi_days_closed ORDER BY day, part") == [
+        (day, part) for day in sorted(("2026-08-22", DAY)) for part in ("compute", "rows")]
     warehouse.close()

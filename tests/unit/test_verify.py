@@ -157,3 +157,83 @@ def test_the_dashboard_shows_the_internal_ties_beside_the_billing_drift(warehous
             ("last_click/channel", "revenue")]
         assert {k.name: k.value for k in view.kpis}["kpi_internal_broken"] == 1
         assert view.table("recon_rows").rows == []  # no billing comparison in this warehouse
+
+
+DAY2 = "2026-10-04"
+END2_MS = END_MS + 86_400_000
+WINDOW_MS = 31 * 86_400_000
+
+
+def fill_next_day(url: str, closed: list[tuple[str, str]]) -> None:
+    """The stream still filling the warehouse: DAY2's credit of 50.0, its 20.0 of spend and
+    a 3.0 GPU call loaded before the ROI job reported the day; `closed`: the (day, part)
+    markers the ROI job wrote."""
+    names = rows.ATTRIBUTION_CREDITS.names
+    values = {**dict(zip(names, credit("last_click", "o2", 0, "display", "retarget", 1.0,
+                                       50.0), strict=True)),
+              "conversion_ts_ms": END2_MS - 1000, "conversion_date": DAY2,
+              "touch_ts_ms": END2_MS - 5000}
+    with Warehouse(url) as wh:
+        wh.store(rows.ATTRIBUTION_CREDITS, [tuple(values[name] for name in names)])
+        wh.store(rows.AD_SPEND, [("google_ads", "1", "retarget", DAY2, 20.0, "USD")])
+        wh.store(rows.GPU_CALL_COST, [("GPU-1", END2_MS - 10, "t2", "s2", END2_MS - 10_010,
+                                       "A100", "ranker", "p", "ns", "u", 2.0, 3.0, 3.0, True)])
+        wh.store(rows.ROI_DAY_CLOSED, [
+            (day, part, (END_MS if day == DAY else END2_MS)
+             + (WINDOW_MS if part == "compute" else 0)) for day, part in closed])
+
+
+def test_days_the_roi_job_has_not_closed_are_open_not_broken(
+        warehouse: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fill_next_day(warehouse, [(DAY, "rows"), (DAY, "compute")])
+    assert main(["verify", "--warehouse", warehouse]) == 0
+    out = capsys.readouterr().out
+    assert ", 0 broken, " in out and " open" in out and "BREAK" not in out
+    opened = [line.split(None, 1)[1] for line in out.splitlines() if "OPEN" in line]
+    assert len(opened) == 2
+    assert opened[0].startswith("compute waits") and "closed through 2026-10-03" in opened[0]
+    assert opened[1].startswith(f"{DAY2} not closed by the ROI job yet")
+    with Warehouse(warehouse) as wh:
+        assert wh.query("SELECT COUNT(*) FROM alerts") == [(0,)]
+        stored = wh.query("SELECT DISTINCT day, metric FROM reconciliation_daily")
+        assert {day for day, _ in stored} == {DAY, DAY2}  # DAY2's GPU tie is the GPU job's
+        assert {m for day, m in stored if day == DAY2} == {"gpu_cost"}
+        assert "compute_cost" not in {m for _, m in stored}
+        # a break on a closed day still is one
+        wh.execute("UPDATE roi_daily SET revenue = 99.0 WHERE key = 'display'")
+    assert main(["verify", "--warehouse", warehouse]) == 1
+    assert [line.split()[1:4] for line in capsys.readouterr().out.splitlines()
+            if "BREAK" in line] == [["revenue", "last_click/channel", DAY]]
+
+
+def test_a_closed_day_is_judged_and_compute_once_every_day_has_its_own(
+        warehouse: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fill_next_day(warehouse, [(DAY, "compute"), (DAY2, "rows")])
+    assert main(["verify", "--warehouse", warehouse]) == 1
+    out = capsys.readouterr().out
+    # DAY2's report is missing: its revenue, conversions and spend break
+    assert sorted((line.split()[1], line.split()[3]) for line in out.splitlines()
+                  if "BREAK" in line) == [("conversions", DAY2)] * 3 + [
+        ("revenue", DAY2)] * 3 + [("spend", DAY2)]
+    assert [line for line in out.splitlines() if "OPEN" in line][0].split()[1] == "compute"
+    fill_next_day(warehouse, [(DAY2, "compute")])
+    main(["verify", "--warehouse", warehouse])
+    out = capsys.readouterr().out
+    assert "OPEN" not in out and "compute_cost" in out  # DAY2's 3.0 is in no ROI row
+
+
+def test_a_warehouse_without_closed_days_is_checked_as_before(
+        warehouse: str, capsys: pytest.CaptureFixture[str]) -> None:
+    fill_next_day(warehouse, [])
+    assert main(["verify", "--warehouse", warehouse]) == 1
+    out = capsys.readouterr().out
+    assert "no closed days recorded" in out and "every day is checked as closed" in out
+    assert {line.split()[3] for line in out.splitlines() if "BREAK" in line} == {DAY2, "*"}
+    with Warehouse(warehouse) as wh:
+        alerts = wh.query("SELECT COUNT(*) FROM alerts WHERE kind = 'open'")
+    # once the job records closed days, the open day's alerts wait for its close
+    fill_next_day(warehouse, [(DAY, "compute")])
+    assert main(["verify", "--warehouse", warehouse]) == 0
+    with Warehouse(warehouse) as wh:
+        assert wh.query("SELECT COUNT(*) FROM alerts WHERE kind = 'open'") == alerts
+        assert wh.query("SELECT COUNT(*) FROM alerts WHERE kind = 'resolve'") == [(0,)]
