@@ -110,21 +110,40 @@ def _ratio(value: Any) -> str:
         else f"{float(value):.2f}"
 
 
+def count_text(value: Any) -> str:
+    """Customers as a whole number (a fractional credit, under a multi-touch model, with
+    one decimal), as the dashboard shows them."""
+    number = float(value)
+    return f"{round(number):,}" if abs(number - round(number)) < 1e-6 else f"{number:,.1f}"
+
+
 def channel_lines(rows: Any) -> list[str]:
-    """The channels' rows of ltv_return as a table, and the totals they add up to."""
+    """The channels' rows of ltv_return as a table, and the totals they add up to; a row
+    whose acquisition cost is compute alone (`compute_only`, pipelines.store.ltv) shows
+    "compute only" for its ROIs."""
+    from udfs.ratios import COMPUTE_ONLY
+
     lines = [f"{'channel':<18}{'customers':>11}{'acq. cost':>12}{'CAC':>9}"
-             f"{'1st-order ROI':>15}{'LTV ROI':>9}  {'interval':<15}{'payback':>9}"]
+             f"{'1st-order ROI':>15}{'LTV ROI':>14}  {'interval':<15}{'payback':>9}"]
+    marked = False
     for r in rows.itertuples(index=False):
         interval = f"[{_ratio(r.ltv_roi_low)}, {_ratio(r.ltv_roi_high)}]"
+        first_roi, ltv_roi = _ratio(r.first_order_roi), _ratio(r.ltv_roi)
+        if getattr(r, "compute_only", False):
+            first_roi = ltv_roi = COMPUTE_ONLY
+            interval, marked = "", True
         payback = "-" if r.payback_days is None or (isinstance(r.payback_days, float)
                                                      and math.isnan(r.payback_days)) \
             else f"{int(r.payback_days)} d"
-        lines.append(f"{r.key:<18}{float(r.customers):>11,.1f}{float(r.acquisition_cost):>12,.2f}"
-                     f"{_ratio(r.cac):>9}{_ratio(r.first_order_roi):>15}{_ratio(r.ltv_roi):>9}"
-                     f"  {interval:<15}{payback:>9}")
+        lines.append(f"{r.key:<18}{count_text(r.customers):>11}"
+                     f"{float(r.acquisition_cost):>12,.2f}{_ratio(r.cac):>9}{first_roi:>15}"
+                     f"{ltv_roi:>14}  {interval:<15}{payback:>9}")
     cost = float(rows.acquisition_cost.astype(float).sum())
-    lines.append(f"{'all channels':<18}{float(rows.customers.astype(float).sum()):>11,.1f}"
+    lines.append(f"{'all channels':<18}{count_text(rows.customers.astype(float).sum()):>11}"
                  f"{cost:>12,.2f}   first-order revenue "
                  f"{float(rows.first_order_revenue.astype(float).sum()):,.2f}, predicted value "
                  f"{float(rows.predicted_value.astype(float).sum()):,.2f}")
+    if marked:
+        lines.append(f"{COMPUTE_ONLY}: the channel's only cost is compute, no ad spend; its "
+                     "ROIs are left out")
     return lines

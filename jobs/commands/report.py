@@ -36,36 +36,38 @@ def print_summary(warehouse: Warehouse) -> None:
         f"{stage} {orders}" for model, stage, orders, _ in stages if model == models[0]))
 
 
+def _ratio(value: float | str | None, width: int) -> str:
+    return f"{'-' if value is None else value:>{width}}" if not isinstance(value, float) \
+        else f"{value:{width},.2f}"
+
+
 def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_click", "linear",
-                                                                      "shapley", "markov")
-                      ) -> None:
+                                                                      "shapley", "markov"),
+                      gross_margin: float = ratios.GROSS_MARGIN,
+                      min_cost: float = ratios.MIN_COST) -> None:
     rows = summaries.roi_summary(warehouse, "channel")
     if not rows:
         return
-    print("\nRevenue / cost per channel over the whole period, cost = ad spend + GPU compute "
-          "(fully loaded); '-': cost under 1")
-    print(f"{'channel':16}" + "".join(f"{m:>12}" for m in models) + f"{'ad spend':>12}"
+    print(f"\nROI (revenue / cost) per channel over the whole period, cost = ad spend + GPU "
+          f"compute (fully loaded); '-': cost under {min_cost:,.2f}; '{ratios.COMPUTE_ONLY}': "
+          "no ad spend, only compute")
+    print(f"{'channel':16}" + "".join(f"{m:>14}" for m in models) + f"{'ad spend':>12}"
           f"{'compute':>10}")
     by_key = {(m, k): (rev, spend, compute) for m, k, rev, spend, compute in rows}
     for channel in sorted({k for _, k in by_key}):
-        figures = []
-        for model in models:
-            rev, spend, compute = by_key.get((model, channel), (0.0, 0.0, 0.0))
-            cost = spend + compute
-            # below one currency unit of cost a ratio says nothing (unpaid channels)
-            ratio = ratios.revenue_per_cost(rev, cost)
-            figures.append(f"{'-':>12}" if ratio is None else f"{ratio:12,.2f}")
+        figures = [_ratio(ratios.cost_ratios(*by_key.get((model, channel), (0.0, 0.0, 0.0)),
+                                      gross_margin, min_cost)[0], 14) for model in models]
         _, spend, compute = by_key.get((models[0], channel), (0.0, 0.0, 0.0))
         print(f"{channel:16}" + "".join(figures) + f"{spend:12,.2f}{compute:10,.4f}")
-    print(f"\nAs finance reads it ({models[0]}): ROAS = revenue / ad spend, ROI = (revenue x "
-          "gross margin 1.0 - cost) / cost")
-    print(f"{'channel':16}{'revenue':>12}{'ad spend':>12}{'compute':>10}{'ROAS':>8}{'ROI':>8}")
+    print(f"\nAs finance reads it ({models[0]}): ROAS = revenue / ad spend, margin ROI = "
+          f"(revenue x gross margin - cost) / cost at {ratios.gross_margin_text(gross_margin)}")
+    print(f"{'channel':16}{'revenue':>12}{'ad spend':>12}{'compute':>10}{'ROI':>14}"
+          f"{'ROAS':>8}{'Margin ROI':>14}")
     for channel in sorted({k for _, k in by_key}):
         rev, spend, compute = by_key.get((models[0], channel), (0.0, 0.0, 0.0))
-        roas, roi = ratios.roas(rev, spend), ratios.margin_roi(rev, spend + compute)
-        print(f"{channel:16}{rev:12,.2f}{spend:12,.2f}{compute:10,.2f}"
-              f"{'-' if roas is None else f'{roas:.2f}':>8}"
-              f"{'-' if roi is None else f'{roi:.2f}':>8}")
+        roi, roas, margin_roi = ratios.cost_ratios(rev, spend, compute, gross_margin, min_cost)
+        print(f"{channel:16}{rev:12,.2f}{spend:12,.2f}{compute:10,.2f}{_ratio(roi, 14)}"
+              f"{_ratio(roas, 8)}{_ratio(margin_roi, 14)}")
     unallocated = warehouse.query(
         "SELECT cost_kind, SUM(amount) FROM roi_unallocated WHERE model = ? GROUP BY cost_kind "
         "ORDER BY cost_kind", (models[0],))

@@ -14,8 +14,10 @@ from dataclasses import replace
 
 from pipelines.dashboard.filters import Filters, campaign_filter
 from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
-from pipelines.dashboard.tables import Column, Kpi, Table, View, roi_of
+from pipelines.dashboard.tables import COMPUTE_ONLY_NOTE, Column, Kpi, Table, View, roi_of
+from pipelines.store.ltv import unpaid_keys
 from pipelines.store.warehouse import Warehouse
+from udfs.ratios import COMPUTE_ONLY, compute_only
 
 LTV_EMPTY = ("No lifetime value yet: load credits and costs (`seedance load`), then refresh "
              "the LTV tables (`seedance ltv return`).")
@@ -23,7 +25,7 @@ LTV_EMPTY = ("No lifetime value yet: load credits and costs (`seedance load`), t
 
 def _return_columns(dimension: str) -> tuple[Column, ...]:
     return (Column("key", dimension.capitalize()),
-            Column("customers", "Customers acquired", "number"),
+            Column("customers", "Customers acquired", "count"),
             Column("acquisition_cost", "Acquisition cost", "money"),
             Column("cac", "CAC", "money"),
             Column("first_order_revenue", "First-order revenue", "money"),
@@ -53,12 +55,19 @@ def _return_table(warehouse: Warehouse, filters: Filters, paging: Paging,
         "predicted_value, predicted_value_low, predicted_value_high, ltv_roi, ltv_roi_low, "
         "ltv_roi_high, payback_days FROM ltv_return WHERE model = ? AND dimension = ?"
         f"{where}", [filters.model, dimension, *params], "customers DESC, key")
+    unpaid = {key for model, dim, key in unpaid_keys(warehouse)
+              if model == filters.model and dim == dimension}
     rows = [(key, customers, cost, cac, revenue, first_roi, (value, value_low, value_high),
              (roi, roi_low, roi_high), payback)
+            if key not in unpaid or not compute_only(0.0, float(cost)) else
+            (key, customers, cost, cac, revenue, COMPUTE_ONLY, (value, value_low, value_high),
+             (COMPUTE_ONLY, None, None), payback)
             for (key, customers, cost, cac, revenue, first_roi, value, value_low, value_high,
                  roi, roi_low, roi_high, payback) in page.rows]
     note = ("'—' payback: not paid back within the horizon. "
             if any(r[-1] is None for r in rows) else "")
+    if any(r[5] == COMPUTE_ONLY for r in rows):
+        note += COMPUTE_ONLY_NOTE + " "
     if dimension == "campaign":
         note += "The platform and campaign filters apply to these rows."
     return Page(rows, page.total, page.offset).table(
@@ -110,7 +119,7 @@ def ltv_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW)
     customers, cost, revenue, value = (float(v or 0.0) for v in totals[:4])
     as_of, horizon, margin, level, currency = totals[4:]
     view.kpis = [
-        Kpi("kpi_customers", "Customers acquired", customers, "number"),
+        Kpi("kpi_customers", "Customers acquired", customers, "count"),
         Kpi("kpi_acquisition_cost", "Acquisition cost", cost),
         Kpi("kpi_cac", "CAC", cost / customers if customers > 0 else None),
         Kpi("kpi_first_order_roi", "First-order ROI",

@@ -15,7 +15,14 @@ from pipelines.dashboard import charts
 from pipelines.dashboard.filters import Filters
 from pipelines.dashboard.paging import FIRST_PAGES, Paging
 from pipelines.dashboard.queries import OPTIONS_SHOWN, TITLES
-from pipelines.dashboard.tables import Column, Table, View, format_interval, format_value
+from pipelines.dashboard.tables import (
+    Column,
+    Table,
+    View,
+    format_interval,
+    format_value,
+    number_or_none,
+)
 
 # (Python 3.11 f-strings cannot hold quotes of their own kind: attribute snippets live here.)
 _ACTIVE, _NUM, _BREACH = ' class="active"', ' class="num"', ' class="breach"'
@@ -203,9 +210,9 @@ def _roi_charts(view: View) -> list[str]:
             "Revenue and cost by day", [r[0] for r in day],
             [("revenue", [r[2] for r in day]), ("ad spend", [r[3] for r in day]),
              ("compute", [r[4] for r in day])]))
-    paid = [(r[0], r[6]) for r in campaign if r[4] > 0]
+    paid = [(r[0], number_or_none(r[6])) for r in campaign if r[4] > 0]
     if paid:
-        title, paid = _first("ROI of paid campaigns (revenue per unit of cost)", paid)
+        title, paid = _first("ROI of paid campaigns (revenue / cost)", paid)
         out.append(charts.bar_chart(title, paid, "x"))
     return out
 
@@ -218,8 +225,8 @@ def _models_charts(view: View) -> list[str]:
                                 [r[0] for r in revenue.rows],
                                 [(m, [r[i + 1] for r in revenue.rows])
                                  for i, m in enumerate(models)]),
-            charts.bar_chart("ROI per model",
-                             [(r[0], r[5]) for r in summary], "x"),
+            charts.bar_chart("ROI per model (revenue / cost)",
+                             [(r[0], number_or_none(r[5])) for r in summary], "x"),
             *_credit_interval_charts(view)]
 
 
@@ -287,8 +294,10 @@ def _ltv_charts(view: View) -> list[str]:
     if channel:
         title, channel = _first("First-order ROI and LTV ROI per channel", channel)
         out.append(charts.grouped_bars(title, [r[0] for r in channel],
-                                       [("first-order ROI", [r[5] for r in channel]),
-                                        ("LTV ROI", [r[7][0] for r in channel])]))
+                                       [("first-order ROI",
+                                         [number_or_none(r[5]) for r in channel]),
+                                        ("LTV ROI",
+                                         [number_or_none(r[7][0]) for r in channel])]))
     segments = view.table("ltv_segments").rows
     if segments:
         out.append(charts.bar_chart("Customers per LTV segment",

@@ -23,10 +23,10 @@ from pipelines.dashboard.tables import (
     Column,
     Kpi,
     View,
-    margin_roi_of,
+    cost_ratios,
+    margin_in_force,
+    number_or_none,
     ratio_note,
-    roas_of,
-    roi_of,
     table_exists,
 )
 from pipelines.settings.job_config import AttributionConfig
@@ -42,9 +42,15 @@ COST_COLUMNS = (Column("conversions", "Conversions", "number"),
                 Column("revenue", "Revenue", "money"),
                 Column("ad_spend", "Ad spend", "money"),
                 Column("compute_cost", "Compute cost", "money"),
-                Column("roi", "Revenue / cost", "ratio"),
+                Column("roi", "ROI", "ratio"),
                 Column("roas", "ROAS", "ratio"),
-                Column("margin_roi", "ROI", "ratio"))
+                Column("margin_roi", "Margin ROI", "ratio"))
+
+
+def _cost_note() -> str:
+    """The footnote of COST_COLUMNS' tables (the ratio rule is set when the dashboard
+    starts, so it is read when a page is built)."""
+    return ratio_note(compute_only=True, margin=True)
 
 
 def _sorted_models(models: set[str]) -> list[str]:
@@ -85,9 +91,8 @@ def options(warehouse: Warehouse) -> dict[str, list[str]]:
 
 def _with_roi(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """(key..., conversions, revenue, ad_spend, compute) -> the same plus revenue / cost,
-    ROAS and ROI (udfs/ratios.py, ratios of the sums)."""
-    return [(*row, roi_of(row[-3], row[-2] + row[-1]), roas_of(row[-3], row[-2]),
-             margin_roi_of(row[-3], row[-2] + row[-1])) for row in rows]
+    ROAS and margin ROI (udfs/ratios.py, ratios of the sums)."""
+    return [(*row, *cost_ratios(*row[-3:])) for row in rows]
 
 
 def _roi_where(filters: Filters, dimension: str) -> tuple[str, list[object]]:
@@ -146,13 +151,13 @@ def roi_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW)
         return view
     # the headline figures: every day's campaign rows, whichever page of a table is shown
     conversions, revenue, ad_spend, compute = _totals(warehouse, filters, "campaign")
+    roi, roas, margin_roi = cost_ratios(revenue, ad_spend, compute)
     view.kpis = [Kpi("kpi_revenue", "Attributed revenue", revenue),
                  Kpi("kpi_ad_spend", "Ad spend allocated", ad_spend),
                  Kpi("kpi_compute", "Compute cost allocated", compute),
-                 Kpi("kpi_margin_roi", "ROI", margin_roi_of(revenue, ad_spend + compute),
-                     "ratio"),
-                 Kpi("kpi_roas", "ROAS", roas_of(revenue, ad_spend), "ratio"),
-                 Kpi("kpi_roi", "Revenue / cost", roi_of(revenue, ad_spend + compute),
+                 Kpi("kpi_roi", "ROI", roi, "ratio"),
+                 Kpi("kpi_roas", "ROAS", roas, "ratio"),
+                 Kpi("kpi_margin_roi", f"Margin ROI ({margin_in_force()})", margin_roi,
                      "ratio"),
                  Kpi("kpi_conversions", "Conversions", conversions, "number"),
                  Kpi("kpi_unallocated", "Cost not allocated", _unallocated(warehouse, filters))]
@@ -160,17 +165,17 @@ def roi_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW)
         _sums(warehouse, filters, "channel", "r.key", paging=paging, table="roi_by_channel")
         .table("roi_by_channel", "By channel", (Column("channel", "Channel"), *COST_COLUMNS),
                note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
-                                           ratio_note())))),
+                                           _cost_note())))),
         _sums(warehouse, filters, "campaign", "r.key",
               ", (SELECT MIN(s.platform) FROM ad_spend s WHERE s.campaign = r.key)",
               paging=paging, table="roi_by_campaign")
         .table("roi_by_campaign", "By campaign",
                (Column("campaign", "Campaign"), Column("platform", "Platform"), *COST_COLUMNS),
-               note=ratio_note()),
+               note=_cost_note()),
         _sums(warehouse, filters, "campaign", "r.day", order="r.day", paging=paging,
               table="roi_by_day")
         .table("roi_by_day", "By day", (Column("day", "Day"), *COST_COLUMNS),
-               note=ratio_note()),
+               note=_cost_note()),
     ]
     return view
 
@@ -191,13 +196,13 @@ def models_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_R
         "GROUP BY channel, model", params + more_params)
     where, params = day_range("day", filters)
     roi_rows = warehouse.query(
-        "SELECT key, model, SUM(revenue), SUM(ad_spend) + SUM(compute_cost) FROM roi_daily "
+        "SELECT key, model, SUM(revenue), SUM(ad_spend), SUM(compute_cost) FROM roi_daily "
         f"WHERE dimension = 'channel'{where} GROUP BY key, model", params)
     model_columns = tuple(Column(m, m) for m in models)
     revenue_rows = _pivot(credited, models, lambda v: v)
     channel_order = {row[0]: i for i, row in enumerate(revenue_rows)}
-    roi_pivot = sorted(_pivot([(k, m, (rev, cost)) for k, m, rev, cost in roi_rows], models,
-                              lambda v: roi_of(*v)),
+    roi_pivot = sorted(_pivot([(k, m, sums) for k, m, *sums in roi_rows], models,
+                              lambda v: cost_ratios(*v)[0]),
                        key=lambda row: (channel_order.get(row[0], len(channel_order)), row[0]))
     view.tables = [
         paging.cut("models_summary", summary).table(
@@ -212,7 +217,7 @@ def models_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_R
             (Column("channel", "Channel"),
              *(Column(c.name, c.label, "ratio") for c in model_columns)),
             note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
-                                        ratio_note())))),
+                                        ratio_note(compute_only=True))))),
         credit_interval_table(warehouse, filters, paging),
     ]
     return view
@@ -226,7 +231,8 @@ def _pivot(rows: list[tuple[Any, ...]], models: list[str],
     keys = sorted({r[0] for r in rows})
     out = [(key, *(cell(values[key, m]) if (key, m) in values else None for m in models))
            for key in keys]
-    return sorted(out, key=lambda row: -next((v for v in row[1:] if v is not None), 0.0))
+    return sorted(out, key=lambda row: -next((v for v in row[1:] if number_or_none(v)
+                                              is not None), 0.0))
 
 
 def stages_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
@@ -245,7 +251,7 @@ def stages_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_R
         (Column("stage", "Stage"), *COST_COLUMNS[:4], Column("cost", "Cost", "money"),
          Column("cost_share", "Share of cost", "share"), *COST_COLUMNS[4:]),
         note=" ".join(filter(None, (NO_CAMPAIGN_SPLIT if filters.by_campaign else "",
-                                           ratio_note()))))]
+                                           _cost_note()))))]
     return view
 
 

@@ -16,8 +16,10 @@ from udfs import ratios
 
 # How a column's values are shown: text as is; money and number with 2 decimals and
 # thousands separators; ratio (ROI) with 2 decimals; percent and share as x100 with a %;
-# count as a whole number; delta (a difference of ratios) signed with 2 decimals; p (a
-# p-value) with 2 significant digits. None is shown as an em dash.
+# count as a whole number (a fractional one, such as customers credited under a
+# multi-touch model, with 1 decimal); delta (a difference of ratios) signed with 2
+# decimals; p (a p-value) with 2 significant digits. None is shown as an em dash, a text
+# in a number's column (a ratio marked "compute only") as is.
 KINDS = ("text", "money", "number", "ratio", "percent", "share", "count", "delta", "p")
 
 
@@ -76,7 +78,7 @@ class Table:
 class Kpi:
     name: str  # stable id for the page element
     label: str
-    value: float | None
+    value: float | str | None
     kind: str = "money"
 
 
@@ -102,11 +104,12 @@ def format_value(value: Any, kind: str) -> str:
     """A cell as the page shows it (the CSV export writes the raw value instead)."""
     if value is None:
         return "—"
-    if kind == "text":
+    if kind == "text" or isinstance(value, str):
         return str(value)
     number = float(value)
     if kind == "count":
-        return f"{round(number):,}"
+        return f"{round(number):,}" if abs(number - round(number)) < 1e-6 \
+            else f"{number:,.1f}"
     if kind in ("percent", "share"):
         return f"{number * 100:+.2f} %" if kind == "percent" else f"{number * 100:.1f} %"
     if kind == "delta":
@@ -152,6 +155,11 @@ class RatioRule:
 RULE = RatioRule()
 RATIO_NOTE = ("'—' in a ratio column: its cost is under {min_cost:,.2f}, where a ratio "
               "says nothing (a few cents of cost would read as a return of millions).")
+COMPUTE_ONLY_NOTE = (f"'{ratios.COMPUTE_ONLY}': the row's only cost is compute, no ad "
+                     "spend; its ROI figures are left out (a few dollars of GPU time would "
+                     "read as a return of thousands).")
+MARGIN_NOTE = ("ROI = revenue / cost; ROAS = revenue / ad spend; margin ROI = (revenue x "
+               "gross margin - cost) / cost, at a {margin}.")
 
 
 def set_ratio_rule(rule: RatioRule) -> None:
@@ -160,8 +168,34 @@ def set_ratio_rule(rule: RatioRule) -> None:
     RULE = rule
 
 
-def ratio_note() -> str:
-    return RATIO_NOTE.format(min_cost=RULE.min_cost)
+def ratio_note(compute_only: bool = False, margin: bool = False) -> str:
+    """The footnote of a table of ratios: the cost floor, and where they apply the
+    compute-only rows and the gross margin in force."""
+    return " ".join([RATIO_NOTE.format(min_cost=RULE.min_cost),
+                     *([COMPUTE_ONLY_NOTE] if compute_only else []),
+                     *([margin_text()] if margin else [])])
+
+
+def margin_in_force() -> str:
+    """The gross margin the margin ROI is computed at: "gross margin 60 %"."""
+    return ratios.gross_margin_text(RULE.gross_margin)
+
+
+def margin_text() -> str:
+    """The ratios' definitions with the gross margin in force."""
+    return MARGIN_NOTE.format(margin=margin_in_force())
+
+
+def cost_ratios(revenue: float, ad_spend: float, compute: float
+                ) -> tuple[float | str | None, float | None, float | str | None]:
+    """(ROI, ROAS, margin ROI) of a row under this dashboard's rule; ROI and margin ROI are
+    "compute only" where that is its only cost (udfs.ratios.cost_ratios)."""
+    return ratios.cost_ratios(revenue, ad_spend, compute, RULE.gross_margin, RULE.min_cost)
+
+
+def number_or_none(value: Any) -> float | None:
+    """A ratio cell as a chart draws it: a marked one draws no bar."""
+    return None if value is None or isinstance(value, str) else float(value)
 
 
 def roi_of(revenue: float, cost: float) -> float | None:

@@ -19,6 +19,7 @@ from schemas import rows
 from schemas.rows import Row
 from udfs.ltv_return import COST_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS
 from udfs.periods import DAY_MS, day_start_ms
+from udfs.ratios import NO_AD_SPEND, compute_only
 
 
 def credit_frame(warehouse: Warehouse) -> pd.DataFrame:
@@ -102,8 +103,24 @@ def write_ltv_calibration(warehouse: Warehouse, frame: pd.DataFrame) -> int:
 
 
 def ltv_return_frame(warehouse: Warehouse) -> pd.DataFrame:
-    """The ltv_return table (its LTV_RETURN columns), by model, dimension and key."""
+    """The ltv_return table (its LTV_RETURN columns), by model, dimension and key, and
+    `compute_only`: whether the row's acquisition cost is compute alone (unpaid_keys)."""
     names = list(rows.LTV_RETURN.names)
     found = warehouse.query(f"SELECT {', '.join(names)} FROM ltv_return "
                             "ORDER BY model, dimension, key")
-    return pd.DataFrame(found, columns=names)
+    frame = pd.DataFrame(found, columns=names)
+    unpaid = unpaid_keys(warehouse)
+    return frame.assign(compute_only=[
+        (m, d, k) in unpaid and compute_only(0.0, float(cost)) for m, d, k, cost in zip(
+            frame.model, frame.dimension, frame.key, frame.acquisition_cost, strict=True)])
+
+
+def unpaid_keys(warehouse: Warehouse) -> set[tuple[str, str, str]]:
+    """(model, dimension, key) of the channels and campaigns the ROI job allocated no ad
+    spend to on any day (roi_daily): the customers they acquired cost compute alone, and
+    their first-order and LTV ROI are marked "compute only" as ROI rows are
+    (udfs.ratios.compute_only)."""
+    return {(str(m), str(d), str(k)) for m, d, k in warehouse.query(
+        "SELECT model, dimension, key FROM roi_daily WHERE dimension IN ('channel', "
+        "'campaign') GROUP BY model, dimension, key HAVING ABS(SUM(ad_spend)) < ?",
+        (NO_AD_SPEND,))}

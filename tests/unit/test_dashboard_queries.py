@@ -47,16 +47,17 @@ def test_roi_sums_the_days_before_dividing(warehouse: Warehouse) -> None:
 
 
 def test_no_ratio_is_shown_on_a_cost_under_the_floor(warehouse: Warehouse) -> None:
-    """A channel with 90 of revenue over 0.0066 of compute: no ROI of 13,636, a dash (and
-    an empty CSV cell); at the floor the ratio is shown; a configured floor applies."""
+    """A channel with 90 of revenue over 0.0066 of ad spend: no ROI of 13,636, a dash (and
+    an empty CSV cell); at the floor the ratio is shown; a configured floor applies. (On
+    compute alone a row is "compute only": tests/unit/test_ratio_names.py.)"""
     from pipelines.dashboard.tables import RatioRule, set_ratio_rule
 
     warehouse.store(ROI_DAILY, [
-        roi_row("last_click", "2026-10-01", "channel", "email", 1, 90, 0, 0.0066),
-        roi_row("last_click", "2026-10-01", "channel", "push", 1, 30, 0, 1.0)])
+        roi_row("last_click", "2026-10-01", "channel", "email", 1, 90, 0.0066, 0),
+        roi_row("last_click", "2026-10-01", "channel", "push", 1, 30, 1.0, 0)])
     channel = rows_by_key(build_view(warehouse, "roi", Filters()).table("roi_by_channel").rows)
     assert channel["email"][5:] == (None, None, None)
-    assert channel["push"][5] == pytest.approx(30.0) and channel["push"][6] is None
+    assert channel["push"][5:7] == pytest.approx((30.0, 30.0))
     try:
         set_ratio_rule(RatioRule(min_cost=50.0, gross_margin=0.4))
         channel = rows_by_key(build_view(warehouse, "roi", Filters())
