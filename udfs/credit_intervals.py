@@ -29,7 +29,7 @@ Intervals are percentile intervals; the standard error is the resamples' standar
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -59,6 +59,18 @@ def _check(level: float, resamples: int) -> None:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
     if resamples < 2:
         raise ValueError(f"at least 2 resamples are needed, got {resamples}")
+
+
+def _check_finite(name: str, values: np.ndarray, where: Callable[[int], str],
+                  non_negative: bool = False) -> None:
+    """A ValueError naming `name` and the first row where `values` is NaN, infinite (or
+    negative): such a row would turn every total and share it is in into NaN or 0."""
+    bad = ~np.isfinite(values) | ((values < 0) if non_negative else False)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        kind = "a finite number of at least 0" if non_negative else "a finite number"
+        raise ValueError(f"{name} must be {kind}: {int(bad.sum())} rows are not (e.g. "
+                         f"{where(first)}: {values[first]})")
 
 
 def _shares(totals: np.ndarray, denominator: np.ndarray) -> np.ndarray:
@@ -259,6 +271,9 @@ def credit_intervals(table: JourneyTable, models: tuple[str, ...],
     use `resamples`, data-driven ones min(resamples, refit_resamples) (one refit each); the
     number used is in `resamples`. Same seed, same output."""
     _check(level, resamples)
+    for name in ("conversions", "non_conversions"):
+        _check_finite(name, getattr(table, name), "journey row {}".format, non_negative=True)
+    _check_finite("revenue", table.revenue, "journey row {}".format)
     params = params or ModelParams()
     models = validate_models(models)
     point, _ = attribute(table, models, params, by_campaign)
@@ -316,6 +331,9 @@ def credit_intervals_of_rows(credits: pd.DataFrame, level: float = 0.95,
     model, period, channel, credit, revenue, share (of the model's credit in the period),
     revenue_share, each with _low, _high and _se, and resamples."""
     _check(level, resamples)
+    for name in ("credit", "revenue"):
+        _check_finite(name, credits[name].to_numpy(np.float64),
+                      lambda row: f"order {credits.order_id.iloc[row]}")
     cell_keys = ["model", period, "channel"]
     cells = credits.groupby(cell_keys, sort=True, dropna=False)
     point = cells[["credit", "revenue"]].sum().reset_index()

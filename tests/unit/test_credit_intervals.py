@@ -3,6 +3,7 @@ against data size, points against `attribute`, counts against expanded rows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import product
 
 import numpy as np
@@ -307,3 +308,36 @@ def test_rows_per_period_and_seeded():
                                                                    seed=3))
     with pytest.raises(ValueError, match="level"):
         credit_intervals_of_rows(frame, level=1.5)
+
+
+# --- input that has no interval ---------------------------------------------------------
+
+@pytest.mark.parametrize(("field", "value"), [("revenue", np.nan), ("revenue", np.inf),
+                                              ("conversions", np.nan),
+                                              ("conversions", -1.0),
+                                              ("non_conversions", np.nan)])
+def test_a_journey_count_or_revenue_that_is_not_a_number_is_an_error(field, value):
+    """A NaN revenue used to show as a 0.0 share with an interval; a negative count
+    crashed the Poisson draw."""
+    table = summary(np.random.default_rng(7), 300.0)
+    values = getattr(table, field).copy()
+    values[2] = value
+    bad = replace(table, **{field: values})
+    with pytest.raises(ValueError, match=f"^{field} .*journey row 2"):
+        credit_intervals(bad, ("linear", "shapley"), resamples=50)
+
+
+@pytest.mark.parametrize("field", ["credit", "revenue"])
+def test_a_credit_row_that_is_not_a_number_is_an_error(field):
+    table = expanded(summary(np.random.default_rng(8), 300.0))
+    frame = credit_rows(table, ("linear",), days=1)
+    frame.loc[3, field] = np.nan
+    with pytest.raises(ValueError, match=f"^{field} .*order {frame.order_id[3]}"):
+        credit_intervals_of_rows(frame, resamples=50)
+
+
+@pytest.mark.parametrize("resamples", [0, 1])
+def test_fewer_than_two_resamples_is_an_error(resamples):
+    table = summary(np.random.default_rng(9), 300.0)
+    with pytest.raises(ValueError, match=f"resamples.*got {resamples}"):
+        credit_intervals(table, ("linear",), resamples=resamples)
