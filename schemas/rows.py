@@ -307,7 +307,7 @@ EXPERIMENT_RESULT = Row(
      Column("srm", "boolean", "sample-ratio mismatch"),
      Column("confidence", "double", "the intervals' level"),
      Column("computed_at", "string", "ISO 8601 UTC"),
-     Column("heavy_tail", "boolean", "the top 1 % of users hold over half the revenue"),
+     Column("heavy_tail", "boolean", "the top 1 % of buyers hold over half the revenue"),
      Column("note", "string", "why there is no verdict, or what to read with care")),
     key=("flag_key", "variant", "window_end"), table="experiment_results")
 

@@ -22,11 +22,14 @@ gbstats does), so small arms get wider intervals than the normal approximation g
 Intervals are at level 1 - alpha, so `significant` (p < alpha) and "the interval excludes
 0" agree.
 
-An arm with fewer than `min_converters` converting users (MIN_CONVERTERS by default) gets
-no interval and no verdict ("too few converters"), nor does a comparison with it: one buyer
-must never make a variant significant. Revenue where the top 1 % of an arm's users hold
-over half of it is flagged `heavy_tail`. Variants are compared as strings (a flag served
-as 0/1 keeps its control); a non-finite revenue or cost is an error naming the order.
+An arm with fewer than `min_converters` converting users (MIN_CONVERTERS by default), or
+fewer converters with a cost or with revenue, gets no interval and no verdict ("too few
+converters"), nor does a comparison with it: one buyer must never make a variant
+significant. Revenue where the top 1 % of an arm's buyers hold over half of it is flagged
+`heavy_tail`. Variants are compared as strings (a flag served as 0/1 keeps its control); a
+non-finite revenue or cost is an error naming the order, and an experiment that fails
+never stops the others (ExperimentsFailed). Rounding counts as nothing: a residual spread
+or a difference of ROIs under ROUNDING of their size is 0.
 
 Where the delta method is undefined -- fewer than 2 users, fewer than 2 users with any
 cost (no estimate of the cost's spread) or no residual spread (a zero-width interval) --
@@ -42,29 +45,34 @@ experiment (the chi-square test) and per bootstrapped variant.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from datetime import date, timedelta
+from functools import partial
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from udfs.experiment_guards import MIN_CONVERTERS, heavy_tails, withhold_small_arms
+from udfs.experiment_bootstrap import (
+    BOOTSTRAP_REPLICATES,
+    bootstrap_p,
+    check_replicates,
+    percentiles,
+    replicates_of,
+)
+from udfs.experiment_guards import (
+    MIN_CONVERTERS,
+    ROUNDING,
+    at_rounding_level,
+    heavy_tails,
+    withhold_small_arms,
+)
+from udfs.experiment_srm import SRM_ALPHA, check_split, sample_ratio
 from udfs.experiment_table import strategy_table
 from udfs.periods import DAY_MS, parse_day
 
-__all__ = ["MIN_CONVERTERS", "STATS_COLUMNS", "daily_aggregates", "first_exposures",
-           "strategy_table", "window_statistics"]
-
-# The sample-ratio-mismatch alarm: a chi-square p below this flags the experiment. Strict
-# on purpose: the check runs on every experiment every day, and at 0.05 one healthy
-# experiment in twenty would raise it; a real assignment bug gives p far below 0.001.
-SRM_ALPHA = 0.001
-SRM_MIN_SHARE = 0.01  # a variant with fewer of the users is a stray, not part of the split
-BOOTSTRAP_REPLICATES = 2000
-# weights matrix of one bootstrap chunk (replicates x converters) stays under this
-_BOOTSTRAP_CELLS = 20_000_000
+__all__ = ["MIN_CONVERTERS", "SRM_ALPHA", "STATS_COLUMNS", "ExperimentsFailed",
+           "daily_aggregates", "first_exposures", "strategy_table", "window_statistics"]
 
 EXPOSURE_COLUMNS = ["flag_key", "variant", "user_id", "first_exposure_ms"]
 DAILY_COLUMNS = ["flag_key", "variant", "day", "users", "conversions", "revenue",
@@ -168,16 +176,23 @@ def _variant_sums(users: pd.Series, orders: pd.DataFrame, buyers: pd.DataFrame
     money = orders.groupby(_KEY).agg(conversions=("order_id", "size"),
                                      revenue=("revenue", "sum"), ad_spend=("ad_spend", "sum"),
                                      compute_cost=("compute_cost", "sum"), cost=("cost", "sum"))
-    counts = buyers.assign(paying=buyers.cost > 0).groupby(_KEY).agg(
-        converters=("user_id", "size"), paying=("paying", "sum"))
+    counts = buyers.assign(paying=buyers.cost > 0, earning=buyers.revenue != 0) \
+        .groupby(_KEY).agg(converters=("user_id", "size"), paying=("paying", "sum"),
+                           earning=("earning", "sum"))
     table = pd.concat([users.rename("users"), money, counts], axis=1).fillna(0.0)
     table = table.astype({"users": "int64", "converters": "int64", "conversions": "int64",
-                          "paying": "int64"})
+                          "paying": "int64", "earning": "int64"})
     table["roi"] = _ratio(table.revenue, table.cost)
     # residuals e_i = Y_i - R X_i; users without conversions have e_i = 0
     ratio = buyers[_KEY].merge(table.roi.reset_index(), on=_KEY, how="left").roi
     residual = (buyers.revenue - ratio.to_numpy(float) * buyers.cost) ** 2
-    table["residual_ss"] = residual.groupby([buyers[k] for k in _KEY]).sum()
+    by_variant = [buyers[k] for k in _KEY]
+    residual_ss = residual.groupby(by_variant).sum()
+    # revenue exactly proportional to cost leaves residuals of rounding only: an sd made
+    # of them would call differences of 1e-16 significant
+    revenue_ss = (buyers.revenue ** 2).groupby(by_variant).sum()
+    residual_ss = residual_ss.where(residual_ss > ROUNDING ** 2 * revenue_ss, 0.0)
+    table["residual_ss"] = residual_ss
     table["residual_ss"] = table.residual_ss.fillna(0.0)
     n = table.users.astype(float)
     mean_cost = table.cost / n
@@ -185,37 +200,6 @@ def _variant_sums(users: pd.Series, orders: pd.DataFrame, buyers: pd.DataFrame
     defined = (table.users > 1) & (table.paying > 1) & (table.residual_ss > 0)
     table["roi_sd"] = np.sqrt(variance.where(defined & table.roi.notna()))
     return table.reset_index()
-
-
-def _bootstrap(buyers: pd.DataFrame, flag_key: str, variant: str, seed: int,
-               replicates: int) -> np.ndarray:
-    """Poisson-bootstrap replicates of one variant's ROI (NaN where a replicate has no
-    cost); seeded by (seed, flag, variant), so they are the same wherever they are drawn."""
-    mine = buyers[(buyers.flag_key == flag_key) & (buyers.variant == variant)]
-    revenue, cost = mine.revenue.to_numpy(float), mine.cost.to_numpy(float)
-    rng = np.random.default_rng([seed, zlib.crc32(flag_key.encode()),
-                                 zlib.crc32(variant.encode())])
-    chunk = max(1, _BOOTSTRAP_CELLS // max(1, len(mine)))
-    parts = []
-    for start in range(0, replicates, chunk):  # a chunk of replicates at a time, not users
-        weights = rng.poisson(1.0, size=(min(chunk, replicates - start), len(mine)))
-        parts.append(_ratio(pd.Series(weights @ revenue), pd.Series(weights @ cost)))
-    return pd.concat(parts, ignore_index=True).to_numpy(float)
-
-
-def _percentiles(draws: np.ndarray, alpha: float) -> tuple[float, float]:
-    kept = draws[~np.isnan(draws)]
-    if not len(kept):
-        return np.nan, np.nan
-    low, high = np.quantile(kept, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
-
-
-def _bootstrap_p(differences: np.ndarray) -> float:
-    """Two-sided bootstrap p of a difference of 0 (add-one, so never exactly 0)."""
-    kept = differences[~np.isnan(differences)]
-    below, above = int((kept <= 0).sum()), int((kept >= 0).sum())
-    return min(1.0, 2 * (min(below, above) + 1) / (len(kept) + 1))
 
 
 def _control_variants(table: pd.DataFrame, control: str | None) -> pd.Series:
@@ -243,7 +227,9 @@ def _delta_comparison(table: pd.DataFrame, alpha: float) -> pd.DataFrame:
     controls = table[table.is_control].set_index("flag_key")
     control_of = table.flag_key.map
     table["control_method"] = control_of(controls.roi_method)
-    table["roi_diff"] = (table.roi - control_of(controls.roi)).where(~table.is_control)
+    control_roi = control_of(controls.roi)
+    table["roi_diff"] = (table.roi - control_roi).where(~table.is_control)
+    table.loc[at_rounding_level(table.roi_diff, table.roi, control_roi), "roi_diff"] = 0.0
     variance, control_variance = table.roi_sd ** 2, control_of(controls.roi_sd) ** 2
     control_n = control_of(controls.users).astype(float)
     diff_sd = np.sqrt(variance + control_variance)
@@ -268,9 +254,10 @@ def _bootstrap_where_undefined(table: pd.DataFrame, buyers: pd.DataFrame, alpha:
     differences (and p-values) where either arm is one of them."""
     draws: dict[tuple[str, str], np.ndarray] = {}
 
-    def replicates_of(flag_key: str, variant: str) -> np.ndarray:
+    def drawn(flag_key: str, variant: str) -> np.ndarray:
         if (flag_key, variant) not in draws:
-            draws[flag_key, variant] = _bootstrap(buyers, flag_key, variant, seed, replicates)
+            draws[flag_key, variant] = replicates_of(buyers, flag_key, variant, seed,
+                                                     replicates)
         return draws[flag_key, variant]
 
     flags, variants = table.flag_key.astype(str).tolist(), table.variant.astype(str).tolist()
@@ -278,15 +265,16 @@ def _bootstrap_where_undefined(table: pd.DataFrame, buyers: pd.DataFrame, alpha:
     columns = ["roi_low", "roi_high", "diff_low", "diff_high", "p_value"]
     values = {name: table[name].to_numpy(float, copy=True) for name in columns}
     for i in np.flatnonzero(table.roi_method == "bootstrap"):
-        values["roi_low"][i], values["roi_high"][i] = _percentiles(
-            replicates_of(flags[i], variants[i]), alpha)
+        values["roi_low"][i], values["roi_high"][i] = percentiles(
+            drawn(flags[i], variants[i]), alpha)
     undefined = table.roi_diff.notna() & ((table.roi_method == "bootstrap")
                                           | (table.control_method == "bootstrap"))
     for i in np.flatnonzero(undefined):
-        differences = replicates_of(flags[i], variants[i]) \
-            - replicates_of(flags[i], controls[i])
-        values["diff_low"][i], values["diff_high"][i] = _percentiles(differences, alpha)
-        values["p_value"][i] = _bootstrap_p(differences)
+        mine, theirs = drawn(flags[i], variants[i]), drawn(flags[i], controls[i])
+        differences = np.where(at_rounding_level(mine - theirs, mine, theirs), 0.0,
+                               mine - theirs)
+        values["diff_low"][i], values["diff_high"][i] = percentiles(differences, alpha)
+        values["p_value"][i] = bootstrap_p(differences)
     for name in columns:
         table[name] = values[name]
     table.loc[undefined, "diff_method"] = "bootstrap"
@@ -295,59 +283,21 @@ def _bootstrap_where_undefined(table: pd.DataFrame, buyers: pd.DataFrame, alpha:
     return table
 
 
-def _srm_p_value(observed: Mapping[str, int], weights: Mapping[str, float]) -> float:
-    """Chi-square goodness of fit of users per variant against `weights`. A configured
-    variant nobody saw counts with 0 users; a variant served that is not configured is a
-    mismatch outright (p = 0); with one variant (or no users) there is nothing to test."""
-    if set(observed) - set(weights):
-        return 0.0
-    names = sorted(weights)
-    counts = np.array([observed.get(name, 0) for name in names], dtype=float)
-    if len(names) < 2 or counts.sum() == 0:
-        return np.nan
-    expected = np.array([weights[name] for name in names]) / sum(weights.values())
-    return float(stats.chisquare(counts, expected * counts.sum()).pvalue)
+class ExperimentsFailed(ValueError):
+    """Some experiments could not be computed: `failures` maps each one's flag to why,
+    `computed` holds the others' statistics (STATS_COLUMNS), which stand on their own."""
+
+    def __init__(self, failures: Mapping[str, str], computed: pd.DataFrame) -> None:
+        self.failures = dict(failures)
+        self.computed = computed
+        super().__init__("; ".join(f"experiment {flag}: {reason}"
+                                   for flag, reason in self.failures.items()))
 
 
-def _main_variants(observed: Mapping[str, int]) -> list[str]:
-    """The variants holding at least SRM_MIN_SHARE of an experiment's users."""
-    total = sum(observed.values())
-    return [v for v, n in observed.items() if total and n >= SRM_MIN_SHARE * total]
-
-
-def _sample_ratio(table: pd.DataFrame,
-                  expected_split: Mapping[str, Mapping[str, float]] | None) -> pd.DataFrame:
-    """expected_share, srm_p_value and srm (p < SRM_ALPHA) per row; the split is equal
-    unless `expected_split` configures the flag's. One test per experiment."""
-    users: dict[str, dict[str, int]] = {}
-    for flag_key, variant, count in zip(table.flag_key, table.variant, table.users,
-                                        strict=True):
-        users.setdefault(flag_key, {})[variant] = int(count)
-    # without a configured split, an equal one over the variants that hold at least
-    # SRM_MIN_SHARE of the users: a stray exposure or two (a variant served by mistake, a
-    # test value) would otherwise turn a healthy split into a "mismatch"
-    weights = {flag_key: dict((expected_split or {}).get(flag_key, {}))
-               or dict.fromkeys(_main_variants(observed), 1.0)
-               for flag_key, observed in users.items()}
-    strays = {flag_key: set(observed) - set(weights[flag_key])
-              for flag_key, observed in users.items()
-              if not (expected_split or {}).get(flag_key)}
-    table["expected_share"] = [
-        weights[flag_key].get(variant, 0.0) / sum(weights[flag_key].values())
-        for flag_key, variant in zip(table.flag_key, table.variant, strict=True)]
-    p_values = {flag_key: _srm_p_value({v: n for v, n in observed.items()
-                                        if v not in strays.get(flag_key, ())},
-                                       weights[flag_key])
-                for flag_key, observed in users.items()}
-    stray = [variant in strays.get(flag_key, ()) for flag_key, variant
-             in zip(table.flag_key, table.variant, strict=True)]
-    table["note"] = [("; ".join(filter(None, (note, f"stray variant ({n} users, under "
-                                              f"{100 * SRM_MIN_SHARE:g} %): left out of "
-                                              "the SRM check"))) if is_stray else note)
-                     for note, n, is_stray in zip(table.note, table.users, stray, strict=True)]
-    table["srm_p_value"] = table.flag_key.map(p_values).astype(float)
-    table["srm"] = table.srm_p_value < SRM_ALPHA
-    return table
+def _reason(error: Exception) -> str:
+    """One line of why an experiment failed (a ValueError is already a message)."""
+    text = " ".join(str(error).split())
+    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
 
 
 def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_day: str,
@@ -363,14 +313,54 @@ def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_da
     or after the exposure and before the window's end count. `control` names the control
     variant (experiments without it get no comparison); `expected_split` maps flag_key ->
     {variant: weight} for the SRM check (default an equal split); an arm with fewer than
-    `min_converters` converting users gets no interval and no verdict. Deterministic for a
-    seed.
+    `min_converters` converting users (or users with a cost, or with revenue) gets no
+    interval and no verdict. Deterministic for a seed.
+
+    Experiments are computed together; one that fails is computed on its own and never
+    stops the others: ExperimentsFailed names it and carries the others' statistics.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
     if min_converters < 2:
         raise ValueError(f"min_converters must be at least 2, got {min_converters}")
-    control = None if control is None else str(control)
+    check_replicates(bootstrap_replicates)
+    check_split(expected_split)
+    _window_ms(end_day, window_days)  # a bad day or window is the caller's, not an experiment's
+    statistics = partial(_statistics, end_day=end_day, window_days=window_days,
+                         control=None if control is None else str(control), alpha=alpha,
+                         expected_split=expected_split, seed=seed,
+                         bootstrap_replicates=bootstrap_replicates,
+                         min_converters=min_converters)
+    tables: list[pd.DataFrame] = []
+    failures: dict[str, str] = {}
+
+    def compute(flags: list[object]) -> None:
+        # halves of a failing set again: one bad experiment costs a few recomputations of
+        # the others, not one run per experiment
+        try:
+            tables.append(statistics(exposures[exposures.flag_key.isin(flags)],
+                                     conversions[conversions.flag_key.isin(flags)]))
+        except Exception as error:  # noqa: BLE001 - one experiment must not stop the others
+            if len(flags) == 1:
+                failures[str(flags[0])] = _reason(error)
+            else:
+                compute(flags[:len(flags) // 2])
+                compute(flags[len(flags) // 2:])
+
+    compute(sorted(pd.unique(exposures.flag_key), key=str))
+    kept = [t for t in tables if len(t)]
+    table = pd.concat(kept, ignore_index=True).sort_values(_KEY).reset_index(drop=True) \
+        if kept else pd.DataFrame(columns=STATS_COLUMNS)
+    if failures:
+        raise ExperimentsFailed(dict(sorted(failures.items())), table)
+    return table
+
+
+def _statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_day: str,
+                window_days: int, control: str | None, alpha: float,
+                expected_split: Mapping[str, Mapping[str, float]] | None, seed: int,
+                bootstrap_replicates: int, min_converters: int) -> pd.DataFrame:
+    """window_statistics of a set of experiments, all at once."""
     first_day, start_ms, end_ms = _window_ms(end_day, window_days)
     assigned = _assigned(exposures)
     assigned = assigned[(assigned.first_exposure_ms >= start_ms)
@@ -387,6 +377,6 @@ def window_statistics(exposures: pd.DataFrame, conversions: pd.DataFrame, end_da
     table = _bootstrap_where_undefined(table, buyers, alpha, seed, bootstrap_replicates)
     table = withhold_small_arms(table, min_converters)
     table = heavy_tails(table, buyers)
-    table = _sample_ratio(table, expected_split)
+    table = sample_ratio(table, expected_split)
     table["window_start"], table["window_end"] = first_day.isoformat(), end_day
     return table.sort_values(_KEY).reset_index(drop=True)[STATS_COLUMNS]

@@ -5,6 +5,7 @@ allocated cost from the ROI job), stored for the dashboard as experiment_results
 from __future__ import annotations
 
 import argparse
+import sys
 
 from jobs.commands.common import CONFIG_HELP, CliError, job_config
 
@@ -30,7 +31,7 @@ def add_experiments(sub: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def cmd_experiments(args: argparse.Namespace) -> int:
     from pipelines.store.experiments import experiment_inputs, store_results
     from pipelines.store.warehouse import Warehouse, redacted_url
-    from udfs.experiments import strategy_table, window_statistics
+    from udfs.experiments import ExperimentsFailed, strategy_table, window_statistics
     from udfs.periods import parse_day
 
     config = job_config(args)
@@ -57,11 +58,15 @@ def cmd_experiments(args: argparse.Namespace) -> int:
             parse_day(day)
         except ValueError as error:
             raise CliError(f"--day: {error}") from None
-        stats = window_statistics(inputs.exposures, inputs.conversions, day, window_days,
-                                  # '' (none named): the sorted-first variant
-                                  control=(args.control or settings.control_variant) or None,
-                                  alpha=alpha, seed=args.seed,
-                                  min_converters=min_converters)
+        failed: ExperimentsFailed | None = None
+        try:
+            stats = window_statistics(
+                inputs.exposures, inputs.conversions, day, window_days,
+                # '' (none named): the sorted-first variant
+                control=(args.control or settings.control_variant) or None,
+                alpha=alpha, seed=args.seed, min_converters=min_converters)
+        except ExperimentsFailed as error:  # the others' results still stand
+            failed, stats = error, error.computed
         stored = store_results(warehouse, stats)
     print(f"ROI = revenue / (ad spend + GPU compute) of each variant's exposed users, costs "
           f"allocated by {cost_model}; intervals at {100 * (1 - alpha):g} %")
@@ -70,4 +75,8 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         print(f"note: {inputs.uncosted} exposed users' orders have no allocated cost yet (the "
               "ROI job has not reported their day): counted with their revenue alone")
     print(f"{stored} rows written to experiment_results")
+    if failed is not None:
+        for flag, reason in failed.failures.items():
+            print(f"seedance: error: experiment {flag}: {reason}", file=sys.stderr)
+        return 2
     return 0

@@ -8,7 +8,7 @@ from pipelines.store import summaries
 from pipelines.store.experiments import experiment_inputs, store_results
 from pipelines.store.warehouse import Warehouse
 from udfs import ratios
-from udfs.experiments import strategy_table, window_statistics
+from udfs.experiments import ExperimentsFailed, strategy_table, window_statistics
 
 
 def _short(model: str) -> str:
@@ -106,12 +106,18 @@ def print_experiments(warehouse: Warehouse, config: StreamingJobConfig) -> None:
     day = inputs.last_day
     if day is None:
         return
-    stats = window_statistics(inputs.exposures, inputs.conversions, day,
-                              int(settings.window_days),
-                              control=settings.control_variant or None,
-                              alpha=settings.alpha, min_converters=settings.min_converters)
+    failures: dict[str, str] = {}
+    try:
+        stats = window_statistics(inputs.exposures, inputs.conversions, day,
+                                  int(settings.window_days),
+                                  control=settings.control_variant or None,
+                                  alpha=settings.alpha, min_converters=settings.min_converters)
+    except ExperimentsFailed as error:  # the others' results still stand
+        stats, failures = error.computed, error.failures
     store_results(warehouse, stats)
     print(f"\nExperiments: {int(settings.window_days)}-day ROI per variant = revenue / (ad "
           f"spend + GPU compute) of its exposed users (costs allocated by "
           f"{config.experiment_cost_model}), intervals at {100 * (1 - settings.alpha):g} %")
     print(strategy_table(stats))
+    for flag, reason in failures.items():
+        print(f"experiment {flag} not computed: {reason}")

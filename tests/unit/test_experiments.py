@@ -327,18 +327,18 @@ def test_the_bootstrap_takes_over_where_the_delta_method_is_undefined():
     cost = rng.gamma(2.0, 5.0, 60)
     rows = [("bid", "control", f"c{i}", f"o{i}", T0 + 1, float(c * 3 * rng.lognormal(0, .3)),
              float(c), 0.0) for i, c in enumerate(cost)]
-    # one paying user in "lucky" (no spread of cost to estimate), two orders of theirs;
-    # 30 more converters whose orders cost and earned nothing (enough converters for a
-    # verdict, none of them changes either sum)
-    rows += [("bid", "lucky", "l0", "x1", T0 + 1, 40.0, 10.0, 0.0),
-             ("bid", "lucky", "l0", "x2", T0 + 2, 20.0, 5.0, 0.0)]
-    rows += [("bid", "lucky", f"l{i}", f"z{i}", T0 + 1, 0.0, 0.0, 0.0) for i in range(1, 31)]
+    # "lucky": 31 paying users whose revenue is 4 x their cost exactly (no residual spread:
+    # a zero-width delta interval), enough of them for a verdict; one has two orders
+    lucky_cost = rng.gamma(2.0, 5.0, 31)
+    rows += [("bid", "lucky", f"l{i}", f"z{i}", T0 + 1, float(4 * c), float(c), 0.0)
+             for i, c in enumerate(lucky_cost)]
+    rows += [("bid", "lucky", "l0", "x2", T0 + 2, 20.0, 5.0, 0.0)]
     first = window_statistics(exposures, orders(rows), END, seed=7)
     table = first.set_index("variant")
     lucky, control = table.loc["lucky"], table.loc["control"]
     assert (control.roi_method, control.diff_method) == ("delta", "none")
     assert (lucky.roi_method, lucky.diff_method) == ("bootstrap", "bootstrap")
-    # every replicate that has the user has their ratio: 60 / 15
+    # every replicate has the same ratio: 4
     assert (lucky.roi, lucky.roi_low, lucky.roi_high) == (4.0, 4.0, 4.0)
     assert lucky.diff_low < lucky.roi_diff < lucky.diff_high and 0 <= lucky.p_value <= 1
     assert "(bootstrap)" in strategy_table(table.reset_index())
