@@ -36,7 +36,7 @@ def run(request: DashboardRequest) -> int:
     from pipelines.dashboard.server import raise_open_files_limit
     from pipelines.store.warehouse import Warehouse, redacted_url
 
-    Warehouse(request.warehouse_url).close()
+    Warehouse(request.warehouse_url, create=False).close()
     raise_open_files_limit()
     server = make_dashboard_server(request.warehouse_url, request.host, request.port,
                                    request.allowed_hosts,

@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
-from jobs.commands.ltv_return import add_return, read_model
+from jobs.commands.ltv_return import add_return, clock_day, read_model
 
 if TYPE_CHECKING:
     from pipelines.ltv.transactions import Transactions
+
+# without an explicit last day, the data's last day is the end of observation: a row dated
+# after the clock, or far after the rest, is refused rather than moving it (stray_dates.py)
+AS_OF_HELP = ("(default: the last transaction's day; a transaction dated after today, or "
+              "far after the rest, is then an error)")
 
 PARAMETERS = (("BG/NBD (purchases)", "purchases", ("r", "alpha", "a", "b")),
               ("Gamma-Gamma (order value)", "spend", ("p", "q", "v")))
@@ -41,8 +46,8 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     for command in (fit, evaluate):
         command.add_argument("--period-days", type=float, default=7.0,
                              help="the models' time unit in days (default 7: weeks)")
-    fit.add_argument("--end", metavar="DAY", help="last day of the data to fit, YYYY-MM-DD "
-                                                  "(default: the last transaction's day)")
+    fit.add_argument("--end", "--as-of", dest="end", metavar="DAY",
+                     help=f"last day of the data to fit, YYYY-MM-DD {AS_OF_HELP}")
     fit.add_argument("--out", default="ltv_model.json", help="the model JSON to write "
                                                              "(default ltv_model.json)")
     fit.add_argument("--intervals", type=positive_int, metavar="ROUNDS",
@@ -65,9 +70,8 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     fit.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     fit.set_defaults(func=cmd_fit)
     score.add_argument("--model", required=True, help="the model JSON `ltv fit` wrote")
-    score.add_argument("--end", metavar="DAY", help="the day customers are scored at, "
-                                                    "YYYY-MM-DD (default: the last "
-                                                    "transaction's day)")
+    score.add_argument("--end", "--as-of", dest="end", metavar="DAY",
+                       help=f"the day customers are scored at, YYYY-MM-DD {AS_OF_HELP}")
     score.add_argument("--horizon-weeks", type=float, default=52.0,
                        help="LTV and expected purchases over this many weeks (default 52)")
     score.add_argument("--discount-rate", type=float, default=0.0,
@@ -86,6 +90,9 @@ def add_ltv(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     evaluate.add_argument("--holdout-weeks", type=float,
                           help="holdout period after it (default: up to the last "
                                "transaction's day)")
+    evaluate.add_argument("--as-of", dest="end", metavar="DAY",
+                          help=f"the data's last day, YYYY-MM-DD: later transactions are left "
+                               f"out {AS_OF_HELP}")
     evaluate.set_defaults(func=cmd_evaluate)
     add_return(commands)
 
@@ -111,18 +118,21 @@ def _add_input(command: argparse.ArgumentParser) -> None:
 
 
 def load_transactions(args: argparse.Namespace) -> tuple[Transactions, str]:
-    """The transactions of --transactions or --warehouse, and where they came from."""
+    """The transactions of --transactions or --warehouse, and where they came from; with no
+    --as-of (--end), one dated after today or far after the rest is an error naming it."""
     from pipelines.ltv.transactions import Columns, read_transactions, transactions_from_warehouse
 
+    today = None if args.end is not None else clock_day()
     if args.warehouse:
         from pipelines.store.warehouse import Warehouse, redacted_url
 
-        with Warehouse(args.warehouse) as warehouse:
-            found = transactions_from_warehouse(warehouse, args.attribution_model)
+        with Warehouse(args.warehouse, create=False) as warehouse:
+            found = transactions_from_warehouse(warehouse, args.attribution_model, today)
         return found, (f"{redacted_url(args.warehouse)} (orders credited by "
                        f"{args.attribution_model})")
     columns = Columns(args.customer_column, args.timestamp_column, args.amount_column)
-    return read_transactions(Path(args.transactions), args.format, columns), args.transactions
+    return (read_transactions(Path(args.transactions), args.format, columns, today),
+            args.transactions)
 
 
 def _day(flag: str, text: str | None, default: float) -> float:
@@ -153,26 +163,37 @@ def _data_line(transactions: Transactions, source: str, end: float) -> str:
 
 def _parameter_lines(model: Any, intervals: dict[str, tuple[float, float]] | None,
                      level: float, rounds: int | None) -> list[str]:
+    from udfs.ltv_identify import at_bound
+
     lines = []
     for title, part, names in PARAMETERS:
         fitted = getattr(model, part)
         head = f"{title}" + (f"   {100 * level:g} % interval, {rounds} bootstrap rounds"
                              if intervals else "")
         lines.append(head)
+        bounded = at_bound(names, [getattr(fitted, name) for name in names])
         for name in names:
             value = getattr(fitted, name)
             cell = f"  {name:<6} {value:>10.4f}"
             if intervals:
                 low, high = intervals[name]
                 cell += f"   [{low:.4f}, {high:.4f}]"
-            lines.append(cell)
+            lines.append(cell + ("   at the optimiser's bound: no estimate"
+                                 if name in bounded else ""))
     return lines
+
+
+def warn(lines: list[str]) -> None:
+    """Each line to stderr as a warning."""
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from pipelines.ltv.transactions import day_text
     from udfs.ltv import bootstrap_intervals, fit_model, summaries_from_transactions
     from udfs.ltv_gamma import spenders
+    from udfs.ltv_identify import fit_warnings
 
     period_days = _period_days(args.period_days)
     if not 0 < args.level < 1:
@@ -189,6 +210,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise CliError(f"none of the {len(summaries):,} customers bought on a second day "
                        "with a positive amount: the order-value model has nothing to learn")
     model = fit_model(summaries, period_days, end)
+    warnings = fit_warnings(summaries, model.purchases, model.spend)
     intervals = bootstrap_intervals(summaries, args.intervals, args.level, args.seed) \
         if args.intervals else None
     elapsed = time.perf_counter() - started
@@ -203,7 +225,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if model.spend.q > 1:
         print(f"mean order value p v / (q - 1): {model.spend.population_mean():,.2f}")
     Path(args.out).write_text(model.to_json() + "\n", encoding="utf-8")
-    print(f"model written to {args.out} (fitted in {elapsed:.1f}s)")
+    print(f"model written to {args.out} (fitted in {elapsed:.1f}s"
+          + ("; not an estimate: see the warnings)" if warnings else ")"))
+    warn(warnings)
     if args.message_out:
         message = _message(args, model, summaries)
         Path(args.message_out).write_text(message.to_json() + "\n", encoding="utf-8")
@@ -278,17 +302,25 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from pipelines.ltv.evaluate import evaluate, holdout_window, report_lines
+    from pipelines.ltv.transactions import day_text, transactions_through
 
     period_days = _period_days(args.period_days)
     calibration_end = None if args.calibration_end is None \
         else _day("--calibration-end", args.calibration_end, 0.0)
     transactions, source = load_transactions(args)
+    last = None
+    if args.end is not None:
+        last = _day("--as-of", args.end, 0.0)
+        transactions = transactions_through(transactions, last)
+        if transactions.day.size == 0:
+            raise CliError(f"no transaction on or before {day_text(last)} (--as-of)")
     try:
         window = holdout_window(transactions, args.calibration_weeks, args.holdout_weeks,
-                                calibration_end)
+                                calibration_end, last)
     except ValueError as error:
         raise CliError(str(error)) from None
     result = evaluate(transactions, window, period_days)
     print(_data_line(transactions, source, float(transactions.day.max() // 1)))
     print("\n".join(report_lines(result)))
+    warn(result.warnings)
     return 0

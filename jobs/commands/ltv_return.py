@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import time
 from typing import Any
 
 from jobs.commands.common import CliError, job_config, positive_int
@@ -26,7 +28,8 @@ def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="score with this model (`seedance ltv fit --out`) instead of fitting "
                         "one on the warehouse's customers")
     p.add_argument("--as-of", metavar="DAY",
-                   help="YYYY-MM-DD (default: the last order's day)")
+                   help="YYYY-MM-DD (default: the last order's day; an order dated after "
+                        "today, or far after the rest, is then an error)")
     p.add_argument("--rounds", type=int, default=100,
                    help="bootstrap refits behind the intervals (default 100; 0: none)")
     p.add_argument("--level", type=float, default=0.9, help="of the intervals (default 0.9)")
@@ -43,6 +46,11 @@ def add_return(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--attribution-model", default="last_click",
                    help="whose channels to print (default last_click; all are stored)")
     p.set_defaults(func=cmd_return)
+
+
+def clock_day() -> float:
+    """Today as a day number (days since 1970-01-01 UTC), by the run's clock."""
+    return time.time() / 86_400
 
 
 def read_model(path: str) -> Any:
@@ -64,6 +72,7 @@ def cmd_return(args: argparse.Namespace) -> int:
     from pipelines.ltv.report import refresh_calibration, refresh_ltv
     from pipelines.store.ltv import ltv_return_frame
     from pipelines.store.warehouse import Warehouse
+    from udfs.periods import day_number
 
     if args.rounds < 0:
         raise CliError(f"--rounds must be 0 or more, got {args.rounds}")
@@ -71,29 +80,37 @@ def cmd_return(args: argparse.Namespace) -> int:
         raise CliError(f"--level must lie between 0 and 1, got {args.level:g}")
     model = read_model(args.model) if args.model else None
     settings = job_config(args).computation
-    with Warehouse(args.warehouse) as warehouse:
+    # without --as-of the last order's day is the as-of day: a stray one is refused
+    today = None if args.as_of is not None else clock_day()
+    with Warehouse(args.warehouse, create=False) as warehouse:
         try:
             refresh = refresh_ltv(warehouse, args.horizon_days, model, args.rounds,
                                   args.as_of, level=args.level, seed=args.seed,
                                   stage_weights=settings.stage_weights,
                                   segment_weights=settings.by_segment,
-                                  segmenter=settings.segmenter)
+                                  segmenter=settings.segmenter, today=today)
+            calibration = None
             if args.calibration_weeks is not None:
-                refresh_calibration(warehouse, args.calibration_weeks, args.holdout_weeks,
-                                    attribution_model=args.attribution_model,
-                                    period_days=refresh.model.period_days)
+                calibration = refresh_calibration(
+                    warehouse, args.calibration_weeks, args.holdout_weeks,
+                    attribution_model=args.attribution_model,
+                    period_days=refresh.model.period_days, today=today,
+                    last_day=day_number(refresh.as_of_day))
         except ValueError as error:
             raise CliError(str(error)) from None
         table = ltv_return_frame(warehouse)
     for line in report_lines(refresh, table, args.attribution_model, args.level):
         print(line)
+    for line in refresh.warnings + (calibration.warnings if calibration else []):
+        print(f"warning: {line}", file=sys.stderr)
     return 0
 
 
 def report_lines(refresh: Any, table: Any, attribution_model: str, level: float) -> list[str]:
     """What a refresh did and the channels' rows of the ltv_return it wrote (`table`)."""
     lines = [f"{refresh.customers:,} customers scored as of {refresh.as_of_day} over "
-             f"{refresh.horizon_days} days ({'fitted' if refresh.fitted else 'given'} model, "
+             f"{refresh.horizon_days} days ({'fitted' if refresh.fitted else 'given'} model"
+             f"{', not an estimate: see the warnings' if refresh.warnings else ''}, "
              f"{refresh.rounds} bootstrap rounds); segments: "
              + ", ".join(f"{name} {count:,}" for name, count in refresh.segments.items())]
     shown = table[(table.model == attribution_model) & (table.dimension == "channel")]

@@ -182,7 +182,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from pipelines.store.warehouse import Warehouse, redacted_url
 
     config = job_config(args)
-    warehouse = Warehouse(config.warehouse.url)
+    warehouse = Warehouse(config.warehouse.url, create=False)
     try:
         has_credits = bool(summaries.totals(warehouse))
         has_gpu_costs = bool(summaries.gpu_cost_summary(warehouse)["interval_usd"])

@@ -79,7 +79,7 @@ class DashboardApp:
     def _warehouse(self) -> Warehouse:
         warehouse: Warehouse | None = getattr(self._local, "warehouse", None)
         if warehouse is None:
-            warehouse = self._local.warehouse = Warehouse(self.warehouse_url)
+            warehouse = self._local.warehouse = Warehouse(self.warehouse_url, create=False)
         return warehouse
 
     def _drop_warehouse(self) -> None:

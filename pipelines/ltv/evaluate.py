@@ -13,14 +13,17 @@ import numpy as np
 from pipelines.ltv.transactions import Transactions, day_text
 from udfs.ltv import BgNbd, summaries_from_transactions
 from udfs.ltv_evaluate import HoldoutComparison, HoldoutWindow, compare_holdout
+from udfs.ltv_identify import fit_warnings
 
 
 def holdout_window(transactions: Transactions, calibration_weeks: float | None = None,
                    holdout_weeks: float | None = None,
-                   calibration_end: float | None = None) -> HoldoutWindow:
+                   calibration_end: float | None = None,
+                   last_day: float | None = None) -> HoldoutWindow:
     """The calibration period from the first transaction's day: `calibration_weeks` long or
     up to the day `calibration_end`; the holdout `holdout_weeks` long, or else up to the
-    last transaction's day. ValueError when a period would be empty."""
+    data's last day: `last_day` when given (--as-of), else the last transaction's.
+    ValueError when a period would be empty."""
     if (calibration_weeks is None) == (calibration_end is None):
         raise ValueError("give the calibration period's length (--calibration-weeks) or its "
                          "last day (--calibration-end), one of them")
@@ -30,7 +33,7 @@ def holdout_window(transactions: Transactions, calibration_weeks: float | None =
             raise ValueError(f"{flag} must be positive and a whole number of days long, "
                              f"got {weeks:g}")
     first = math.floor(float(transactions.day.min()))
-    last = math.floor(float(transactions.day.max()))
+    last = math.floor(float(transactions.day.max() if last_day is None else last_day))
     if calibration_end is None:
         end = first + round(float(calibration_weeks or 0) * 7) - 1
     else:
@@ -53,6 +56,7 @@ class Evaluation:
     log_likelihood: float
     comparison: HoldoutComparison
     last_day: float  # of the data
+    warnings: list[str]  # why the calibration fit is no estimate (udfs/ltv_identify.py)
 
 
 def evaluate(transactions: Transactions, window: HoldoutWindow,
@@ -69,7 +73,8 @@ def evaluate(transactions: Transactions, window: HoldoutWindow,
     purchases = BgNbd.fit(summaries.collapsed())
     comparison = compare_holdout(purchases, ids, summaries, customer, day, window, period_days)
     return Evaluation(window, purchases, period_days, purchases.log_likelihood(summaries),
-                      comparison, float(np.floor(day.max())))
+                      comparison, float(np.floor(day.max())),
+                      fit_warnings(summaries, purchases))
 
 
 def _span(days: float) -> str:
@@ -95,7 +100,8 @@ def report_lines(result: Evaluation) -> list[str]:
         f"cohort: {len(summaries):,} customers whose first purchase is in the calibration "
         f"period, {summaries.frequency.sum():,.0f} repeat purchases there (distinct days)",
         f"BG/NBD fitted on the calibration: r {purchases.r:.4f}, alpha {purchases.alpha:.4f}, "
-        f"a {purchases.a:.4f}, b {purchases.b:.4f}; log-likelihood {result.log_likelihood:.2f}",
+        f"a {purchases.a:.4f}, b {purchases.b:.4f}; log-likelihood {result.log_likelihood:.2f}"
+        + ("; not an estimate: see the warnings" if result.warnings else ""),
     ]
     if result.last_day < window.holdout_end:
         lines.append(f"note: the data end on {day_text(result.last_day)}, "

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+import numpy as np
 import pandas as pd
 
 from pipelines.ltv.evaluate import Evaluation, evaluate, holdout_window
-from pipelines.ltv.transactions import transactions_from_warehouse
+from pipelines.ltv.stray_dates import stray_days
+from pipelines.ltv.transactions import transactions_from_warehouse, transactions_through
 from pipelines.store.ltv import (
     credit_frame,
     order_cost_frame,
@@ -29,11 +31,12 @@ from pipelines.store.ltv import (
     write_ltv_calibration,
     write_ltv_return,
 )
-from pipelines.store.warehouse import Warehouse
+from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.lifecycle import StageWeights
 from udfs.ltv import LtvModel, fit_model, summaries_from_transactions
 from udfs.ltv_allocation import OrderSegmenter, SegmentWeights, tallies_of
 from udfs.ltv_draws import bootstrap_models
+from udfs.ltv_identify import fit_warnings
 from udfs.ltv_return import ltv_return, orders_of
 from udfs.ltv_segments import CUTS, SEGMENTS, score_customers
 from udfs.periods import DAY_MS, day_number, day_of
@@ -61,6 +64,8 @@ class LtvRefresh:
     # per attribution model, over its channels: customers, acquisition_cost,
     # first_order_revenue, predicted_value
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
+    # why the model fitted is no estimate (udfs/ltv_identify.py); empty for a given model
+    warnings: list[str] = field(default_factory=list)
 
 
 def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel | None = None,
@@ -69,7 +74,7 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
                 stage_weights: StageWeights | None = None,
                 segment_weights: SegmentWeights | None = None,
                 segmenter: OrderSegmenter | None = None, cuts: Sequence[float] = CUTS,
-                segments: Sequence[str] = SEGMENTS,
+                segments: Sequence[str] = SEGMENTS, today: float | None = None,
                 progress: Callable[[str], None] = _stderr) -> LtvRefresh:
     """Score every customer and compute the LTV-based return, as of `as_of` (default: the
     last order's day), over `horizon_days`; replace customer_ltv and ltv_return with them.
@@ -78,8 +83,10 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
     customers' summaries (weeks of `period_days`). `rounds` bootstrap refits on resampled
     customers give the intervals (0: none). With `segment_weights` and `segmenter` (the
     ROI job's roi.allocation_weights: ltv_segment) acquisition cost is split over the keys
-    by the orders' LTV segments, as the ROI job allocated it. ValueError when there is
-    nothing to score.
+    by the orders' LTV segments, as the ROI job allocated it. With `today` (the run's
+    clock, a day number) and no `as_of`, an order dated after it or far after the rest
+    (pipelines/ltv/stray_dates.py) is a ValueError naming it: the last order's day would
+    be the as-of day. ValueError when there is nothing to score.
     """
     if isinstance(horizon_days, bool) or int(horizon_days) != horizon_days or horizon_days < 1:
         raise ValueError(f"horizon_days must be a whole number of days >= 1, got "
@@ -92,6 +99,8 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
     if credits.empty:
         raise ValueError("no orders to score: attribution_credits is empty (credits arrive "
                          "with `seedance load` or a backfill)")
+    if as_of is None and today is not None:
+        _refuse_stray_orders(warehouse, credits, today)
     try:
         as_of_day = day_number(as_of) if as_of is not None else int(credits.day.max())
     except ValueError:
@@ -108,9 +117,11 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
     progress(f"ltv: {len(orders):,} orders, {len(ids):,} customers as of "
              f"{day_of(as_of_day * DAY_MS)}")
     fitted = model is None
+    warnings: list[str] = []
     if model is None:
         progress("ltv: fitting BG/NBD and Gamma-Gamma")
         model = fit_model(summaries, period, float(as_of_day))
+        warnings = fit_warnings(summaries, model.purchases, model.spend)
     scores = score_customers(model, ids, summaries, horizon_days, cuts, segments)
     draws: list[LtvModel] = []
     if rounds:
@@ -141,7 +152,20 @@ def refresh_ltv(warehouse: Warehouse, horizon_days: int = 365, model: LtvModel |
         rounds=len(draws), customers=written,
         segments={name: int((scores.segment == name).sum()) for name in segments},
         predicted_ltv=float(scores.predicted_ltv.sum()), return_rows=return_rows,
-        currency=result.currency, totals=_totals(result.rows))
+        currency=result.currency, totals=_totals(result.rows), warnings=warnings)
+
+
+def _refuse_stray_orders(warehouse: Warehouse, credits: pd.DataFrame, today: float) -> None:
+    stray = stray_days(credits.day.to_numpy(dtype="float64"), today)
+    if not stray.rows.any():
+        return
+    row = int(np.argmax(stray.rows))
+    orders = credits.order_id[stray.rows].nunique()
+    raise ValueError(
+        f"{redacted_url(warehouse.url)}: order {credits.order_id.iloc[row]!r} of user "
+        f"{credits.user_id.iloc[row]!r} (attribution_credits.conversion_ts_ms) "
+        f"{stray.reason(row)}" + (f" (and {orders - 1} more such orders)" if orders > 1
+                                  else ""))
 
 
 def _totals(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -184,13 +208,21 @@ def refresh_calibration(warehouse: Warehouse, calibration_weeks: float | None = 
                         holdout_weeks: float | None = None,
                         calibration_end: float | None = None,
                         attribution_model: str = "last_click",
-                        period_days: float = 7.0) -> Evaluation:
+                        period_days: float = 7.0, today: float | None = None,
+                        last_day: float | None = None) -> Evaluation:
     """The holdout check of `seedance ltv evaluate` on the warehouse's orders (credited by
     `attribution_model`; the window as pipelines.ltv.evaluate.holdout_window takes it,
     calibration_end a UTC day number), stored in ltv_calibration (the dashboard's
-    calibration chart); the evaluation."""
-    transactions = transactions_from_warehouse(warehouse, attribution_model)
-    window = holdout_window(transactions, calibration_weeks, holdout_weeks, calibration_end)
+    calibration chart); the evaluation. `today` as refresh_ltv takes it; `last_day`: the
+    orders after this day number are left out (the holdout ends there by default)."""
+    transactions = transactions_from_warehouse(warehouse, attribution_model, today)
+    if last_day is not None:
+        transactions = transactions_through(transactions, last_day)
+        if transactions.day.size == 0:
+            raise ValueError(f"no order of a known user on or before "
+                             f"{day_of(int(last_day) * DAY_MS)}")
+    window = holdout_window(transactions, calibration_weeks, holdout_weeks, calibration_end,
+                            last_day)
     result = evaluate(transactions, window, period_days)
     store_calibration(warehouse, result.comparison.by_frequency(), window.calibration_end,
                       window.holdout_end)

@@ -18,6 +18,7 @@ user's orders under one attribution model (`transactions_from_warehouse`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.ltv.stray_dates import stray_days
 from pipelines.sources.text_files import TextFileError, read_csv, read_text_strictly
 from udfs.periods import DAY_MS
 
@@ -65,6 +67,12 @@ class Columns:
         return self.customer, self.timestamp, self.amount
 
 
+def transactions_through(transactions: Transactions, last_day: float) -> Transactions:
+    """Those of `transactions` on or before the day `last_day`."""
+    keep = np.floor(transactions.day) <= last_day
+    return Transactions(*(part[keep] for part in transactions))
+
+
 def format_of(path: Path, given: str | None = None) -> str:
     """`given`, else by the file's suffix: .parquet/.pq is Parquet, anything else CSV."""
     if given is not None:
@@ -76,12 +84,15 @@ def format_of(path: Path, given: str | None = None) -> str:
 
 
 def read_transactions(path: Path | str, format: str | None = None,
-                      columns: Columns = Columns()) -> Transactions:
-    """The transactions of a file, in file order; TransactionsError on any bad row."""
+                      columns: Columns = Columns(), today: float | None = None,
+                      ) -> Transactions:
+    """The transactions of a file, in file order; TransactionsError on any bad row. With
+    `today` (the run's clock, a day number) a row dated after it, or far after the rest,
+    is one too (pipelines/ltv/stray_dates.py)."""
     path = Path(path)
     kind = format_of(path, format)
     if kind == "cdnow":
-        return read_cdnow(path)
+        return read_cdnow(path, today)
     if kind == "parquet":
         data, where = _parquet_columns(path, columns)
     else:
@@ -92,12 +103,14 @@ def read_transactions(path: Path | str, format: str | None = None,
     customer = check.customer(data[columns.customer], columns.customer)
     day = check.days(data[columns.timestamp], columns.timestamp)
     amount = check.amount(data[columns.amount], columns.amount)
+    check.stray(day, columns.timestamp, today)
     check.finish()
     return Transactions(customer, day, amount)
 
 
-def read_cdnow(path: Path | str) -> Transactions:
-    """CDNOW_master.txt or CDNOW_sample.txt (see the module's doc)."""
+def read_cdnow(path: Path | str, today: float | None = None) -> Transactions:
+    """CDNOW_master.txt or CDNOW_sample.txt (see the module's doc); `today` as
+    read_transactions takes it."""
     path = Path(path)
     try:
         text = read_text_strictly(path)
@@ -108,7 +121,13 @@ def read_cdnow(path: Path | str) -> Transactions:
     if not records:
         raise TransactionsError(f"{path}: empty file, expected lines of "
                                 f"{' '.join(CDNOW_FIELDS[4])}")
+    header = _cdnow_header(path, records)
+    if header is not None:
+        records = records[1:]
     width = len(records[0][1])
+    if header is not None and header[1] != width:
+        raise TransactionsError(f"{path}:{header[0]}: a header line of {header[1]} fields; "
+                                f"the lines below it have {width}")
     if width not in CDNOW_FIELDS:
         raise TransactionsError(
             f"{path}:{records[0][0]}: {width} fields; CDNOW lines have 4 "
@@ -128,15 +147,32 @@ def read_cdnow(path: Path | str) -> Transactions:
     check.flag(~_matches(quantity, r"^\d+$"), "quantity",
                lambda row: f"is not a whole number >= 0: {quantity[row].as_py()!r}")
     amount = check.amount(data["amount"], "amount")
+    check.stray(day, "date", today)
     check.finish()
     return Transactions(customer, day, amount)
 
 
+def _cdnow_header(path: Path, records: list[tuple[int, list[str]]],
+                  ) -> tuple[int, int] | None:
+    """(line, fields) of a header line, else None. The copy of CDNOW_master.txt in the
+    lifetimes package, and those made from it, start with one (`customer_id date
+    number_of_cds dollar_value`); the originals do not. A header is the first line, its
+    every field a name (a letter first): no data line can look like that, as a date is
+    digits."""
+    number, fields = records[0]
+    if not all(re.match(r"^[A-Za-z_]", field) for field in fields):
+        return None
+    if len(records) == 1:
+        raise TransactionsError(f"{path}: no transactions below the header line")
+    return number, len(fields)
+
+
 def transactions_from_warehouse(warehouse: Warehouse, model: str = "last_click",
-                                ) -> Transactions:
+                                today: float | None = None) -> Transactions:
     """Each known user's orders under attribution model `model` (pipelines/store/
-    ltv_inputs.py): the user is the customer, the order's revenue its amount."""
-    from pipelines.store.ltv_inputs import credited_models, customer_orders
+    ltv_inputs.py): the user is the customer, the order's revenue its amount. `today` as
+    read_transactions takes it: a stray order is named by its id."""
+    from pipelines.store.ltv_inputs import credited_models, customer_orders, order_at
     from pipelines.store.warehouse import redacted_url
 
     users, times, revenue, currencies = customer_orders(warehouse, model)
@@ -155,7 +191,18 @@ def transactions_from_warehouse(warehouse: Warehouse, model: str = "last_click",
     if not np.all(revenue >= 0):
         raise TransactionsError(f"{where}: an order of user {users[revenue < 0][0]!r} has "
                                 f"negative revenue under {model!r}")
-    return Transactions(users, times / DAY_MS, revenue)
+    days = times / DAY_MS
+    stray = stray_days(days, today) if today is not None else None
+    if stray is not None and stray.rows.any():
+        row = int(np.argmax(stray.rows))
+        more = int(stray.rows.sum()) - 1
+        user = str(users[row])
+        order = order_at(warehouse, model, user, int(times[row]))
+        raise TransactionsError(
+            f"{where}: order {order!r} of user {user!r} (attribution_credits."
+            f"conversion_ts_ms) {stray.reason(row)}"
+            + (f" (and {more} more such orders)" if more > 0 else ""))
+    return Transactions(users, days, revenue)
 
 
 Data = dict[str, pa.Array]
@@ -305,6 +352,12 @@ class _Checker:
         self.flag(np.isinf(values), field, lambda row: f"is not finite: {shown[row].as_py()}")
         self.flag(values < 0, field, lambda row: f"is negative: {shown[row].as_py()}")
         return values
+
+    def stray(self, days: np.ndarray, field: str, today: float | None) -> None:
+        """Rows dated after the clock `today` or far after the rest (None: no check)."""
+        if today is not None:
+            found = stray_days(days, today)
+            self.flag(found.rows, field, found.reason)
 
     def finish(self) -> None:
         if self.first is None:

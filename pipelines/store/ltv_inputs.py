@@ -37,3 +37,12 @@ def customer_orders(warehouse: Warehouse, model: str,
     users, times, revenue = zip(*found, strict=True)
     return (np.array(users, dtype=str), np.array(times, dtype=np.float64),
             np.array(revenue, dtype=np.float64), currencies)
+
+
+def order_at(warehouse: Warehouse, model: str, user: str, ts_ms: int) -> str:
+    """The id of `user`'s order at conversion time `ts_ms` under `model` (the first by id;
+    '' if none): what names an order customer_orders returned."""
+    found = warehouse.query(
+        "SELECT MIN(order_id) FROM attribution_credits WHERE model = ? AND user_id = ? "
+        "AND conversion_ts_ms = ?", (model, user, ts_ms))
+    return str(found[0][0]) if found and found[0][0] is not None else ""

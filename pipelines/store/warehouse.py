@@ -80,6 +80,22 @@ def _sqlite_path(url: str) -> Path:
     return Path(url.removeprefix("sqlite:///"))
 
 
+def _sqlite_connection(path: Path, create: bool) -> sqlite3.Connection:
+    if create:
+        _private_file(path)
+    elif not path.is_file():
+        raise WarehouseError(
+            f"no warehouse at {path}: "
+            + ("it is not a file" if path.exists() else "the file does not exist")
+            + " (check the path; `seedance load` or a job creates one)")
+    # no implicit transactions: transaction() says where they begin and end
+    if create:
+        return sqlite3.connect(path, isolation_level=None)
+    # mode=rw: should the file vanish after the check, SQLite fails instead of creating it
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=rw", uri=True,
+                           isolation_level=None)
+
+
 # Quoted strings, quoted names and comments are copied as they are; `?` and `;` outside them
 # are placeholders and statement ends. (Portable SQL: no dollar quotes.)
 _LEXEME = re.compile(r"'[^']*'|\"[^\"]*\"|--[^\n]*|/\*.*?\*/|[?;]", re.S)
@@ -129,7 +145,10 @@ class Warehouse:
     of plain Python values, statements outside `transaction()` commit on their own.
     """
 
-    def __init__(self, url: str = "") -> None:
+    def __init__(self, url: str = "", *, create: bool = True) -> None:
+        """`create=False`: a SQLite file that is not there is a WarehouseError naming the
+        path, and nothing is created -- what only reads a warehouse must not leave an empty
+        one (and its folders) behind a mistyped path."""
         self.url = url or default_url()
         self.path: Path | None = None  # the SQLite file, None on PostgreSQL
         self._depth = 0  # open transaction() blocks
@@ -138,9 +157,7 @@ class Warehouse:
         if self.url.startswith("sqlite:///"):
             self.dialect = "sqlite"
             self.path = _sqlite_path(self.url)
-            _private_file(self.path)
-            # no implicit transactions: transaction() says where they begin and end
-            self._conn = sqlite3.connect(self.path, isolation_level=None)
+            self._conn = _sqlite_connection(self.path, create)
         elif scheme in ("postgresql", "postgres"):
             self.dialect = "postgresql"
             try:
@@ -153,6 +170,9 @@ class Warehouse:
                              "sqlite:///path/to/file.db or postgresql://user@host:port/db")
         try:
             self.apply_ddl(DDL)
+        except sqlite3.DatabaseError as error:
+            self._conn.close()
+            raise WarehouseError(f"{self.path} is not a SQLite database ({error})") from None
         except psycopg.errors.InsufficientPrivilege:
             # a loader may write without being allowed to create: enough if tables exist
             tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", DDL.read_text(), re.I)

@@ -270,3 +270,72 @@ def test_holdout_purchases_count_days_of_the_cohort_in_the_window() -> None:
     assert (window.calibration_days, window.holdout_days) == (10.0, 10.0)
     with pytest.raises(ValueError, match="the holdout period has no day"):
         HoldoutWindow(0, 9, 9)
+
+
+def test_a_transaction_dated_2099_among_2024_is_refused_unless_as_of_is_given(
+        tmp_path: Path, capsys) -> None:
+    """Scored at 2099 instead, expected purchases fell from hundreds to nothing and evaluate
+    held out 27,339 days: the row is named, and --as-of takes the data as they are."""
+    rng = np.random.default_rng(3)
+    first = date(2024, 1, 1).toordinal()
+    lines = [f"c{c},{date.fromordinal(first + d).isoformat()},{rng.gamma(4, 10):.2f}"
+             for c in range(300) for d in sorted({int(rng.integers(0, 300)) for _ in
+                                                  range(1 + c % 5)})]
+    clean = tmp_path / "clean.csv"
+    clean.write_text("customer,timestamp,amount\n" + "\n".join(lines) + "\n")
+    typo = tmp_path / "typo.csv"
+    typo.write_text("customer,timestamp,amount\n" + "\n".join(lines[:40]) + "\n"
+                    "c7,2099-01-01,25.00\n" + "\n".join(lines[40:]) + "\n")
+    model = tmp_path / "m.json"
+    assert run(["ltv", "fit", "--transactions", str(clean), "--out", str(model)], capsys)[0] == 0
+    for command in (["fit", "--out", str(tmp_path / "m2.json")],
+                    ["score", "--model", str(model), "--out", str(tmp_path / "s.csv")],
+                    ["evaluate", "--calibration-weeks", "26"]):
+        code, out, err = run(["ltv", *command, "--transactions", str(typo)], capsys)
+        assert code == 2 and out == ""
+        assert err.startswith(f"seedance: error: {typo}:42: field 'timestamp' is "
+                              "2099-01-01, after the run's clock ("), err
+        assert err.count("\n") == 1
+    last = "2024-10-27"
+    outputs = {}
+    for name, path in (("clean", clean), ("typo", typo)):
+        code, out, err = run(["ltv", "score", "--model", str(model), "--transactions",
+                              str(path), "--as-of", last, "--out", str(tmp_path / "s.csv")],
+                             capsys)
+        assert code == 0, err
+        outputs[name] = row(out, "expected purchases")
+        code, out, err = run(["ltv", "evaluate", "--calibration-weeks", "26", "--as-of", last,
+                              "--transactions", str(path)], capsys)
+        assert code == 0, err
+        assert f"to {last} (17 weeks)" in out.splitlines()[1]
+        outputs[f"{name} evaluate"] = row(out, "actual")
+    assert outputs["typo"] == outputs["clean"]
+    assert outputs["typo evaluate"] == outputs["clean evaluate"]
+
+
+def test_a_fit_the_data_cannot_identify_says_so(tmp_path: Path, capsys) -> None:
+    """One customer with repeat purchases: the parameters run to the optimiser's bounds
+    (e^±25); that is no estimate, and the output says so rather than print a normal fit."""
+    one = tmp_path / "one.csv"
+    one.write_text("customer,timestamp,amount\nc1,2024-01-01,10\nc1,2024-02-01,12\n"
+                   "c1,2024-03-15,9\n")
+    code, out, err = run(["ltv", "fit", "--transactions", str(one), "--out",
+                          str(tmp_path / "m.json")], capsys)
+    assert code == 0
+    assert re.search(r"^  b +\S+   at the optimiser's bound: no estimate$", out, re.M), out
+    assert "(fitted in" in out and "not an estimate: see the warnings)" in out
+    warnings = err.splitlines()
+    assert re.fullmatch(r"warning: BG/NBD: (\w+ \S+, )*b 7\.2e\+10 at the optimiser's bound "
+                        r"\(e\^-25 to e\^25\): the data do not pin them down, so the fit is "
+                        r"a limit of the model, not an estimate", warnings[0]), warnings
+    assert warnings[-1].startswith("warning: 1 customers, 1 with repeat purchases: too few "
+                                   "to identify the models (at least 100 customers and 30 "
+                                   "repeat buyers are wanted)")
+    code, out, err = run(["ltv", "evaluate", "--transactions", str(one),
+                          "--calibration-weeks", "6"], capsys)
+    assert code == 0 and "; not an estimate: see the warnings" in out
+    assert "warning: 1 customers, 1 with repeat purchases: too few to identify the model " in err
+    # the CDNOW sample: a normal fit, no warning
+    code, out, err = run(["ltv", "fit", "--transactions", str(CDNOW), "--format", "cdnow",
+                          "--end", "1997-09-30", "--out", str(tmp_path / "c.json")], capsys)
+    assert (code, err) == (0, "") and "bound" not in out

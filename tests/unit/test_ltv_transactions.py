@@ -123,7 +123,32 @@ def test_cdnow_master_form_of_four_fields(tmp_path: Path) -> None:
     assert found.day.tolist() == [day_number("1997-01-01"), day_number("1997-01-12")]
 
 
+@pytest.mark.parametrize("header", [
+    " customer_id  date number_of_cds  dollar_value",  # lifetimes' CDNOW_master.txt
+    "customer date quantity amount",
+    "ID Date CDs Dollars",
+])
+def test_cdnow_master_with_a_header_line(tmp_path: Path, header: str) -> None:
+    path = write(tmp_path, f"\n{header}\n 00001 19970101  1   11.77\n"
+                           " 00002 19970112  1   12.00\n", "m.txt")
+    found = read_transactions(path, "cdnow")
+    assert found.customer.tolist() == ["00001", "00002"]
+    assert found.amount.tolist() == [11.77, 12.00]
+
+
+def test_cdnow_sample_with_a_header_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "customer_id sample_id date cds dollars\n"
+                           " 00004 0001 19970101  2   29.33\n", "s.txt")
+    assert read_cdnow(path).customer.tolist() == ["00004"]
+
+
 @pytest.mark.parametrize(("text", "message"), [
+    # a header is the first line alone, and as wide as the lines it names
+    ("1 19970101 1 1.0\ncustomer date quantity amount\n",
+     ":2: field 'date' is not a YYYYMMDD date: 'date'"),
+    ("customer date amount\n1 19970101 1 1.0\n",
+     ":1: a header line of 3 fields; the lines below it have 4"),
+    ("customer date quantity amount\n", ": no transactions below the header line"),
     ("1 19970101 1 1.0\n2 19970101 1\n", ":2: 3 fields, the first line has 4"),
     ("1 1997-01-01 1 1.0\n", ":1: field 'date' is not a YYYYMMDD date: '1997-01-01'"),
     ("1 19970101 1 1.0\n2 19971340 1 1.0\n", ":2: field 'date' is not a YYYYMMDD date: "
@@ -220,3 +245,63 @@ def test_an_empty_warehouse_says_where_credits_come_from(url: str) -> None:
     with Warehouse(url) as empty, pytest.raises(TransactionsError,
                                                 match="credits arrive with `seedance load`"):
         transactions_from_warehouse(empty)
+
+
+# --- dates where no purchase can lie ----------------------------------------------------
+
+TODAY = day_number("2026-12-06")
+
+
+def year_of_days(start: str = "2024-01-01", days: int = 300) -> str:
+    """Three customers buying every few days from `start` on, as CSV rows."""
+    first = int(day_number(start))
+    return "".join(f"c{n % 3},{day_text(first + n)},{n % 7 + 1}\n" for n in range(0, days, 2))
+
+
+@pytest.mark.parametrize(("stray", "today", "message"), [
+    ("2099-01-01", TODAY, "field 'timestamp' is 2099-01-01, after the run's clock "
+                          "(2026-12-06 UTC): give the last day to use (--as-of) if the data "
+                          "are meant to run that late"),
+    ("2026-12-08T03:00:00", TODAY, "field 'timestamp' is 2026-12-08, after the run's clock"),
+    # the clock far ahead (a simulation's, say): a year typed wrong still stands apart
+    ("2042-05-01", day_number("2100-01-01"),
+     "field 'timestamp' is 2042-05-01, 6,397 days after the rest of the data (which end "
+     "2024-10-25): a typo? give the last day to use (--as-of) if not"),
+])
+def test_a_transaction_dated_where_none_can_be_is_named(tmp_path: Path, stray: str,
+                                                        today: float, message: str) -> None:
+    rows = year_of_days()
+    path = write(tmp_path, "customer,timestamp,amount\n" + rows + f"c9,{stray},5\n" + rows)
+    with pytest.raises(TransactionsError) as error:
+        read_transactions(path, today=today)
+    assert str(error.value).startswith(f"{path}:152: {message}"), str(error.value)
+    assert read_transactions(path).day.max() == pytest.approx(days_of(stray)[0])  # no clock
+
+
+def test_tomorrow_and_a_history_with_a_pause_are_no_strays(tmp_path: Path) -> None:
+    # a day's grace for shops east of Greenwich; a year's pause after a longer history
+    path = write(tmp_path, "customer,timestamp,amount\n" + year_of_days("2021-01-01", 700)
+                 + year_of_days("2024-01-01") + "c1,2026-12-07T23:00:00,5\n")
+    assert read_transactions(path, today=TODAY).day.size == 501
+
+
+def test_a_cdnow_line_dated_after_the_clock(tmp_path: Path) -> None:
+    path = write(tmp_path, "00001 19970101 1 11.77\n00002 20990112 1 12.00\n"
+                           "00003 19970101 1 11.77\n", "c.txt")
+    with pytest.raises(TransactionsError, match=r"c\.txt:2: field 'date' is 2099-01-12, "
+                                                r"after the run's clock"):
+        read_cdnow(path, today=TODAY)
+
+
+def test_an_order_dated_after_the_clock_is_named_by_its_id(warehouse: Warehouse) -> None:
+    warehouse.store(ATTRIBUTION_CREDITS, [
+        credit("last_click", f"o{n}", 0, "u1", day_text(day_number("2026-10-01") + n), 1.0,
+               5.0) for n in range(3, 9)])
+    warehouse.store(ATTRIBUTION_CREDITS, [
+        credit("last_click", "o-typo", 0, "u7", "2099-01-01", 1.0, 5.0)])
+    assert transactions_from_warehouse(warehouse).day.max() > day_number("2099-01-01")
+    with pytest.raises(TransactionsError) as error:
+        transactions_from_warehouse(warehouse, today=TODAY)
+    assert str(error.value).startswith(
+        f"{warehouse.url}: order 'o-typo' of user 'u7' (attribution_credits."
+        "conversion_ts_ms) is 2099-01-01, after the run's clock (2026-12-06 UTC)")
