@@ -66,7 +66,7 @@ from bench.streaming_runs import Run, job_seconds, measure, report, time_on_data
 from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
 from pipelines.codec.otlp import decode_spans  # noqa: E402
 from pipelines.flink.standalone import StandaloneFlink  # noqa: E402
-from pipelines.kafka.io import ensure_topics  # noqa: E402
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from pipelines.sources.generator import emit, plan_events  # noqa: E402
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter  # noqa: E402
@@ -74,11 +74,11 @@ from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 from udfs.periods import DAY_MS  # noqa: E402
 
 
-def cached_messages(users: int, seed: int) -> list[bytes]:
-    """The population's Kafka messages, as `seedance demo` generates them (OpenTelemetry
-    SDK -> KafkaSpanExporter, malformed messages between batches), made once per
-    (users, seed) and kept under .cache/bench/."""
-    path = CACHE / f"spans-{users}-{seed}.bin"
+def cached_messages(users: int, seed: int) -> list[tuple[bytes, int | None]]:
+    """The population's Kafka messages with their record timestamps (when each arrives), as
+    `seedance demo` generates them (OpenTelemetry SDK -> KafkaSpanExporter, malformed
+    messages between batches), made once per (users, seed) and kept under .cache/bench/."""
+    path = CACHE / f"spans-stamped-{users}-{seed}.bin"
     if not path.exists():
         started = time.monotonic()
         sink = CollectingProducer()
@@ -86,29 +86,34 @@ def cached_messages(users: int, seed: int) -> list[bytes]:
         emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, seed=seed)
         CACHE.mkdir(parents=True, exist_ok=True)
         with path.with_suffix(".tmp").open("wb") as out:
-            for value in sink.values:
-                out.write(struct.pack(">I", len(value)) + value)
+            for value, stamp in zip(sink.values, sink.timestamps, strict=True):
+                out.write(struct.pack(">Iq", len(value), -1 if stamp is None else stamp)
+                          + value)
         path.with_suffix(".tmp").rename(path)
         print(f"generated {len(sink.values):,} messages for {users:,} users with the "
               f"OpenTelemetry SDK in {time.monotonic() - started:.0f} s (cached in {path})")
     data = path.read_bytes()
-    values, at = [], 0
+    values: list[tuple[bytes, int | None]] = []
+    at = 0
     while at < len(data):
-        (size,) = struct.unpack_from(">I", data, at)
-        values.append(data[at + 4:at + 4 + size])
-        at += 4 + size
+        size, stamp = struct.unpack_from(">Iq", data, at)
+        values.append((data[at + 12:at + 12 + size], None if stamp < 0 else stamp))
+        at += 12 + size
     return values
 
 
-def publish(bootstrap: str, topic: str, values: list[bytes], keyed: bool = False) -> None:
+def publish(bootstrap: str, topic: str, values: list[tuple[bytes, int | None]],
+            keyed: bool = False) -> None:
     """Unkeyed (the producer's sticky partitioner spreads the messages differently each
-    time) or keyed by the message's place (the same spread every time)."""
+    time) or keyed by the message's place (the same spread every time); each record with
+    its arrival time (the topic is made CreateTime: SAMPLE_SPANS_TOPIC)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
                          "message.max.bytes": 2_000_000})
-    for at, value in enumerate(values):
+    for at, (value, stamp) in enumerate(values):
         while True:
             try:
-                producer.produce(topic, value, key=str(at).encode() if keyed else None)
+                producer.produce(topic, value, key=str(at).encode() if keyed else None,
+                                 timestamp=stamp or 0)
                 break
             except BufferError:  # local queue full: let it drain
                 producer.poll(0.1)
@@ -165,7 +170,7 @@ def decode_only(bootstrap: str, topic: str, buckets: int) -> tuple[float, float,
     return seconds, events_s, time.perf_counter() - started, spans
 
 
-def run_shapes(args, base, info, home: Path, values: list[bytes]) -> bool:
+def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | None]]) -> bool:
     """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
     with --cluster), bounded (and caught up with --catch-up), interleaved; spans/s on the
     data against the first shape. Whether every run was measured and the credits agree."""
@@ -173,10 +178,11 @@ def run_shapes(args, base, info, home: Path, values: list[bytes]) -> bool:
     modes = args.publish.split(",")
     runs = ["bounded", "catch-up"] if args.catch_up else ["bounded"]
     for partitions in sorted({p for p, _ in shapes}):
-        ensure_topics(info.bootstrap, [f"bench_empty_{partitions}"], partitions=partitions)
+        ensure_topics(info.bootstrap, [f"bench_empty_{partitions}"], partitions=partitions,
+                      config=SAMPLE_SPANS_TOPIC)
         for mode in modes:
             ensure_topics(info.bootstrap, [f"bench_spans_{partitions}_{mode}"],
-                          partitions=partitions)
+                          partitions=partitions, config=SAMPLE_SPANS_TOPIC)
             publish(info.bootstrap, f"bench_spans_{partitions}_{mode}", values,
                     keyed=mode == "keyed")
     ceiling_s, _, _, spans = decode_only(info.bootstrap,
@@ -279,7 +285,7 @@ def main() -> int:
         if args.shapes:
             return 0 if run_shapes(args, base, info, home, values) else 1
         ensure_topics(info.bootstrap, ["bench_spans", "bench_empty"],
-                      partitions=max(1, args.parallelism))
+                      partitions=max(1, args.parallelism), config=SAMPLE_SPANS_TOPIC)
         publish(info.bootstrap, "bench_spans", values)
         ceiling_s, decode_s, python_s, spans = decode_only(info.bootstrap, "bench_spans",
                                                            base.flink.user_buckets)

@@ -31,10 +31,38 @@ def make_spans(specs: Sequence[tuple[str, dict[str, object], int]
     return list(memory.get_finished_spans())
 
 
+class Stamped(bytes):
+    """A message value with the timestamp its record is sent with (when it arrives: the
+    generator's shipping time; None: the producer's clock)."""
+
+    timestamp_ms: int | None = None
+
+
+def stamped(sink: CollectingProducer) -> list[bytes]:
+    """What a CollectingProducer got, each value with its timestamp."""
+    out = []
+    for value, timestamp in zip(sink.values, sink.timestamps, strict=True):
+        message = Stamped(value)
+        message.timestamp_ms = timestamp
+        out.append(message)
+    return out
+
+
+def stamp_of(value: bytes | None) -> int | None:
+    """The timestamp to send `value` with (`Stamped`), or None."""
+    return getattr(value, "timestamp_ms", None)
+
+
+def plain(value: bytes | None) -> bytes | None:
+    """`value` as a Kafka client takes it (kafka-python refuses a subclass of bytes)."""
+    return None if value is None else bytes(value)
+
+
 def encoded(plan: Plan, batch_size: int = 8, encoding: str = "otlp_proto") -> list[bytes]:
     """A plan's Kafka messages as the project's span exporter writes them (malformed ones
-    between batches), collected instead of sent."""
+    between batches), collected instead of sent, each stamped with its arrival (send it
+    with `timestamp_ms=stamp_of(value)`)."""
     sink = CollectingProducer()
     emit(plan, KafkaSpanExporter("unused:0", producer=sink, encoding=encoding), sink.append,
          batch_size=batch_size)
-    return sink.values
+    return stamped(sink)

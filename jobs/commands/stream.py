@@ -48,14 +48,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = job_config(args)
     bootstrap = resolve_bootstrap(args.bootstrap, config)
     until = "stops at the end of the input" if config.input.bounded else "Ctrl-C to stop"
-    from pipelines.kafka.io import ensure_topics
+    from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics
     from pipelines.kafka.security import for_python
 
     job, topics = STREAMING_JOBS[args.job], config.topics
     client = for_python(dict(config.kafka.properties))  # the job's own clients are Java
     # the attribution job's topics always: the other jobs read its input or its output
+    # a spans topic made here takes records as they are stamped (a sample carries when each
+    # would have arrived; docs/operations.md: LogAppendTime for a live one)
     ensure_topics(bootstrap, unique(ATTRIBUTION.topics(config) + job.topics(config)),
-                  client=client, settings=job.topic_settings(config))
+                  client=client, settings={**job.topic_settings(config),
+                                           topics.spans: SAMPLE_SPANS_TOPIC})
     print(f"Running the {job.title} job on {bootstrap}: {job.describe(config)}; {until}")
     with resume_hint(config, job.flink_name, args.verbose):
         job.run(config, bootstrap)

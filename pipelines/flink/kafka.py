@@ -107,9 +107,18 @@ def otlp_event_time(config: StreamingJobConfig, bootstrap: str | None = None,
     client.setProperty("group.id", config.input.group_id + group_suffix)
     for key, value in _kafka_properties(config).items():
         client.setProperty(key, value)
-    return WatermarkStrategy(jvm.io.seedance.flink.LagAwareWatermarks(
+    strategy = jvm.io.seedance.flink.LagAwareWatermarks(
         out_of_orderness_ms, idleness_ms, backlog_idleness_ms,
-        config.input.group_id + group_suffix, topic, client, config.input.starting_offsets))
+        config.input.group_id + group_suffix, topic, client, config.input.starting_offsets)
+    if event_time.max_drift_s > 0:
+        # split level: a partition running ahead of the slowest by the drift is paused
+        # (one group per topic and consumer group: the job's sources of it)
+        duration = jvm.java.time.Duration
+        strategy = strategy.withWatermarkAlignment(
+            f"{config.input.group_id}{group_suffix}/{topic}",
+            duration.ofMillis(int(event_time.max_drift_s * 1000)),
+            duration.ofMillis(int(event_time.watermark_interval_s * 1000)))
+    return WatermarkStrategy(strategy)
 
 
 NEVER_IDLE_MS = 100 * 365 * 86_400_000  # a century: longer than any run

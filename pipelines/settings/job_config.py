@@ -52,9 +52,13 @@ class InputConfig:
 class EventTimeConfig:
     max_out_of_orderness_s: float = 300.0
     idleness_s: float = 10.0
-    # a partition last read behind the head of its log (a backlog) is idle only after this
-    # long without records: its reader may be busy with another partition's fetch
+    # a partition is idle after idleness_s only once read to its end; where that cannot be
+    # known (the broker does not answer), after this long without records
     backlog_idleness_s: float = 300.0
+    # > 0: Flink's watermark alignment pauses a partition whose watermark runs this far
+    # ahead of the slowest, bounding what waits in the journeys during a catch-up (Flink 2.2
+    # also caps a catch-up at about this much event time per watermark interval)
+    max_drift_s: float = 0.0
     watermark_interval_s: float = 1.0
     # a span starting further ahead of the clock is a dead letter (a skewed clock): it
     # would move its partition's event time and make the partition's next spans late
@@ -178,6 +182,8 @@ class StreamingJobConfig:
              "must not be negative"),
             (self.event_time.watermark_interval_s > 0, "event_time.watermark_interval_s",
              "must be positive"),
+            (self.event_time.max_drift_s >= 0, "event_time.max_drift_s",
+             "must not be negative (0: no alignment)"),
             (self.gpu.nominal_interval_s > 0, "gpu.nominal_interval_s", "must be positive"),
             (self.gpu.emit_every_s > 0, "gpu.emit_every_s", "must be positive"),
             (self.gpu.max_gap_s >= self.gpu.nominal_interval_s, "gpu.max_gap_s",

@@ -11,13 +11,13 @@ import signal
 import time
 
 from pipelines.flink.attribution_job import build_pipeline
-from pipelines.kafka.io import ensure_topics, producer
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from pipelines.stack.local_kafka import LocalKafka
 from tests.job_io import credit_key, credit_rows, drain, messages, wait_for_credits
 from tests.reference import TEST_HORIZON_MS, reference_credits
-from tests.spans import encoded
+from tests.spans import encoded, plain, stamp_of
 
 REFIT_S = 6 * 3600.0
 
@@ -25,7 +25,7 @@ REFIT_S = 6 * 3600.0
 def publish(bootstrap: str, topic: str, values: list[bytes], first: int = 0) -> None:
     raw = producer(bootstrap)
     for i, value in enumerate(values, start=first):
-        raw.send(topic, value, partition=i % 2)
+        raw.send(topic, plain(value), partition=i % 2, timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
 
@@ -41,7 +41,7 @@ def test_the_job_rides_out_a_broker_killed_and_started_again(flink, job_config, 
         config = config.replace("attribution", refit_every_s=REFIT_S)
         config = config.replace("flink", restart_attempts=30, restart_delay_s=2.0)
         topics = config.topics
-        ensure_topics(bootstrap, [topics.spans], partitions=2)
+        ensure_topics(bootstrap, [topics.spans], partitions=2, config=SAMPLE_SPANS_TOPIC)
         ensure_topics(bootstrap, [topics.credits, topics.dead_letter, topics.late,
                                   topics.conversions, topics.accounting])
         half = len(values) // 2

@@ -1,8 +1,12 @@
 """A stock OpenTelemetry Collector in front of the job, configured as docs/operations.md
-says: OTLP/HTTP in, the batch processor, the contrib kafka exporter (otlp_proto, trace-id
-keys hashed with murmur2, all replicas acknowledging, one sender) onto a 4-partition spans
-topic; the attribution job at parallelism 2 credits exactly what the batch reference
-credits. The Collector is built by the dev set-up where Go is found."""
+says: OTLP/HTTP in, the batch processor, the contrib kafka exporter (otlp_proto, zstd,
+trace-id keys hashed with murmur2, all replicas acknowledging, one sender) onto an
+8-partition spans topic. The backlog is sent first, with no job running; then the
+attribution job runs unbounded at parallelism 2, as `seedance run` runs it, and is stopped
+once its committed offsets reach the end: it credits exactly what the batch reference
+credits. The Collector stamps each record with when it sent it (its arrival), so the
+telemetry is of the last weeks, within the horizon of now. The Collector is built by the
+dev set-up where Go is found."""
 
 from __future__ import annotations
 
@@ -12,17 +16,18 @@ import socket
 import subprocess
 import time
 import urllib.request
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from pipelines.codec.otlp import decode_spans
-from pipelines.flink.attribution_job import run_job
-from pipelines.kafka.io import read_all
+from pipelines.flink.attribution_job import build_pipeline
+from pipelines.kafka.io import ensure_topics, read_all
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.job_io import credit_key, credit_rows, messages
+from tests.job_io import credit_key, credit_rows, drain, messages, wait_until_consumed
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import encoded
 
@@ -73,11 +78,14 @@ def post_otlp(port: int, body: bytes) -> None:
         assert response.status == 200
 
 
-def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic, tmp_path):
-    plan = plan_events(300, seed=17)
+def test_the_documented_collector_feeds_a_catch_up(kafka, flink, job_config, topic, tmp_path):
+    # the last three weeks: what arrives now is within the tests' 60-day horizon
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) \
+        - timedelta(days=21)
+    plan = plan_events(300, seed=17, start=start, days=14)
     requests = [v for v in encoded(plan) if v not in plan.malformed]  # HTTP refuses those
 
-    spans = topic("spans", 4)
+    spans = topic("spans", 8)
     port = free_port()
     config = tmp_path / "collector.yaml"
     config.write_text(documented_config(kafka, spans, port))
@@ -106,7 +114,14 @@ def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic,
 
     job = job_config.replace("topics", spans=spans).replace("flink", parallelism=2)
     job = job.replace("attribution", refit_every_s=REFIT_S)
-    run_job(job, kafka, env=flink.environment(job))
+    job = job.replace("input", bounded=False).replace("event_time", idleness_s=0.5)
+    ensure_topics(kafka, [job.topics.credits, job.topics.late, job.topics.conversions,
+                          job.topics.dead_letter, job.topics.accounting])
+    env = flink.environment(job)
+    build_pipeline(env, job, kafka)
+    running = env.execute_async("collector-catch-up")
+    wait_until_consumed(kafka, job, timeout_s=400)
+    drain(running, tmp_path / "final")
     expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
                 for c in reference_credits(plan, job.attribution.models, REFIT_S)}
     rows = credit_rows(kafka, job.topics.credits)
@@ -114,6 +129,7 @@ def test_the_documented_collector_feeds_the_job(kafka, flink, job_config, topic,
     assert len(rows) == len(got) and got.keys() == expected.keys()
     assert all(math.isclose(got[k], expected[k], rel_tol=1e-9) for k in expected)
     assert len(messages(kafka, job.topics.late)) == late_beyond(plan, TEST_HORIZON_MS)
-    (report,) = [r for r in messages(kafka, job.topics.accounting) if r["final"]]
+    report = messages(kafka, job.topics.accounting)[-1]
+    assert report["expired"] == 0
     assert report["records_in"] == report["processed"] + report["dead_lettered"] \
         + report["late"] + report["other"]

@@ -15,7 +15,7 @@ from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, S, credit_rows, messages, order, touch
 from tests.roi_inputs import cpu_hog
-from tests.spans import encoded
+from tests.spans import encoded, plain, stamp_of
 from udfs.journey_book import bucket_of
 
 USERS = 12
@@ -38,7 +38,8 @@ def test_an_order_sent_again_is_credited_once(kafka, flink, job_config, topic, t
     spans = topic("spans", 4)
     raw = producer(kafka)
     for i, value in enumerate(stream):
-        raw.send(spans, value, partition=i % 4)  # copies land on other partitions too
+        # copies land on other partitions too
+        raw.send(spans, plain(value), partition=i % 4, timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
 
@@ -88,7 +89,7 @@ def test_one_order_id_from_users_in_every_bucket_is_credited_once(kafka, flink, 
     spans = topic("spans", 4)
     raw = producer(kafka)
     for i, value in enumerate(reversed(stream)):  # the earliest copy arrives last
-        raw.send(spans, value, partition=i % 4)
+        raw.send(spans, plain(value), partition=i % 4, timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
     config = job_config.replace("topics", spans=spans).replace(

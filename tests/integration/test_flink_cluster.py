@@ -37,7 +37,7 @@ from tests.roi_inputs import (
     same_rows,
     spend_values,
 )
-from tests.spans import encoded
+from tests.spans import encoded, plain, stamp_of
 
 PARTITIONS = 4
 # Upper bounds on waits: a quiet run needs a tenth of them, a CI machine busy with other
@@ -92,7 +92,7 @@ def write_config(config: StreamingJobConfig, path: Path) -> Path:
 def publish(kafka: str, topic: str, values: list[bytes], first: int = 0) -> None:
     raw = producer(kafka)
     for i, value in enumerate(values, start=first):
-        raw.send(topic, value, partition=i % PARTITIONS)
+        raw.send(topic, plain(value), partition=i % PARTITIONS, timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
 
@@ -152,7 +152,8 @@ def publishing_slowly(kafka: str, topic: str, values: list[bytes], pause_s: floa
             for i, value in enumerate(values):
                 if stop is not None and stop.is_set():
                     break
-                out.send(topic, value, partition=i % PARTITIONS)
+                out.send(topic, plain(value), partition=i % PARTITIONS,
+                         timestamp_ms=stamp_of(value))
                 if i % 10 == 9:
                     out.flush()
                     time.sleep(pause_s)

@@ -18,7 +18,7 @@ from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from tests.job_io import credit_key, credit_rows, messages
 from tests.reference import TEST_HORIZON_MS, reference_credits
-from tests.spans import encoded
+from tests.spans import encoded, plain, stamp_of
 
 MB = 2**20
 ZIPKIN = json.dumps([{"traceId": "5b8efff798038103d269b633813fc60c", "id": "eee19b7ec3c1b174",
@@ -46,7 +46,8 @@ def test_bad_records_are_dead_letters_and_the_job_runs_on(kafka, flink, job_conf
         values.insert((i + 1) * step, value)
     for i, value in enumerate(values):
         # a null value goes with a key (a tombstone, as a compacting producer sends it)
-        raw.send(spans, value, key=b"gone" if value is None else None, partition=i % 4)
+        raw.send(spans, plain(value), key=b"gone" if value is None else None, partition=i % 4,
+                 timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
 

@@ -15,7 +15,7 @@ from pipelines.kafka.io import producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from tests.job_io import conversion_rows, credit_rows, messages
-from tests.spans import encoded
+from tests.spans import encoded, plain, stamp_of
 
 SHAPES = [(1, 1), (4, 1), (8, 1), (1, 2), (4, 2), (8, 2)]  # (partitions, parallelism)
 REFIT_S = 6 * 3600.0
@@ -33,7 +33,7 @@ def publish(kafka: str, topic: str, values: list[bytes], partitions: int) -> Non
     as a keyless producer's batches spread over partitions."""
     raw = producer(kafka)
     for i, value in enumerate(values):
-        raw.send(topic, value, partition=i % partitions)
+        raw.send(topic, plain(value), partition=i % partitions, timestamp_ms=stamp_of(value))
     raw.flush()
     raw.close()
 

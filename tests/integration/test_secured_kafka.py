@@ -14,7 +14,7 @@ import sys
 
 import yaml
 
-from pipelines.kafka.io import ensure_topics, producer
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.kafka.security import for_python
 from pipelines.sources.generator import emit, plan_events
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
@@ -46,7 +46,7 @@ def test_exporter_job_and_loader_over_sasl_ssl(job_config, tmp_path, monkeypatch
         config = job_config.replace("kafka", bootstrap=secure, properties=properties)
         config = config.replace("attribution", models=("last_click", "linear"))
         config = config.replace("warehouse", url=f"sqlite:///{tmp_path / 'wh.db'}")
-        ensure_topics(secure, [config.topics.spans], client=client)
+        ensure_topics(secure, [config.topics.spans], client=client, config=SAMPLE_SPANS_TOPIC)
 
         plan = plan_events(120, seed=31)
         secured = producer(secure, **client)

@@ -44,6 +44,7 @@ from schemas.events import records_of
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
+from tests.spans import stamp_of, stamped
 from udfs.arrival import correction_reach_ms
 from udfs.journey_book import JourneyBook, bucket_of
 from udfs.journeys import JourneyConfig, JourneyState
@@ -110,8 +111,8 @@ class Job:
         (as when the others are idle: the adversary's watermark)."""
         event_time = newest_start_ms(message, 2**62)
         before = self.newest_of.get(partition, NO_TIME)
-        framed = frame(message, partition, self.offset, getattr(message, "timestamp_ms", 0),
-                       event_time, before)
+        framed = frame(message, partition, self.offset, stamp_of(message) or 0, event_time,
+                       before)
         self.offset += 1
         self.newest_of[partition] = max(before, event_time)
         self.partition_newest = max(self.newest_of.values())
@@ -192,21 +193,6 @@ def stream() -> tuple[Any, list[bytes]]:
     sink = CollectingProducer()
     emit(plan, KafkaSpanExporter("unused:0", producer=sink), sink.append, batch_size=16)
     return plan, stamped(sink)
-
-
-class Stamped(bytes):
-    """A message value with its record's timestamp (when it arrived)."""
-
-    timestamp_ms: int = 0
-
-
-def stamped(sink: CollectingProducer) -> list[bytes]:
-    out = []
-    for value, timestamp in zip(sink.values, sink.timestamps, strict=True):
-        message = Stamped(value)
-        message.timestamp_ms = timestamp or 0
-        out.append(message)
-    return out
 
 
 def run(job: Job, messages: list[bytes]) -> Job:

@@ -142,6 +142,9 @@ public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
             if (lastRecordAt < 0) { // silence counts from the first question
                 lastRecordAt = nowMs;
             }
+            if (lag != null) {
+                lag.asked(nowMs);
+            }
             long silent = nowMs - lastRecordAt;
             if (silent >= backlogIdlenessMs) {
                 return true;

@@ -29,11 +29,18 @@ import org.apache.flink.kafka.shaded.org.apache.kafka.common.serialization.ByteA
 public final class PartitionLag {
     private static final Map<String, PartitionLag> BY_KEY = new ConcurrentHashMap<>();
     private static final long POLL_MS = 1_000;
+    // a poller nobody asked for this long stops (the job ended, or its sources were
+    // rescheduled): it would otherwise hold the job's class loader and poll for ever
+    private static final long UNUSED_MS = 30_000;
 
     private final Map<Integer, Long> nextToRead = new ConcurrentHashMap<>();
     private volatile Map<Integer, Long> ends; // null until the first answer
     private volatile Map<Integer, Long> starts;
     private volatile boolean watched;
+    private volatile long askedAt = System.currentTimeMillis();
+    private String topic; // what the poller asks about (set by the first watch)
+    private Properties client;
+    private String startingMode;
 
     private PartitionLag() {}
 
@@ -48,6 +55,15 @@ public final class PartitionLag {
     /** A record at {@code offset} of {@code partition} was read. */
     public void read(int partition, long offset) {
         nextToRead.merge(partition, offset + 1, Math::max);
+    }
+
+    /** A generator still wants to know (the poller stops when none asks for a while, and
+     * starts again when one does). */
+    public void asked(long nowMs) {
+        askedAt = nowMs;
+        if (!watched && topic != null) {
+            watch(topic, client, startingMode);
+        }
     }
 
     /** Whether {@code partition} (read from here before) has records not read yet; null
@@ -100,9 +116,13 @@ public final class PartitionLag {
 
     /** Start asking the broker for the topic's ends (once per JVM, group and topic). */
     public synchronized void watch(String topic, Properties client, String startingMode) {
+        askedAt = System.currentTimeMillis();
         if (watched) {
             return;
         }
+        this.topic = topic;
+        this.client = client;
+        this.startingMode = startingMode;
         watched = true;
         Thread poller = new Thread(() -> poll(topic, client, startingMode),
                 "seedance-partition-lag-" + topic);
@@ -119,10 +139,15 @@ public final class PartitionLag {
         props.put("client.id", "seedance-partition-lag-" + topic);
         while (true) {
             try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
-                while (true) {
+                while (System.currentTimeMillis() - askedAt < UNUSED_MS) {
                     refresh(consumer, topic, startingMode);
                     Thread.sleep(POLL_MS);
                 }
+                synchronized (this) {
+                    watched = false;
+                    ends = null; // a later job asks afresh
+                }
+                return;
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 return;
