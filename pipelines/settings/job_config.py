@@ -111,7 +111,7 @@ class RoiConfig:
     # no ROAS or ROI on a cost under this (in the currency): a few cents of cost give
     # ratios in the millions
     min_cost: float = 1.0
-    gross_margin: float = 1.0  # of revenue, for ROI = (revenue x margin - cost) / cost
+    gross_margin: float = 1.0  # of revenue, for margin ROI = (revenue x margin - cost) / cost
     # the basis of a conversion's cost weight: lifecycle_stage (stage_weights) or
     # ltv_segment (segment_weights, by the customer's LTV segment at the order under the
     # model message in ltv_model: udfs/ltv_allocation.py)

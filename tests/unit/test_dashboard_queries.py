@@ -33,7 +33,7 @@ def test_roi_sums_the_days_before_dividing(warehouse: Warehouse) -> None:
     # the daily ROIs (400/110 + 100/60) / 2
     assert channel["search"][1:5] == (4, 500, 150, 20)
     assert channel["search"][5] == pytest.approx(500 / 170)
-    # ROAS = revenue / ad spend, ROI = (revenue x margin 1.0 - cost) / cost
+    # ROAS = revenue / ad spend, margin ROI = (revenue x margin 1.0 - cost) / cost
     assert channel["search"][6:] == pytest.approx((500 / 150, (500 - 170) / 170))
     assert channel["organic"][5:] == (None, None, None)  # no cost: no ratio, shown as a dash
     assert list(channel) == ["search", "social", "organic"]  # by revenue, largest first
