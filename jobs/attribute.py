@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.attribute_times import TIME_FORMATS, arrival_column, parse_arrivals, parse_timestamps
 from pipelines.backfill.credits import concat_credits
 from pipelines.backfill.frames import (
     EVENT_COLUMNS as EVENTS,
@@ -25,10 +26,12 @@ from pipelines.backfill.frames import (
 from pipelines.backfill.frames import (
     SORT_KEY,
     BackfillWindow,
+    counted_by_arrival,
     typed,
 )
 from pipelines.backfill.local import credits_of_events
 from pipelines.sources.text_files import BadRow, TextFileError, read_csv
+from udfs.arrival import NO_ARRIVAL
 from udfs.credit_intervals import DEFAULT_RESAMPLES, credit_intervals, credit_intervals_of_rows
 from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
 from udfs.models import attribute
@@ -186,15 +189,6 @@ class _Checker:
         return pd.Series(~self.invalid, index=self.frame.index)
 
 
-def parse_timestamps(raw: pd.Series) -> pd.Series:
-    """Epoch milliseconds, or ISO 8601 (naive means UTC) -> int ms; NaN where unparseable."""
-    numeric = pd.to_numeric(raw, errors="coerce")
-    parsed = pd.to_datetime(raw.where(numeric.isna()), errors="coerce", utc=True,
-                            format="ISO8601")
-    iso_ms = (parsed - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
-    return numeric.where(numeric.notna(), iso_ms)
-
-
 def load_events(request: AttributeRequest) -> tuple[pd.DataFrame, int]:
     """The file's valid events as the backfill's event frame (in its order), and how many
     rows were set aside."""
@@ -211,8 +205,11 @@ def load_events(request: AttributeRequest) -> tuple[pd.DataFrame, int]:
     check.flag(user == "", "user_id", "is missing")
     ts_raw = check.text("timestamp")
     ts = parse_timestamps(ts_raw)
-    check.flag(ts.isna(), "timestamp",
-               check.raw("timestamp", "is not epoch milliseconds or ISO 8601: "))
+    check.flag(ts.isna(), "timestamp", check.raw("timestamp", f"is not {TIME_FORMATS}: "))
+    column = arrival_column(request.input, frame.columns)  # without one, every event counts
+    arrival = parse_arrivals(check.text(column)) if column else pd.Series(NO_ARRIVAL, frame.index)
+    if column:
+        check.flag(arrival.isna(), column, check.raw(column, f"is not {TIME_FORMATS}: "))
     channel = check.text("channel")
     check.flag(~is_conversion & (channel == ""), "channel", "is missing on a touch")
     revenue = check.number("revenue", is_conversion)
@@ -227,7 +224,8 @@ def load_events(request: AttributeRequest) -> tuple[pd.DataFrame, int]:
         "user_id": user, "ts_ms": ts.fillna(0).astype(np.int64), "is_conversion": is_conversion,
         "channel": channel.where(touch, ""), "campaign": campaign.where(touch, ""),
         "order_id": order_id.where(is_conversion, ""),
-        "revenue": revenue.where(is_conversion, 0.0), "currency": "", "trace_id": ""})[keep]
+        "revenue": revenue.where(is_conversion, 0.0), "currency": "", "trace_id": "",
+        "arrival_ms": arrival.fillna(NO_ARRIVAL).astype(np.int64)})[keep]
     events = typed(events, EVENTS).sort_values(SORT_KEY, kind="stable", ignore_index=True)
     return events, int((~keep).sum()) + len(bad_rows)
 
@@ -365,6 +363,8 @@ def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
     started = time.perf_counter()
     if request.format == "events":
         events, rejected = load_events(request)
+        in_time = counted_by_arrival(events, settings)  # as the stream counts them
+        late, events = int((~in_time).sum()), events[in_time]
         loaded = time.perf_counter()
         result, credits = attribute_events(events, settings, request.by_campaign)
         modelled = time.perf_counter()
@@ -377,7 +377,8 @@ def run(request: AttributeRequest) -> tuple[pd.DataFrame, dict[str, object]]:
         converted = credits.drop_duplicates(["order_id"])
         orders = int(events.is_conversion.sum())
         stats: dict[str, object] = {"journeys": orders, "touches": len(events) - orders,
-                                    "conversions": float(len(converted)), "info": {}}
+                                    "conversions": float(len(converted)), "info": {},
+                                    "late_events": late}
     else:
         table, rejected = load_paths(request)
         table = apply_transform(table, request.transform)

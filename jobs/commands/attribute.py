@@ -20,7 +20,13 @@ def add_attribute(sub: argparse._SubParsersAction) -> None:  # type: ignore[type
     attr.add_argument("--input", required=True, help="CSV or Parquet file")
     attr.add_argument("--format", choices=["events", "paths"], default="events",
                       help="events: user_id,timestamp,channel,campaign,event_type,revenue,"
-                           "order_id; paths: path,conversions,non_conversions,revenue")
+                           "order_id and optionally arrival (or arrival_ms): when the event "
+                           "reached Kafka, epoch ms or ISO 8601 like timestamp; with it an "
+                           "event that arrived more than the config's "
+                           "journey.correction_days after its timestamp does not count, as "
+                           "in the stream and the backfill (empty: unknown, counts; without "
+                           "the column every event counts); "
+                           "paths: path,conversions,non_conversions,revenue")
     attr.add_argument("--config", help="the streaming job's YAML: compute with its settings "
                       "(journey rules, models, refit period), as the stream and the backfill "
                       "do; default: the shipped jobs/config/streaming.yaml. The flags below "
@@ -96,6 +102,10 @@ def cmd_attribute(args: argparse.Namespace) -> int:
           f"models in {stats['models_s']:.1f}s")
     if request.credits_out is not None:
         print(f"credit rows written to {request.credits_out}")
+    if stats.get("late_events"):
+        print(f"{stats['late_events']:,} events reached Kafka more than "
+              "journey.correction_days after they happened (their arrival): not counted, as "
+              "in the stream")
     if stats["rejected_rows"]:
         print(f"{stats['rejected_rows']} invalid rows set aside in {request.rejects}")
     for model, info in stats["info"].items():  # type: ignore[attr-defined]

@@ -8,7 +8,10 @@ Kafka's retention has dropped it. Layout under the archive root:
     _offsets/<topic>.json        the next offset per partition
 
 kind is touchpoints, conversions or gpu_calls; the date is the UTC day of the event (the
-span start). Exactly once: a batch's files are written first (each under a temporary
+span start). Touchpoints and conversions also keep `arrival_ms`, the Kafka timestamp of the
+record that carried them: which events count is decided by arrival (udfs/arrival.py), so
+the backfill needs it. Files written before that column existed read as NO_ARRIVAL: every
+event in them counts. Exactly once: a batch's files are written first (each under a temporary
 name, then renamed), its offsets after them (one atomic rename). A restart deletes the
 topic's files at or past the stored offsets -- those of a batch that died before its
 offsets were stored -- and reads those messages again. Starting with no stored offsets
@@ -27,12 +30,14 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipelines.codec.otlp import decode_spans
 from pipelines.kafka.reader import Offsets, TopicReader
 from schemas.records import Conversion, GpuCall, Touchpoint
+from udfs.arrival import NO_ARRIVAL
 from udfs.periods import day_of
 
 SCHEMAS = {
@@ -49,14 +54,24 @@ SCHEMAS = {
                             ("k8s_pod", pa.string()), ("k8s_namespace", pa.string()),
                             ("workload", pa.string())]),
 }
+# The kinds whose events count by arrival, and the column that keeps it (Kafka's record
+# timestamp, ms); SCHEMAS are the record fields alone.
+ARRIVAL = pa.field("arrival_ms", pa.int64())
+ARRIVAL_KINDS = ("touchpoints", "conversions")
 KIND_OF = {Touchpoint: "touchpoints", Conversion: "conversions", GpuCall: "gpu_calls"}
 TIME_COLUMN = {"touchpoints": "ts_ms", "conversions": "ts_ms", "gpu_calls": "start_ms"}
 
 _FILE = re.compile(r"^(?P<topic>.+)-p(?P<partition>\d+)-(?P<first>\d{20})-(?P<last>\d{20})"
                    r"\.parquet$")
 
-Message = tuple[int, int, bytes | None]
-"""(partition, offset, value) of one Kafka message."""
+Message = tuple[int, int, bytes | None, int]
+"""(partition, offset, value, timestamp ms) of one Kafka message."""
+
+
+def file_schema(kind: str) -> pa.Schema:
+    """The columns of a kind's files: the record's, and its arrival where it has one."""
+    schema = SCHEMAS[kind]
+    return schema.append(ARRIVAL) if kind in ARRIVAL_KINDS else schema
 
 
 def file_name(topic: str, partition: int, first: int, last: int) -> str:
@@ -71,17 +86,21 @@ class BatchStats:
     files: int = 0
 
 
-def tables_by_date(records: Iterable[Touchpoint | Conversion | GpuCall]
-                   ) -> dict[tuple[str, str], pa.Table]:
-    """Records grouped by (kind, event day), as Arrow tables of the archive schemas."""
+def tables_by_date(records: Iterable[Touchpoint | Conversion | GpuCall],
+                   arrivals: Iterable[int] | None = None) -> dict[tuple[str, str], pa.Table]:
+    """Records grouped by (kind, event day), as Arrow tables of the archive's file schemas;
+    `arrivals`: each record's arrival (its Kafka record's timestamp), NO_ARRIVAL without."""
     rows: dict[tuple[str, str], list[tuple[object, ...]]] = {}
+    arrival_of = iter(arrivals) if arrivals is not None else None
     for record in records:
         kind = KIND_OF[type(record)]
         ts = record.start_ms if isinstance(record, GpuCall) else record.ts_ms
-        rows.setdefault((kind, day_of(ts)), []).append(tuple(record))
+        arrival = NO_ARRIVAL if arrival_of is None else next(arrival_of)
+        extra = (arrival,) if kind in ARRIVAL_KINDS else ()
+        rows.setdefault((kind, day_of(ts)), []).append((*record, *extra))
     out = {}
     for (kind, day), items in rows.items():
-        schema = SCHEMAS[kind]
+        schema = file_schema(kind)
         columns = list(zip(*items, strict=True))
         out[kind, day] = pa.table([pa.array(col, type=column.type)
                                    for col, column in zip(columns, schema, strict=True)],
@@ -156,17 +175,19 @@ class Archive:
         if not messages:
             return stats
         records: list[Touchpoint | Conversion | GpuCall] = []
+        arrivals: list[int] = []
         bounds: dict[int, tuple[int, int]] = {}
-        for partition, offset, value in messages:
+        for partition, offset, value, timestamp in messages:
             decoded = decode_spans(value, encoding)
             records.extend(decoded.records)
+            arrivals.extend([timestamp] * len(decoded.records))
             stats.dead_letters += len(decoded.dead_letters)  # the stream dead-letters them
             first, last = bounds.get(partition, (offset, offset))
             bounds[partition] = (min(first, offset), max(last, offset))
         if len(bounds) != 1:
             raise ValueError("a batch holds the messages of one partition")
         ((partition, (first, last)),) = bounds.items()
-        tables = tables_by_date(records)
+        tables = tables_by_date(records, arrivals)
         stats.files = write_tables(self.root, tables,
                                    file_name(self.topic, partition, first, last)
                                    .removesuffix(".parquet"))
@@ -217,7 +238,7 @@ def archive_topic(bootstrap: str, topic: str, root: Path | str, encoding: str = 
         for polled in reader.batches(follow, empty=follow):  # a follower flushes by time
             for tp, records in polled.by_partition.items():
                 pending.setdefault(tp.partition, []).extend(
-                    (tp.partition, r.offset, r.value) for r in records)
+                    (tp.partition, r.offset, r.value, r.timestamp) for r in records)
                 next_offset[tp.partition] = polled.next_offsets[tp]
                 if len(pending[tp.partition]) >= batch_messages:
                     flush(tp.partition)
@@ -242,9 +263,10 @@ def kind_path(root: Path | str, kind: str) -> Path:
 def read_kind(root: Path | str, kind: str, from_ms: int | None = None,
               until_ms: int | None = None) -> pd.DataFrame:
     """Records of one kind with event time in [from_ms, until_ms] (None: unbounded), read
-    only from the date folders that can hold them."""
+    only from the date folders that can hold them; touchpoints and conversions with their
+    `arrival_ms` (NO_ARRIVAL from files written before it was kept)."""
     folder = kind_path(root, kind)
-    schema = SCHEMAS[kind]
+    schema = file_schema(kind)
     if not folder.is_dir():
         return schema.empty_table().to_pandas()
     dataset = ds.dataset(folder, format="parquet", schema=schema.append(
@@ -258,4 +280,7 @@ def read_kind(root: Path | str, kind: str, from_ms: int | None = None,
         upper = (ds.field("date") <= day_of(until_ms)) & (column <= until_ms)
         condition = upper if condition is None else condition & upper
     table = dataset.to_table(columns=schema.names, filter=condition)
+    if kind in ARRIVAL_KINDS:
+        at = table.schema.get_field_index(ARRIVAL.name)
+        table = table.set_column(at, ARRIVAL, pc.fill_null(table.column(at), NO_ARRIVAL))
     return table.to_pandas()

@@ -5,7 +5,9 @@ The Spark job calls these functions per partition (mapInPandas) and the single-p
 engine calls them on all the data, so both compute exactly what the Flink jobs compute,
 with the same udfs/ functions:
 
-events -> closed journeys (the stream's own `udfs.journey_book.JourneyBook`, advanced to
+events -> the events that count (`counted_by_arrival`: those that reached Kafka within
+          `journey.correction_days` of their time, as the stream counts them, udfs/arrival.py)
+       -> closed journeys (the stream's own `udfs.journey_book.JourneyBook`, advanced to
           the end of time at once: `closed_journeys`, `journeys_of_batches`) -> credits of
           the days being recomputed (`pipelines.backfill.credits`): per-conversion models
           (`udfs.models.touch_weights` on one JourneyTable of many conversions) and the
@@ -32,6 +34,7 @@ from pipelines.codec.otlp import decode_spans
 from schemas import rows
 from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
 from schemas.records import Conversion, Touchpoint
+from udfs.arrival import NO_ARRIVAL, arrived_in_time
 from udfs.data_driven import period_end
 from udfs.journey_book import JourneyBook
 from udfs.journey_columns import JourneyTouches
@@ -49,7 +52,9 @@ PATH_KEY_SEPARATOR = "\x1f"
 # Column name -> Spark SQL type; the pandas frames carry the same columns.
 EVENT_COLUMNS = {"user_id": "string", "ts_ms": "bigint", "is_conversion": "boolean",
                  "channel": "string", "campaign": "string", "order_id": "string",
-                 "revenue": "double", "currency": "string", "trace_id": "string"}
+                 "revenue": "double", "currency": "string", "trace_id": "string",
+                 # the Kafka timestamp of the event's record (NO_ARRIVAL: unknown)
+                 "arrival_ms": "bigint"}
 # Each user's events in the stream's order (time; a touch before an order at the same ms);
 # the rest only makes ties deterministic, where the stream takes arrival order.
 SORT_KEY = ["user_id", "ts_ms", "is_conversion", "channel", "campaign", "order_id",
@@ -149,32 +154,49 @@ class ComputedDays:
 # --- events ------------------------------------------------------------------------------
 
 def events_frame(touchpoints: pd.DataFrame, conversions: pd.DataFrame) -> pd.DataFrame:
-    """Archive rows of touchpoints and conversions as one frame of EVENT_COLUMNS."""
+    """Archive rows of touchpoints and conversions as one frame of EVENT_COLUMNS (rows
+    without `arrival_ms`: NO_ARRIVAL)."""
+    def arrival(rows: pd.DataFrame) -> object:
+        return rows.arrival_ms if "arrival_ms" in rows else NO_ARRIVAL
+
     touches = pd.DataFrame({
         "user_id": touchpoints.user_id, "ts_ms": touchpoints.ts_ms, "is_conversion": False,
         "channel": touchpoints.channel, "campaign": touchpoints.campaign, "order_id": "",
-        "revenue": 0.0, "currency": "", "trace_id": touchpoints.trace_id})
+        "revenue": 0.0, "currency": "", "trace_id": touchpoints.trace_id,
+        "arrival_ms": arrival(touchpoints)})
     orders = pd.DataFrame({
         "user_id": conversions.user_id, "ts_ms": conversions.ts_ms, "is_conversion": True,
         "channel": "", "campaign": "", "order_id": conversions.order_id,
         "revenue": conversions.revenue, "currency": conversions.currency,
-        "trace_id": conversions.trace_id})
+        "trace_id": conversions.trace_id, "arrival_ms": arrival(conversions)})
     return typed(pd.concat([touches, orders], ignore_index=True), EVENT_COLUMNS)
 
 
-def events_of_messages(values: Iterable[bytes | None], encoding: str) -> pd.DataFrame:
+def events_of_messages(values: Iterable[bytes | None], encoding: str,
+                       arrivals: Iterable[int] | None = None) -> pd.DataFrame:
     """Touchpoints and conversions of raw spans-topic messages (decoded as the stream
-    decodes them; what it dead-letters is left out here too)."""
+    decodes them; what it dead-letters is left out here too); `arrivals`: each message's
+    Kafka timestamp (ms), which its events keep."""
     rows = []
+    stamps = iter(arrivals) if arrivals is not None else None
     for value in values:
+        arrival = NO_ARRIVAL if stamps is None else int(next(stamps))
         for record in decode_spans(None if value is None else bytes(value), encoding).records:
             if isinstance(record, Touchpoint):
                 rows.append((record.user_id, record.ts_ms, False, record.channel,
-                             record.campaign, "", 0.0, "", record.trace_id))
+                             record.campaign, "", 0.0, "", record.trace_id, arrival))
             elif isinstance(record, Conversion):
                 rows.append((record.user_id, record.ts_ms, True, "", "", record.order_id,
-                             record.revenue, record.currency, record.trace_id))
+                             record.revenue, record.currency, record.trace_id, arrival))
     return typed(pd.DataFrame(rows, columns=list(EVENT_COLUMNS)), EVENT_COLUMNS)
+
+
+def counted_by_arrival(events: pd.DataFrame, settings: ComputeSettings) -> np.ndarray:
+    """Which events count: those that reached Kafka no more than the correction horizon
+    after their time, or whose arrival is unknown (udfs/arrival.py, the stream's rule)."""
+    return arrived_in_time(events.ts_ms.to_numpy(np.int64),
+                           events.arrival_ms.to_numpy(np.int64),
+                           settings.journey.correction_ms)
 
 
 # --- journeys ----------------------------------------------------------------------------
@@ -224,9 +246,11 @@ def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
     """The journeys the window needs, of the users in `events` (ordered by SORT_KEY, so
     each user's events are together and in the stream's order).
 
-    The stream's own journey book does the work: every event added at once, then one
-    advance to the end of time closes every journey, as the stream closes them whatever
-    its batching (udfs/journey_book.py)."""
+    Only the events that count by arrival (`counted_by_arrival`) go in; the stream sets
+    the others aside as late. The stream's own journey book does the work: every event
+    added at once, then one advance to the end of time closes every journey, as the stream
+    closes them whatever its batching (udfs/journey_book.py)."""
+    events = events[counted_by_arrival(events, settings)]
     book = JourneyBook(settings.journey)
     book.add(_event_columns(events), np.iinfo(np.int64).min)  # nothing is late
     closed = book.advance(FAR_FUTURE_MS).closed

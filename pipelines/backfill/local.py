@@ -22,6 +22,7 @@ from pipelines.backfill.frames import (
     BackfillWindow,
     ComputedDays,
     closed_journeys,
+    counted_by_arrival,
     events_frame,
     journeys_of_batches,
 )
@@ -49,7 +50,10 @@ def credits_of_events(events: pd.DataFrame, window: BackfillWindow, settings: Co
     frames = list(journeys_of_batches(chunks, settings, window))
     journeys = pd.concat(frames, ignore_index=True) if frames else \
         closed_journeys(events.iloc[:0], settings, window)
-    progress(f"{len(events):,} events -> {len(journeys):,} journeys needed")
+    late = len(events) - int(counted_by_arrival(events, settings).sum())
+    progress(f"{len(events):,} events -> {len(journeys):,} journeys needed"
+             + (f" ({late:,} events reached Kafka more than journey.correction_days after "
+                "they happened: not counted, as in the stream)" if late else ""))
     conversions = journeys[journeys.in_days]
     credits = [conversion_credits(conversions, settings)]
     if settings.data_driven:

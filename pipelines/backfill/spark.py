@@ -2,9 +2,10 @@
 
 ingest     the raw archive (Parquet by event date, `pipelines.backfill.archive`) or the spans topic
            itself (spark-sql-kafka, starting at a timestamp, read_committed), decoded with
-           the stream's decoder
+           the stream's decoder; each event keeps its arrival (its record's timestamp)
 journeys   repartition by user, sort each partition by user and event time, and run the
-           stream's journey step over each partition's Arrow batches (mapInPandas)
+           stream's journey step over each partition's Arrow batches (mapInPandas), on
+           the events that count by arrival (`frames.counted_by_arrival`, udfs/arrival.py)
 credits    per-conversion models on each batch of converted journeys (mapInPandas); the
            data-driven ones from per-period path counts summed in Spark, fitted cumulatively
            on the driver (counts are small) and joined back by (period, path)
@@ -30,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 (Spark's own convention)
 from pyspark.sql.utils import AnalysisException
 
-from pipelines.backfill.archive import SCHEMAS, TIME_COLUMN
+from pipelines.backfill.archive import ARRIVAL, ARRIVAL_KINDS, TIME_COLUMN, file_schema
 from pipelines.backfill.config import SparkConfig
 from pipelines.backfill.credits import (
     concat_credits,
@@ -55,6 +56,7 @@ from pipelines.backfill.roi import CLAIM_COLUMNS, link_costs
 from pipelines.py4j_routing import route_by_gateway
 from pipelines.settings.paths import jars_home
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
+from udfs.arrival import NO_ARRIVAL
 from udfs.periods import day_of
 from udfs.settings import ComputeSettings
 
@@ -126,8 +128,9 @@ def is_local(path: str) -> bool:
 def read_archive(spark: SparkSession, root: str, kind: str, from_ms: int | None,
                  until_ms: int) -> DataFrame:
     """One kind of archived record with event time in [from_ms, until_ms], reading only
-    the date folders that can hold them."""
-    schema = SCHEMAS[kind]
+    the date folders that can hold them; touchpoints and conversions with their arrival
+    (NO_ARRIVAL from files written before it was kept)."""
+    schema = file_schema(kind)
     ddl = ", ".join(f"{f.name} {ARROW_TYPES[str(f.type)]}" for f in schema) + ", date string"
     path = f"{root.rstrip('/')}/{kind}"
     empty = spark.createDataFrame([], ddl)
@@ -140,6 +143,9 @@ def read_archive(spark: SparkSession, root: str, kind: str, from_ms: int | None,
         if "PATH_NOT_FOUND" in str(error):
             return empty
         raise
+    if kind in ARRIVAL_KINDS:
+        frame = frame.withColumn(ARRIVAL.name, F.coalesce(F.col(ARRIVAL.name),
+                                                          F.lit(NO_ARRIVAL).cast("bigint")))
     column = F.col(TIME_COLUMN[kind])
     frame = frame.where((F.col("date") <= day_of(until_ms)) & (column <= until_ms))
     if from_ms is not None:
@@ -152,10 +158,11 @@ def archive_events(spark: SparkSession, root: str, window: BackfillWindow) -> Da
     touches = read_archive(spark, root, "touchpoints", window.touches_from_ms, until).select(
         "user_id", "ts_ms", F.lit(False).alias("is_conversion"), "channel", "campaign",
         F.lit("").alias("order_id"), F.lit(0.0).alias("revenue"), F.lit("").alias("currency"),
-        "trace_id")
+        "trace_id", ARRIVAL.name)
     orders = read_archive(spark, root, "conversions", window.conversions_from_ms, until).select(
         "user_id", "ts_ms", F.lit(True).alias("is_conversion"), F.lit("").alias("channel"),
-        F.lit("").alias("campaign"), "order_id", "revenue", "currency", "trace_id")
+        F.lit("").alias("campaign"), "order_id", "revenue", "currency", "trace_id",
+        ARRIVAL.name)
     return touches.unionByName(orders)
 
 
@@ -166,7 +173,7 @@ def kafka_events(spark: SparkSession, bootstrap: str, topic: str, encoding: str,
     timestamp (arrival; at most event_time.max_future_s before the event time, which the
     decoder enforces), so reading starts at the first event time needed minus the largest
     limit the config allows (MAX_FUTURE_LIMIT_S); with data-driven models (all history) at
-    the earliest offset."""
+    the earliest offset. Each event keeps its record's timestamp as its arrival."""
     reader = (spark.read.format("kafka")
               .option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic)
@@ -185,9 +192,10 @@ def kafka_events(spark: SparkSession, bootstrap: str, topic: str, encoding: str,
 
     def decode(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for batch in batches:
-            yield events_of_messages(batch.value, encoding)
+            yield events_of_messages(batch.value, encoding, batch.arrival_ms)
 
-    events = reader.load().select("value").mapInPandas(decode, spark_schema(EVENT_COLUMNS))
+    events = reader.load().select("value", F.unix_millis("timestamp").alias("arrival_ms")) \
+        .mapInPandas(decode, spark_schema(EVENT_COLUMNS))
     events = events.where(F.col("ts_ms") <= window.events_until_ms)
     if window.touches_from_ms is not None and window.conversions_from_ms is not None:
         events = events.where(F.col("ts_ms") >= F.when(

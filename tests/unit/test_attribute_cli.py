@@ -268,3 +268,86 @@ def test_ci_on_a_file_without_conversions(tmp_path):
     assert main(["attribute", "--input", str(src), "--out", str(out), "--ci", "0.95"]) == 0
     assert list(pd.read_csv(out).columns) == ["model", "channel", *INTERVALS, "resamples",
                                               "level"]
+
+
+# u1's search touch reached Kafka three days after it happened, u2's order two days after:
+# with a horizon of one day (journey.correction_days) neither counts; an empty arrival is
+# unknown and counts. Epoch ms (1788220800000 = 2026-09-01) and ISO 8601 mix, as timestamp.
+ARRIVALS = """user_id,timestamp,channel,campaign,event_type,revenue,order_id,arrival
+u1,2026-09-01T00:00:00Z,email,spring,touch,,,2026-09-01T00:05:00Z
+u1,2026-09-02T00:00:00Z,search,brand,touch,,,2026-09-05T00:00:00Z
+u1,2026-09-03T00:00:00Z,,,conversion,120,o1,2026-09-04T00:00:00Z
+u2,1788220800000,display,aw,touch,,,1788220860000
+u2,1788224400000,,,conversion,30,o2,1788397200000
+u3,2026-09-05,,,conversion,10,o3,
+"""
+
+
+def job_config(tmp_path, days=1.0):
+    path = tmp_path / "job.yaml"
+    path.write_text(f"journey:\n  correction_days: {days}\n")
+    return path
+
+
+def last_click(out):
+    result = pd.read_csv(out)
+    return result[result.model == "last_click"].set_index("channel").conversions.to_dict()
+
+
+def test_an_arrival_column_leaves_out_events_that_arrived_past_the_horizon(tmp_path, capsys):
+    src = write(tmp_path, "events.csv", ARRIVALS)
+    out = tmp_path / "out.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--config",
+                 str(job_config(tmp_path)), "--models", "last_click"]) == 0
+    # o1 at exactly the horizon counts; its late search touch does not; o2 is gone
+    assert last_click(out) == {"email": 1.0, "(unattributed)": 1.0}
+    assert "2 events reached Kafka more than journey.correction_days" in \
+        capsys.readouterr().out
+    # horizon 0: arrival decides nothing
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--config",
+                 str(job_config(tmp_path, 0)), "--models", "last_click"]) == 0
+    assert last_click(out) == {"search": 1.0, "display": 1.0, "(unattributed)": 1.0}
+    assert "reached Kafka" not in capsys.readouterr().out
+    # without the column every event counts, whatever the horizon
+    plain = write(tmp_path, "plain.csv", "\n".join(
+        line.rsplit(",", 1)[0] for line in ARRIVALS.splitlines()) + "\n")
+    assert main(["attribute", "--input", str(plain), "--out", str(out), "--config",
+                 str(job_config(tmp_path)), "--models", "last_click"]) == 0
+    assert last_click(out) == {"search": 1.0, "display": 1.0, "(unattributed)": 1.0}
+
+
+def test_a_parquet_file_gives_the_arrival_in_ms_as_the_archive_keeps_it(tmp_path):
+    frame = pd.read_csv(write(tmp_path, "e.csv", EVENTS), dtype=str, keep_default_na=False)
+    ts = pd.Series([1788220800000, 1788307200000, 1788393600000, 1788220800000,
+                    1788224400000, 1788566400000])
+    frame["timestamp"] = ts
+    frame["arrival_ms"] = ts + [0, 2 * 86_400_000, 0, 0, 0, -ts[5] - 1]  # -1: none
+    frame["revenue"] = pd.to_numeric(frame.revenue)
+    src = tmp_path / "events.parquet"
+    frame.to_parquet(src, index=False)
+    out = tmp_path / "out.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--config",
+                 str(job_config(tmp_path)), "--models", "last_click"]) == 0
+    assert last_click(out) == {"email": 1.0, "display": 1.0, "(unattributed)": 1.0}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("soon", "events.csv:8: field 'arrival' is not epoch milliseconds or ISO 8601: 'soon'"),
+    ("inf", "events.csv:8: field 'arrival' is not epoch milliseconds or ISO 8601: 'inf'"),
+])
+def test_a_bad_arrival_names_file_line_and_field(tmp_path, capsys, value, message):
+    src = write(tmp_path, "events.csv", ARRIVALS + f"u9,2026-09-01,email,,touch,,,{value}\n")
+    assert main(["attribute", "--input", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert message in capsys.readouterr().err
+    out = tmp_path / "o.csv"
+    assert main(["attribute", "--input", str(src), "--out", str(out), "--skip-invalid"]) == 0
+    rejects = pd.read_csv(tmp_path / "o.rejects.csv")
+    assert rejects[["line", "field", "user_id"]].values.tolist() == [[8, "arrival", "u9"]]
+
+
+def test_two_arrival_columns_are_refused(tmp_path, capsys):
+    header, *rows = ARRIVALS.splitlines()
+    src = write(tmp_path, "events.csv", "\n".join(
+        [header + ",arrival_ms"] + [row + "," + row.rsplit(",", 1)[1] for row in rows]) + "\n")
+    assert main(["attribute", "--input", str(src), "--out", str(tmp_path / "o.csv")]) == 2
+    assert "columns arrival and arrival_ms both give the arrival" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 import pandas as pd
 import pytest
 
+from pipelines.backfill.archive import tables_by_date, write_tables
 from pipelines.backfill.credits import fit_weights, path_counts
 from pipelines.backfill.frames import (
     EVENT_COLUMNS,
@@ -20,8 +21,11 @@ from pipelines.backfill.frames import (
 from pipelines.backfill.local import compute_events, compute_from_archive, read_archive_events
 from pipelines.backfill.roi import link_costs, roi_rows
 from pipelines.settings.job_config import load_config
+from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import plan_events
-from tests.reference import archive_plan, reference_credits
+from schemas.records import Conversion, Touchpoint
+from tests.reference import TEST_HORIZON_MS, archive_plan, reference_credits
+from udfs.arrival import NO_ARRIVAL
 from udfs.periods import DAY_MS
 
 NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),
@@ -89,16 +93,18 @@ def test_journeys_do_not_depend_on_batch_boundaries(tmp_path):
     pd.testing.assert_frame_equal(whole, cut)
 
 
-def events(*rows: tuple[str, int, str, str]) -> pd.DataFrame:
-    """(user, ts_ms, 'touch'|'order', channel or order id) -> sorted EVENT_COLUMNS rows."""
+def events(*rows: tuple[str, int, str, str] | tuple[str, int, str, str, int]) -> pd.DataFrame:
+    """(user, ts_ms, 'touch'|'order', channel or order id[, arrival ms]) -> sorted
+    EVENT_COLUMNS rows (arrival unknown where not given)."""
     frame = pd.DataFrame([{
         "user_id": user, "ts_ms": ts, "is_conversion": kind == "order",
         "channel": name if kind == "touch" else "", "campaign": "",
         "order_id": name if kind == "order" else "", "revenue": 10.0 if kind == "order" else 0.0,
-        "currency": "USD" if kind == "order" else "", "trace_id": ""} for user, ts, kind, name
-        in rows], columns=list(EVENT_COLUMNS))
-    return frame.astype({"ts_ms": "int64", "is_conversion": bool, "revenue": float}) \
-        .sort_values(SORT_KEY, ignore_index=True)
+        "currency": "USD" if kind == "order" else "", "trace_id": "",
+        "arrival_ms": arrival[0] if arrival else NO_ARRIVAL}
+        for user, ts, kind, name, *arrival in rows], columns=list(EVENT_COLUMNS))
+    return frame.astype({"ts_ms": "int64", "is_conversion": bool, "revenue": float,
+                         "arrival_ms": "int64"}).sort_values(SORT_KEY, ignore_index=True)
 
 
 D1 = int(datetime(2026, 10, 20, tzinfo=UTC).timestamp() * 1000)
@@ -209,3 +215,66 @@ def test_frames_of_no_rows_keep_types_arrow_can_convert():
     pa.Array.from_pandas(empty.trace_ids, type=pa.list_(pa.string()))
     pa.Array.from_pandas(empty.touch_ts, type=pa.list_(pa.int64()))
     pa.Array.from_pandas(empty.order_id, type=pa.string())
+
+
+def test_events_that_reached_kafka_more_than_the_horizon_late_do_not_count():
+    config = load_config().replace("journey", correction_days=2.0) \
+        .replace("attribution", models=("linear",))
+    horizon = config.computation.journey.correction_ms
+    rows = (
+        ("a", D1 - 3 * DAY_MS, "touch", "email", D1 - 3 * DAY_MS + horizon),  # at the horizon
+        ("a", D1 - 2 * DAY_MS, "touch", "display", D1 - 2 * DAY_MS + horizon + 1),  # 1 ms past
+        ("a", D1 - DAY_MS, "touch", "search", NO_ARRIVAL),  # unknown: nothing says it was late
+        ("a", D1, "order", "a1", D1 + 60_000),
+        ("b", D1 - DAY_MS, "touch", "email", D1),
+        ("b", D1 + 5, "order", "b1", D1 + 5 + horizon + 1),  # the order itself came late
+        ("c", D1 - DAY_MS, "touch", "affiliate", 0),  # 0 or less: unknown too
+        ("c", D1 + 7, "order", "c1", D1 + 7 + horizon))
+
+    def paths(config):
+        settings = config.computation
+        journeys = closed_journeys(events(*rows), settings,
+                                   BackfillWindow(("2026-10-20",), settings))
+        converted = journeys[journeys.converted]
+        return dict(zip(converted.order_id, converted.touch_channel, strict=True))
+
+    assert paths(config) == {"a1": ["email", "search"], "c1": ["affiliate"]}
+    # horizon 0: corrections off, arrival decides nothing (the watermark alone does)
+    assert paths(config.replace("journey", correction_days=0.0)) == {
+        "a1": ["email", "display", "search"], "b1": ["email"], "c1": ["affiliate"]}
+
+
+def test_the_backfill_leaves_out_exactly_the_archived_events_that_arrived_late(tmp_path):
+    """An archive with record timestamps gives the rows of an archive without the events
+    that came more than the horizon late; with horizon 0 those of the whole archive."""
+    config = load_config().replace("journey", correction_days=2.0).replace(
+        "attribution", models=("last_click", "linear", "shapley"), refit_every_s=86_400.0)
+    horizon = config.computation.journey.correction_ms
+    records, arrivals = [], []
+    for i, e in enumerate(valid_events(plan_events(150, seed=6, late_fraction=0.0),
+                                       TEST_HORIZON_MS)):
+        ms = e.ts_ns // 10**6
+        records.append(Touchpoint(e.user_id, ms, e.channel, e.campaign, f"t{i}", "")
+                       if e.kind == "touchpoint" else
+                       Conversion(e.user_id, ms, e.order_id, e.revenue, e.currency, f"c{i}", ""))
+        arrivals.append(ms + (horizon + 3_600_000 if i % 9 == 4 else 60_000))
+    late = [i % 9 == 4 for i in range(len(records))]
+    write_tables(tmp_path / "stamped", tables_by_date(records, arrivals), "all")
+    write_tables(tmp_path / "in_time", tables_by_date(
+        [r for r, gone in zip(records, late, strict=True) if not gone]), "kept")
+    write_tables(tmp_path / "unstamped", tables_by_date(records), "all")
+
+    def rows(archive, config):
+        settings = config.computation
+        window = BackfillWindow(all_days(date(2026, 10, 10), 20), settings)
+        computed = compute_from_archive(tmp_path / archive, window, settings, NO_COSTS,
+                                        progress=print)
+        return pd.concat([computed.credits_of(day) for day in window.days]) \
+            .sort_values(["model", "order_id", "touch_index"], ignore_index=True)
+
+    stamped = rows("stamped", config)
+    assert len(stamped) > 100
+    pd.testing.assert_frame_equal(stamped, rows("in_time", config))
+    assert not stamped.equals(rows("unstamped", config))  # the late events mattered
+    off = config.replace("journey", correction_days=0.0)
+    pd.testing.assert_frame_equal(rows("stamped", off), rows("unstamped", off))
