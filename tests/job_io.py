@@ -69,8 +69,9 @@ def latest(rows):
     """The roi topic is a changelog: the last row per key is the current one."""
     current = {}
     for row in rows:
-        key = (row["kind"], row["model"], row["day"], row.get("dimension"),
-               row.get("cost_kind"), row.get("key", row.get("order_id")))
+        # (a day_closed row has no model: its key is the day and part)
+        key = (row["kind"], row.get("model"), row["day"], row.get("dimension"),
+               row.get("cost_kind"), row.get("key", row.get("order_id", row.get("part"))))
         current[key] = row
     return current
 

@@ -156,6 +156,8 @@ def final_rows(kafka: str, topic: str) -> dict[tuple[Any, ...], tuple[Any, ...]]
                "order_cost": rows.ORDER_COST, "order_segment": rows.ORDER_SEGMENT}
     current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for message in messages(kafka, topic):
+        if message["kind"] == "day_closed":  # when the job closed a day: no result row
+            continue
         layout = layouts[message["kind"]]
         values = tuple(message[name] for name in layout.names)
         key = (message["kind"], *values[:len(layout.key)])

@@ -147,8 +147,9 @@ def final_reports(rows: list[dict]) -> dict[tuple, dict]:
     credits are in), and a later report may start with keys the earlier one lacked, so
     reports cannot be told apart by repeated keys. Keys of `roi` rows only grow; an
     `unallocated` key a later report drops comes again with amount 0."""
-    return {(row["kind"], row["model"], row["day"], row.get("dimension"),
-             row.get("cost_kind"), row.get("key", row.get("order_id"))): row for row in rows}
+    return {(row["kind"], row.get("model"), row["day"], row.get("dimension"),
+             row.get("cost_kind"), row.get("key", row.get("order_id", row.get("part")))): row
+            for row in rows}
 
 
 def warehouse_for(streamed: Streamed, kafka: str, url: str) -> StreamingJobConfig:
