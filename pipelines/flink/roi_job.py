@@ -241,17 +241,19 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[str]:
         day = ctx.get_current_key()
-        if self.retention_ms is not None and timestamp >= day_end_ms(day) + self.retention_ms:
-            if ending(ctx.timer_service()):
-                return
+        retiring = self.retention_ms is not None \
+            and timestamp >= day_end_ms(day) + self.retention_ms
+        if not retiring:
+            yield from self._report(day)
+        # a day's marker follows its latest report (a link window as long as the retention
+        # closes the day's compute as it retires)
+        yield from closed_rows(ctx.timer_service(), day, timestamp, self.link_window_ms,
+                               self.retention_ms is None)
+        if retiring and not ending(ctx.timer_service()):
             for state in (self.credits, self.credit_groups, self.compute, self.unlinked,
                           self.spend, self.reported, self.reported_roi, self.segments):
                 state.clear()
             self.retired.update(True)
-            return
-        yield from self._report(day)  # a day's marker follows its latest report
-        yield from closed_rows(ctx.timer_service(), day, timestamp, self.link_window_ms,
-                               self.retention_ms is None)
 
     def _report(self, day: str) -> Iterator[str]:
         groups = dict(self.credit_groups.items())

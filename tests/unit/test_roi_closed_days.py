@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from pipelines.flink.roi_job import RoiPerDay
+from pipelines.flink.roi_support import DEAD_LETTERS
 from pipelines.store.sinks import RoiSink
 from pipelines.store.warehouse import Warehouse
 from tests.flink_fakes import Harness, StateStore, Timers
@@ -20,9 +21,10 @@ WINDOW_MS = 2 * DAY_MS
 END_OF_STREAM = 2**63 - 1
 
 
-def operator(bounded: bool = False) -> tuple[Harness, Timers]:
+def operator(bounded: bool = False, retention_ms: int = 40 * DAY_MS
+             ) -> tuple[Harness, Timers]:
     timers = Timers()
-    function = RoiPerDay(("last_click",), StageWeights(), None if bounded else 40 * DAY_MS,
+    function = RoiPerDay(("last_click",), StageWeights(), None if bounded else retention_ms,
                          "USD", link_window_ms=WINDOW_MS)
     return Harness(function, StateStore(), timers), timers
 
@@ -81,3 +83,16 @@ def test_the_loader_keeps_the_closed_days(tmp_path: Path) -> None:
         RoiSink(wh).write(messages)
         assert wh.query("SELECT day, part FROM roi_days_closed ORDER BY day, part") == [
             (DAY, "compute"), (DAY, "rows"), ("2026-10-04", "rows")]
+
+
+def test_a_link_window_as_long_as_the_retention_closes_the_compute_as_the_day_retires() -> None:
+    harness, timers = operator(retention_ms=WINDOW_MS)
+    spend(harness)
+    end = day_end_ms(DAY)
+    assert closed(advance(harness, timers, end)) == [(DAY, "rows", end)]
+    rows = advance(harness, timers, end + WINDOW_MS)
+    assert [r["kind"] for r in rows] == ["day_closed"]  # no report: the day retires
+    assert closed(rows) == [(DAY, "compute", end + WINDOW_MS)]
+    (late,) = harness.process(("spend", DAY, day_start_ms(DAY), ("meta", "1", "r", 1.0)),
+                              key=DAY)
+    assert late[0] == DEAD_LETTERS  # retired
