@@ -62,7 +62,11 @@ def unbounded(job_config, topic, partitions: int, parallelism: int, idleness_s: 
     config = config.replace("journey", correction_days=HORIZON_DAYS)
     config = config.replace("attribution", refit_every_s=REFIT_S)
     config = config.replace("flink", parallelism=parallelism)
-    # hostile: a partition silent that long may go idle (only once read to its end)
+    # hostile: a partition silent that long may go idle (only once read to its end), and
+    # the reader drains one partition's fetch a few records a poll before it reaches the
+    # next (as a large backlog reads): the last partitions are reached seconds later
+    config = config.replace("kafka", properties={**config.kafka.properties,
+                                                 "max.poll.records": "5"})
     return config.replace("event_time", idleness_s=idleness_s)
 
 
