@@ -163,10 +163,12 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
     warehouse = Warehouse(streaming.warehouse.url)
     try:
         warehouse.apply_ddl(BACKFILL_DDL)
+        done = {} if request.restart else finished_days(warehouse, run_id)
+        todo = [d for d in days if d not in done]
+        if request.config.source == "archive":
+            require_archived(request.config.archive_root, todo)
         if request.restart:
             forget_run(warehouse, run_id)
-        done = finished_days(warehouse, run_id)
-        todo = [d for d in days if d not in done]
         for day in days:
             if day in done:
                 summary.skipped.append(day)
@@ -194,6 +196,25 @@ def run(request: BackfillRequest, progress: Callable[[str], None] = print,
              f"{summary.roi_rows:,} ROI rows, {summary.unallocated_rows:,} unallocated; "
              f"compute {summary.compute_s:.1f}s, writes {summary.write_s:.1f}s")
     return summary
+
+
+ARCHIVED_KINDS = ("touchpoints", "conversions", "gpu_calls")
+
+
+def require_archived(root: str, days: list[str]) -> None:
+    """Refuse days the archive holds no event of: replacing such a day would put nothing
+    where the stream's rows were (an archiver that fell behind, a mount that is missing).
+    Checked where the archive is on this machine; on hdfs:// or s3a:// Spark reads what
+    is there."""
+    path = root.removeprefix("file://")
+    if "://" in path:
+        return
+    missing = [day for day in days
+               if not any((Path(path) / kind / f"date={day}").is_dir() for kind in ARCHIVED_KINDS)]
+    if missing:
+        raise ValueError(f"the archive {root} holds no event of {', '.join(missing)} (no "
+                         f"{'/'.join(ARCHIVED_KINDS)} folder date=DAY); is `seedance archive "
+                         "--follow` running and caught up? Nothing was replaced")
 
 
 def window_scores(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
@@ -333,8 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return cmd_backfill(args)
-    except (ConfigError, ValueError, FileNotFoundError) as error:
-        print(f"backfill: error: {error}", file=sys.stderr)
+    except (ConfigError, ValueError, OSError) as error:
+        # one line: a scheduler's task log shows the last line of a failed submit
+        print(f"backfill: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
 
 

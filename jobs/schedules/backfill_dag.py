@@ -1,17 +1,20 @@
 """Airflow DAG: the daily Spark backfill (docs/backfill.md).
 
-One run per day, catchup on: the run for logical date D recomputes day D-2 (by then the
-stream has settled it: the allowed lateness and the last refit period have passed) from
-the raw archive and replaces it in the warehouse. Catchup walks history from start_date
-one day at a time, one run at a time. A retry of a run resumes it (same run id: a day
-already written is skipped); trigger with conf {"restart": true} to recompute anyway.
+One run per day at 03:30 UTC, catchup on: the run due on day R recomputes day R-2 (by then
+the stream has settled it: the allowed lateness and the last refit period have passed) from
+the raw archive and replaces it in the warehouse. Catchup walks history from start_date one
+day at a time, one run at a time. Airflow's retry of a failed try keeps the run id, so it
+resumes the run (a day already written is skipped); clearing a run in Airflow (a deliberate
+rerun, say after a fix) or conf {"restart": true} recomputes the day even if it was written.
 
-Needs the apache-spark provider (`SparkSubmitOperator`) and an Airflow connection
-`seedance_spark` whose host is the master: `local[*]` for one machine (the default sizing
-below fits 2 cores and 24 GB), `yarn`, `spark://host:7077` or `k8s://https://...` for a
-cluster (then set SEEDANCE_SPARK_PROFILE=cluster in the scheduler's environment: the
-submit settings are chosen when the DAG is parsed). Importable only where Airflow is
-installed; copy or symlink it into the DAGs folder.
+Needs the apache-spark provider (`SparkSubmitOperator`), `spark-submit` on the workers' PATH
+(the checkout's .venv/bin has pyspark's) and an Airflow connection `seedance_spark` whose
+host is the master: `local[*]` for one machine (the default sizing below fits 2 cores and
+24 GB), `yarn`, `spark://host:7077` or `k8s://https://...` for a cluster (then set
+SEEDANCE_SPARK_PROFILE=cluster in the scheduler's environment: the submit settings are
+chosen when the DAG is parsed). Importable only where Airflow is installed; copy or symlink
+it into the DAGs folder. Tested with Airflow 3.3 and the provider 6.3
+(tests/integration/test_airflow.py).
 
 Airflow Variables (optional): seedance_home (default /srv/seedance, the checkout with its
 .venv), seedance_backfill_config (default: the shipped jobs/config/backfill.yaml).
@@ -26,7 +29,10 @@ from airflow import DAG
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 HOME = "{{ var.value.get('seedance_home', '/srv/seedance') }}"
-DAY = "{{ macros.ds_add(ds, -2) }}"  # the stream has settled the day before yesterday
+# The day the run is due (the end of its data interval: the same day under Airflow 3's
+# default cron timetable and under the interval timetable of Airflow 2), two days back: the
+# stream has settled the day before yesterday.
+DAY = "{{ macros.ds_add(data_interval_end | ds, -2) }}"
 
 # local[*] on a 2-core, 24 GB machine: one JVM does everything (driver = executor), so
 # its heap is the Spark memory; the pandas UDF workers (one per core) and the driver's
@@ -79,9 +85,10 @@ with DAG(
             "--from", DAY, "--to", DAY, "--run-id", "{{ run_id }}",
             "--config", "{{ var.value.get('seedance_backfill_config', var.value.get("
             "'seedance_home', '/srv/seedance') ~ '/jobs/config/backfill.yaml') }}",
-            "{{ '--restart' if params.restart else '--no-restart' }}",
+            # a retry resumes (same run id); a cleared run or conf restart recomputes
+            "{{ '--restart' if params.restart or dag_run.clear_number else '--no-restart' }}",
         ],
-        name="seedance-backfill-{{ ds }}",
+        name=f"seedance-backfill-{DAY}",
         # the job's own Python (its packages) on the driver and the workers
         env_vars={"PYSPARK_PYTHON": f"{HOME}/.venv/bin/python",
                   "PYSPARK_DRIVER_PYTHON": f"{HOME}/.venv/bin/python"},

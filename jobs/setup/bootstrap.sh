@@ -106,6 +106,27 @@ if [ ! -f "$jars/flink/seedance-flink.jar" ] || [ "$(cat "$stamp_dir/jvm" 2>/dev
   echo "$jvm_hash" > "$stamp_dir/jvm"
 fi
 
+# The dev set-up also installs Apache Airflow with the apache-spark provider, in an
+# environment of its own (.cache/airflow-venv: Airflow pins many packages):
+# tests/integration/test_airflow.py runs the DAGs of jobs/schedules/ under it. Rebuilt when
+# its requirements or constraints change; pip's cache serves a rebuild.
+airflow_venv="$root/.cache/airflow-venv"
+if [ "$extras" = "dev" ]; then
+  airflow_files="jobs/setup/airflow-requirements.txt jobs/setup/airflow-constraints.txt"
+  airflow_hash=$(hash_of $airflow_files)
+  if [ ! -x "$airflow_venv/bin/airflow" ] || \
+     [ "$(cat "$stamp_dir/airflow" 2>/dev/null)" != "$airflow_hash" ]; then
+    echo "==> Apache Airflow for the schedule tests (.cache/airflow-venv)"
+    rm -rf "$airflow_venv"
+    "$py" -m venv "$airflow_venv"
+    "$airflow_venv/bin/python" -m pip install --quiet --upgrade pip
+    "$airflow_venv/bin/python" -m pip install --quiet --progress-bar off \
+      -r jobs/setup/airflow-requirements.txt -c jobs/setup/airflow-constraints.txt
+    "$airflow_venv/bin/airflow" version >/dev/null
+    echo "$airflow_hash" > "$stamp_dir/airflow"
+  fi
+fi
+
 # The dev set-up also builds an OpenTelemetry Collector (receiver otlp, processor batch,
 # contrib kafka exporter/receiver) with the Collector's builder, where a Go toolchain is
 # found: tests/integration/test_collector.py runs the documented Collector configuration in
