@@ -3,7 +3,7 @@ loads jobs/schedules/ with Airflow's DagBag and runs DAGs with Airflow's own `DA
 tests/integration/test_airflow.py starts it once and sends it one JSON request a line; the
 answer is one JSON line. A run's own output (the task log) goes to the file it names.
 
-Requests: {"structure": true} -- the DAGs' import errors, settings and operators;
+Requests: {"env"} -- the DAGs' import errors, settings and operators, parsed with env;
 {"dag_id", "logical_date", "run_after", "variables", "conf", "log", "on_retry"} -- one
 run.
 
@@ -29,11 +29,19 @@ from airflow.sdk.api.datamodels._generated import DagRun as TaskDagRun
 
 DAGS = Path(__file__).resolve().parents[2] / "jobs" / "schedules"
 SETTINGS = ("_conn_id", "_driver_memory", "_executor_memory", "_executor_cores",
-            "_num_executors", "_py_files")
+            "_num_executors")
 
 
-def structure() -> dict[str, Any]:
-    bag = DagBag(dag_folder=str(DAGS))
+def structure(env: dict[str, str]) -> dict[str, Any]:
+    """What Airflow parses out of jobs/schedules/ with `env` in the environment (the
+    backfill DAG chooses its submit settings by SEEDANCE_SPARK_PROFILE when parsed)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        bag = DagBag(dag_folder=str(DAGS))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     dags: dict[str, Any] = {}
     for dag_id, dag in bag.dags.items():
         env = dag.get_template_env()
@@ -102,7 +110,7 @@ def serve() -> None:
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
-                answer = structure() if spec.get("structure") else run(spec)
+                answer = structure(spec["env"]) if "env" in spec else run(spec)
             except Exception as error:  # noqa: BLE001 - the test reports it
                 answer = {"error": f"{type(error).__name__}: {error}"}
             sys.stdout.flush()

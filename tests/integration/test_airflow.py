@@ -136,7 +136,7 @@ def one_line(log: str, text: str) -> str:
 
 
 def test_airflow_loads_both_dags_with_the_settings_they_document(airflow):
-    bag = airflow.ask({"structure": True})
+    bag = airflow.ask({"env": {}})
     assert bag["import_errors"] == {}
     backfill, reconcile = bag["dags"]["seedance_backfill"], bag["dags"]["seedance_reconcile"]
     assert (backfill["schedule"], backfill["catchup"], backfill["max_active_runs"]) == \
@@ -154,6 +154,12 @@ def test_airflow_loads_both_dags_with_the_settings_they_document(airflow):
     assert submit["settings"]["executor_memory"] is None
     assert submit["templates"]["conf"]["spark.sql.session.timeZone"] == "UTC"
     assert backfill["params"] == {"restart": False}
+    # SEEDANCE_SPARK_PROFILE=cluster where the scheduler parses it: executors, the zip
+    cluster = airflow.ask({"env": {"SEEDANCE_SPARK_PROFILE": "cluster"}})
+    on_cluster = cluster["dags"]["seedance_backfill"]["tasks"]["backfill"]
+    assert (on_cluster["settings"]["executor_memory"], on_cluster["settings"]["executor_cores"],
+            on_cluster["settings"]["num_executors"]) == ("8g", 4, 8)
+    assert on_cluster["templates"]["py_files"].endswith("/seedance.zip")
     # a retry resumes the run; a run cleared in Airflow (clear_number > 0) recomputes
     assert "clear_number" in bag["dag_run_fields"]
     assert submit["restart_flag"] == {"0": "--no-restart", "1": "--restart"}
