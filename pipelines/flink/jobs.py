@@ -41,6 +41,18 @@ class StreamingJob:
     #                        operators add "-final-watermark" to theirs)
     # of its topics, those read as the latest message per key: created compacted
     compacted: tuple[str, ...] = ()
+    # its sources' consumer group is input.group_id + this (their build_source group_suffix)
+    group_suffix: str = ""
+    # what it keeps between messages, which a start without its savepoint does not have
+    state: str = "its keyed state"
+
+    def group(self, config: StreamingJobConfig) -> str:
+        """The consumer group its sources read and commit their offsets as."""
+        return config.input.group_id + self.group_suffix
+
+    def read_topics(self, config: StreamingJobConfig) -> list[str]:
+        """The topics it reads, as `config` names them."""
+        return unique(attrgetter(path)(config) for path in self.reads)
 
     def builder(self) -> Builder:
         """The job's build function (its module imported now)."""
@@ -102,7 +114,9 @@ ATTRIBUTION = StreamingJob(
     uids=("source-otlp-spans", "decode-otlp", "dedup-orders-by-order-id",
           "attribute-journeys-by-bucket", "fit-data-driven-models-by-period", "count-late",
           "count-duplicate-orders", "run-accounting", "credits-sink", "dead-letter-sink",
-          "late-events-sink", "conversions-sink", "accounting-sink"))
+          "late-events-sink", "conversions-sink", "accounting-sink"),
+    state="the journeys in progress (touches waiting for a conversion), the order ids already "
+          "credited and the journeys the data-driven models are fitted on")
 
 GPU_COST = StreamingJob(
     "gpu-cost", "GPU cost", "seedance-gpu-cost",
@@ -113,7 +127,10 @@ GPU_COST = StreamingJob(
          "{gpu.metrics_dead_letter})",
     uids=("source-otlp-metrics", "source-otlp-spans-gpu", "decode-gpu-samples",
           "decode-gpu-calls", "link-calls-to-gpus", "cost-per-gpu", "gpu-costs-sink",
-          "gpu-dead-letter-sink", "gpu-late-sink"))
+          "gpu-dead-letter-sink", "gpu-late-sink"),
+    group_suffix="-gpu",
+    state="the open GPU sample intervals and the service calls waiting for their link to a "
+          "GPU")
 
 ROI = StreamingJob(
     "roi", "ROI", "seedance-roi",
@@ -127,7 +144,10 @@ ROI = StreamingJob(
           "roi-share-idle-cost", "roi-link-trace-costs", "roi-per-day", "roi-sink",
           "roi-dead-letter-sink",
           # with roi.allocation_weights: ltv_segment
-          "roi-time-orders", "roi-segment-orders"))
+          "roi-time-orders", "roi-segment-orders"),
+    group_suffix="-roi",
+    state="the days still open (their credits, costs and spend), the costs waiting for "
+          "their link window and the customers' order history")
 
 EXPERIMENTS = StreamingJob(
     "experiments", "experiments", "seedance-experiments",
@@ -141,7 +161,9 @@ EXPERIMENTS = StreamingJob(
           "experiments-source-conversions", "experiments-decode-conversions",
           "experiments-conversion-time", "experiments-assign-variants",
           "experiments-exposures-sink", "experiments-conversions-sink",
-          "experiments-dead-letter-sink"))
+          "experiments-dead-letter-sink"),
+    group_suffix="-experiments",
+    state="each user's variant assignments and exposures")
 
 LTV = StreamingJob(
     "ltv", "LTV", "seedance-ltv",
@@ -153,7 +175,9 @@ LTV = StreamingJob(
     uids=("ltv-source-conversions", "ltv-decode-conversions", "ltv-conversion-time",
           "ltv-source-models", "ltv-parse-models", "ltv-model-time", "ltv-score-customers",
           "ltv-customers-sink", "ltv-dead-letter-sink"),
-    compacted=("topics.ltv_models", "topics.customer_ltv"))
+    compacted=("topics.ltv_models", "topics.customer_ltv"),
+    group_suffix="-ltv",
+    state="each customer's order history and the model in force")
 
 # in the order commands list them and the demo runs them (each after the jobs it reads from)
 STREAMING_JOBS: dict[str, StreamingJob] = {
