@@ -4,7 +4,6 @@ OpenTelemetry SDK), `seedance probe` (GPU samples) and `seedance spend publish` 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -98,7 +97,6 @@ def kafka_of(args: argparse.Namespace, config: StreamingJobConfig | None = None
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, timestamp_type
     from pipelines.sources.generator import plan_events
     from pipelines.sources.publish import (
         DEMO_EXPERIMENTS,
@@ -117,12 +115,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
                        batch_busy=args.gpu_busy,
                        repeat_buying=REPEAT_BUYING_PRESETS[args.repeat_buying]
                        if args.repeat_buying else None)
-    ensure_topics(bootstrap, [topic], client=client, config=SAMPLE_SPANS_TOPIC)
-    if timestamp_type(bootstrap, topic, client) != "CreateTime":
-        print(f"warning: {topic} stamps records with the broker's time (LogAppendTime): the "
-              "sample's arrival times are replaced by now, so its events older than "
-              "journey.correction_days count as late; generate to a CreateTime topic "
-              "(a new one is created so)", file=sys.stderr)
     spans = publish_plan(plan, bootstrap, topic, seed=args.seed, encoding=args.encoding,
                          partition_by_trace=args.partition_by_trace, client=client)
     print(generated_summary(plan, spans, args.users, topic, time.monotonic() - started))

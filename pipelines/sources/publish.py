@@ -6,12 +6,13 @@ recording for `seedance probe --replay`) and ad spend records. A run builds the 
 from __future__ import annotations
 
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from pipelines.codec.metrics import encode_samples
-from pipelines.kafka.io import producer
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer, timestamp_type
 from pipelines.sources.ad_spend import SpendRecord
 from pipelines.sources.generator import ExperimentPlan, Plan, emit
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
@@ -30,8 +31,17 @@ DEMO_EXPERIMENTS = (
 def publish_plan(plan: Plan, bootstrap: str, topic: str, seed: int,
                  encoding: str = "otlp_proto", partition_by_trace: bool = False,
                  client: dict[str, Any] | None = None) -> int:
-    """The plan's spans (and malformed messages) to `topic`; returns the spans exported.
-    `client`: kafka-python settings (security: pipelines.kafka.security.for_python)."""
+    """The plan's spans (and malformed messages) to `topic`, each record stamped with when
+    it would have arrived; returns the spans exported. A missing topic is created to keep
+    those stamps (CreateTime, no retention: SAMPLE_SPANS_TOPIC); one that stamps records
+    with the broker's time gets a warning. `client`: kafka-python settings (security:
+    pipelines.kafka.security.for_python)."""
+    ensure_topics(bootstrap, [topic], client=client, config=SAMPLE_SPANS_TOPIC)
+    if timestamp_type(bootstrap, topic, client) != "CreateTime":
+        print(f"warning: {topic} stamps records with the broker's time (LogAppendTime): the "
+              "sample's arrival times are replaced by now, so its events older than "
+              "journey.correction_days count as late; publish it to a CreateTime topic "
+              "(a new one is created so)", file=sys.stderr)
     exporter = KafkaSpanExporter(bootstrap, topic, encoding=encoding,
                                  partition_by_trace=partition_by_trace, **(client or {}))
     raw = producer(bootstrap, **(client or {}))

@@ -278,9 +278,9 @@ def test_server_reuses_a_connection_per_worker(url: str, warehouse: Warehouse,
     opened = []
 
     class Counting(Warehouse):
-        def __init__(self, url: str = "") -> None:
+        def __init__(self, url: str = "", create: bool = True) -> None:
             opened.append(url)
-            super().__init__(url)
+            super().__init__(url, create=create)
 
     monkeypatch.setattr(app_module, "Warehouse", Counting)
     server = app_module.make_dashboard_server(url, "127.0.0.1", 0)
@@ -316,7 +316,7 @@ def test_a_broken_connection_is_replaced(url: str, warehouse: Warehouse) -> None
 
 
 def test_pages_are_shed_when_their_workers_are_taken_and_healthz_still_answers(
-        url: str) -> None:
+        url: str, warehouse: Warehouse) -> None:
     """Heavy requests (pages, CSVs) run on at most `page_slots` workers at once; one more
     waits PAGE_WAIT_S, then gets 503 with Retry-After: /healthz is not stuck behind them."""
     app = DashboardApp(url, page_slots=2)
