@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -67,18 +69,40 @@ def main(argv: list[str] | None = None) -> int:
         # kafka-python logs every refused connection while a broker starts; failures that
         # matter reach the user as errors anyway.
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
-        # py4j logs every call of a JVM that died, hundreds of lines; the error says it once
-        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        # py4j logs every call of a JVM that died, hundreds of lines; the error says it once.
+        # Not by level: PyFlink sets py4j.java_gateway's own when it starts its gateway, and
+        # py4j logs some of it on the root logger
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_py4j)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("seedance: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - the one place errors become messages
+        _forget_a_dead_flink_jvm()
         if args.verbose:
             traceback.print_exc()
         print(f"seedance: error: {error_line(error, args)}", file=sys.stderr)
         return 2 if isinstance(error, USER_ERRORS + KAFKA_ERRORS) else 1
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
+def _forget_a_dead_flink_jvm() -> None:
+    """Python still holds objects of a Flink JVM that died (killed, out of memory). py4j
+    releases each at exit by calling that JVM and logs a traceback for every one it cannot
+    reach, after the error line; marked disconnected, they are dropped quietly."""
+    module = sys.modules.get("pyflink.java_gateway")
+    client = getattr(getattr(module, "_gateway", None), "_gateway_client", None)
+    if client is None or not getattr(client, "is_connected", False):
+        return
+    try:
+        socket.create_connection((client.address, client.port), timeout=2).close()
+    except OSError:
+        client.is_connected = False
 
 
 KAFKA_ERRORS = (KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError)
