@@ -84,13 +84,15 @@ class Plan:
 def plan_events(users: int, seed: int = 7, days: int = 45,
                 start: datetime = datetime(2026, 10, 1, tzinfo=UTC),
                 late_fraction: float = 0.01, malformed_messages: int = 3,
-                jitter_s: float = 120.0,
+                jitter_s: float = 120.0, delayed: tuple[float, float] = (0.0, 0.0),
                 experiments: tuple[ExperimentPlan, ...] = (),
                 batch_busy: float = 0.0, repeat_buying: RepeatBuying | None = None) -> Plan:
     """A deterministic population: converters, repeat buyers, window-shoppers, direct buyers.
 
     Events are emitted in time order with up to `jitter_s` of disorder; `late_fraction`
-    of touches are held back to the very end (far behind the watermark: late data).
+    of touches are held back to the very end (far behind the watermark: late data);
+    `delayed` = (fraction, max seconds): that fraction of the other touches is emitted (and
+    arrives) up to that long after it happened, among the events of then.
     `experiments` adds exposures (and their lift); without them the plan is what it was.
     `batch_busy` adds a batch workload that keeps each GPU that busy on average (0: none).
     `repeat_buying` follows each first order by repeat orders from a known process (per
@@ -143,6 +145,8 @@ def plan_events(users: int, seed: int = 7, days: int = 45,
     for event in sorted(plan.events, key=lambda e: (e.ts_ns, e.user_id, e.kind)):
         late = event.kind == "touchpoint" and rng.random() < late_fraction
         rank = LATE_RANK + len(ranked) if late else event.ts_ns + rng.random() * jitter_s * 1e9
+        if not late and delayed[0] and event.kind == "touchpoint" and rng.random() < delayed[0]:
+            rank = event.ts_ns + rng.random() * delayed[1] * 1e9
         ranked.append(replace(event, emit_rank=rank))
     ranked += batch_runs(start_ns, end_ns, batch_busy, seed)
     plan.events = sorted(ranked, key=lambda e: e.emit_rank)

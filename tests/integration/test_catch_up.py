@@ -33,7 +33,9 @@ HORIZON_MS = int(HORIZON_DAYS * 86_400_000)
 
 @pytest.fixture(scope="module")
 def telemetry():
-    plan = plan_events(160, seed=29)
+    # one touch in 10 arrives up to two days after it happened, on either side of the
+    # horizon, wherever the producer happens to put it
+    plan = plan_events(160, seed=29, delayed=(0.1, 2 * 86_400.0))
     return plan, encoded(plan, batch_size=8)
 
 
