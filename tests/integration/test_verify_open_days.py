@@ -10,9 +10,9 @@ from jobs.cli import main
 from pipelines.store.verify import closed_days
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
+from udfs.periods import DAY_MS
 
 DAY, DAY2 = "2026-10-03", "2026-10-04"
-DAY_MS = 86_400_000
 END_MS = 1_791_072_000_000 - 1  # DAY's last ms (UTC)
 
 
