@@ -45,8 +45,9 @@ def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1,
     _wait_for_leaders(bootstrap, topics, client=client)
 
 
-def timestamp_type(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> str:
-    """The topic's message.timestamp.type (CreateTime or LogAppendTime)."""
+def topic_setting(bootstrap: str, topic: str, key: str,
+                  client: dict[str, Any] | None = None) -> str:
+    """One setting of a topic as the broker has it (its own or the default)."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client or {}))
@@ -56,7 +57,12 @@ def timestamp_type(bootstrap: str, topic: str, client: dict[str, Any] | None = N
     finally:
         admin.close()
     (configs,) = [c for by_name in found.values() for n, c in by_name.items() if n == topic]
-    return str(configs["message.timestamp.type"]["value"])
+    return str(configs[key]["value"])
+
+
+def timestamp_type(bootstrap: str, topic: str, client: dict[str, Any] | None = None) -> str:
+    """The topic's message.timestamp.type (CreateTime or LogAppendTime)."""
+    return topic_setting(bootstrap, topic, "message.timestamp.type", client)
 
 
 def recreate_topics(bootstrap: str, topics: list[str], partitions: int = 1,

@@ -112,3 +112,16 @@ def job_config(topic: Callable[[str], str], tmp_path: Path) -> StreamingJobConfi
     config = config.replace("journey", correction_days=TEST_HORIZON_DAYS)
     return config.replace("flink", checkpoint_interval_s=1.0,
                           checkpoint_dir=str(tmp_path / "checkpoints"))
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session for the test session (each start costs ~10 s)."""
+    from pipelines.backfill.config import SparkConfig
+    from pipelines.backfill.spark import kafka_jars, spark_session
+
+    session = spark_session(SparkConfig(master="local[2]", driver_memory="1g",
+                                        shuffle_partitions=2,
+                                        conf={"spark.ui.enabled": "false"}), kafka_jars())
+    yield session
+    session.stop()

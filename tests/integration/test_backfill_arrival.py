@@ -10,7 +10,6 @@ import csv
 import itertools
 import math
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,9 +20,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from jobs.backfill import BackfillRequest, run
 from jobs.cli import main
 from pipelines.backfill.archive import archive_topic, read_kind, tables_by_date, write_tables
-from pipelines.backfill.config import BackfillConfig, SparkConfig
-from pipelines.backfill.spark import kafka_jars, spark_session
-from pipelines.kafka.io import ensure_topics, producer
+from pipelines.backfill.config import BackfillConfig
+from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.sources.generator import PlannedEvent, plan_events
 from pipelines.store.warehouse import Warehouse
@@ -37,19 +35,9 @@ DAYS = {f"2026-10-{d}" for d in range(20, 26)}
 HORIZON_DAYS = 2.0
 HORIZON_MS = int(HORIZON_DAYS * DAY_MS)
 # record timestamps as a sample's: the producer's, kept however old (no time-based deletion)
-SAMPLE_TOPIC = {"message.timestamp.type": "CreateTime", "retention.ms": "-1"}
 CREDIT_QUERY = ("SELECT model, order_id, touch_index, user_id, conversion_ts_ms, channel, "
                 "campaign, touch_ts_ms, credit, revenue, stage FROM attribution_credits")
 _ids = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
-    session = spark_session(SparkConfig(master="local[2]", driver_memory="1g",
-                                        shuffle_partitions=2,
-                                        conf={"spark.ui.enabled": "false"}), kafka_jars())
-    yield session
-    session.stop()
 
 
 @dataclass
@@ -86,7 +74,7 @@ def span_spec(e: PlannedEvent) -> tuple[str, dict[str, object], int]:
 def published(kafka, tmp_path_factory) -> Published:
     home = tmp_path_factory.mktemp("arrival")
     topic = f"arrival-spans-{next(_ids)}"
-    ensure_topics(kafka, [topic], partitions=2, config=SAMPLE_TOPIC)
+    ensure_topics(kafka, [topic], partitions=2, config=SAMPLE_SPANS_TOPIC)
     plan = plan_events(150, seed=17, late_fraction=0.0, malformed_messages=0)
     events = [e for e in plan.events if e.kind in ("touchpoint", "conversion")]
     rng = random.Random(9)

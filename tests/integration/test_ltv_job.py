@@ -16,12 +16,11 @@ import uuid
 
 import numpy as np
 import pytest
-from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from pipelines.codec import table_messages
 from pipelines.flink.jobs import COMPACTED, LTV
 from pipelines.flink.ltv_job import build_ltv_pipeline, run_ltv_job
-from pipelines.kafka.io import consumer_lag, ensure_topics, producer, read_all
+from pipelines.kafka.io import consumer_lag, ensure_topics, producer, read_all, topic_setting
 from pipelines.ltv.models_topic import ModelMessage, latest_model, publish_model
 from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
@@ -188,14 +187,7 @@ def test_every_customer_is_scored_as_the_batch_scores_it(kafka, flink, job_confi
 
 
 def cleanup_policy(kafka: str, name: str) -> str:
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    try:
-        found = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)],
-                                       config_filter="all")
-    finally:
-        admin.close()
-    (configs,) = [c for by_name in found.values() for n, c in by_name.items() if n == name]
-    return configs["cleanup.policy"]["value"]
+    return topic_setting(kafka, name, "cleanup.policy")
 
 
 def wait_for(what, check, timeout_s: float = WAIT_S):
