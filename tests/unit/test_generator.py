@@ -2,6 +2,7 @@ from collections import Counter
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from pipelines.codec.frame import newest_start_ms
 from pipelines.codec.otlp import decode_spans
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import (
@@ -23,9 +24,11 @@ class RecordingProducer:
 
     def __init__(self):
         self.sent = []
+        self.timestamps = []
 
-    def send(self, topic, key=None, value=None):
+    def send(self, topic, key=None, value=None, timestamp_ms=None):
         self.sent.append((topic, key, value))
+        self.timestamps.append(timestamp_ms)
 
         class Done:
             def get(self, timeout=None):
@@ -124,3 +127,26 @@ def test_the_batch_workload_keeps_its_gpu_30_to_70_percent_busy_and_leaves_users
     assert cost.unobserved_ms == 0 and 0.3 < busy_s / (busy_s + idle_s) < 0.7
     hourly = [c.end_ms - c.start_ms for c in batch]
     assert min(hourly) >= 0.3 * 3_600_000 and max(hourly) <= 0.7 * 3_600_000
+
+
+def test_each_message_is_stamped_with_its_hourly_shipping_time():
+    """Records arrive on the hour after the newest event emitted so far: never before any
+    span they carry, in order, at most an hour after an on-time event; a held-back touch
+    arrives with the last records (days late), a delayed one as long after as drawn."""
+    producer = RecordingProducer()
+    plan = plan_events(150, seed=5, delayed=(0.1, 2 * 86_400.0))
+    emit(plan, KafkaSpanExporter("unused:9092", producer=producer), lambda _: None,
+         batch_size=100)
+    stamps = producer.timestamps
+    assert all(isinstance(t, int) and t % 3_600_000 == 0 for t in stamps)
+    assert stamps == sorted(stamps)
+    for (_, _, value), stamp in zip(producer.sent, stamps, strict=True):
+        assert newest_start_ms(value, 2**62) <= stamp
+    last = stamps[-1]
+    held = [e for e in plan.events if e.emit_rank >= LATE_RANK]
+    assert held and all(last - e.ts_ns // 10**6 > 86_400_000 for e in held[:1])
+    late = {(e.user_id, e.ts_ns) for e in plan.events} - {
+        (e.user_id, e.ts_ns) for e in valid_events(plan, 86_400_000)}
+    on_time = [e for e in plan.events if e.kind == "touchpoint"
+               and (e.user_id, e.ts_ns) not in late and e.emit_rank - e.ts_ns < 600e9]
+    assert on_time and len(late) > len(held)  # some delayed ones arrive past the horizon
