@@ -2,10 +2,11 @@
 the value as it came (written by io.seedance.flink.FramedOtlpDeserializer, pipelines/jvm).
 
 The header says where the record came from (a dead letter names its partition and offset),
-whether its value was null (a tombstone is dead-lettered, not dropped), its event time (its
-newest span start; the source's per-partition watermarks follow it) and the newest event time
-of its partition before it: the bound that decides, the same way for any number of partitions
-and subtasks, which of its events are late.
+whether its value was null (a tombstone is dead-lettered, not dropped), its Kafka timestamp
+(when it arrived: with its events' times it decides which of them count, udfs/arrival.py),
+its event time (its newest span start; the source's per-partition watermarks follow it) and
+the newest event time of its partition before it (kept in the layout; nothing decides by it
+since lateness is decided by arrival).
 """
 
 from __future__ import annotations

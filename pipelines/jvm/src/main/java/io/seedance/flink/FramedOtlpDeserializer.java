@@ -15,7 +15,8 @@ import org.apache.flink.util.Collector;
  * where the record came from (partition, offset: a dead letter names them), whether the value
  * was null (a tombstone is dead-lettered, not dropped), the record's own event time (its newest
  * span start, which {@link FramedEventTime} hands to the per-partition watermark generators) and
- * the newest event time of its partition before it (the bound lateness is decided against).
+ * the newest event time of its partition before it (kept in the layout; lateness is decided by
+ * the record's Kafka timestamp, which the header also carries: udfs/arrival.py).
  * Trace records' event time is their newest span start, metrics records' their newest data
  * point.
  *
@@ -24,9 +25,8 @@ import org.apache.flink.util.Collector;
  * (int64), partition's newest event time ms before this record (int64); {@link
  * OtlpEventTime#NONE} where there is none.
  *
- * <p>The newest times are kept per partition by the source reader that owns it, in memory: after
- * a restart a partition's bound starts afresh, and the journeys' restored watermark decides what
- * is late (pipelines/flink/attribution_job.py).
+ * <p>With a consumer group, each record's offset is reported to {@link PartitionLag}, so that
+ * the watermarks never take a partition with records still to read for an idle one.
  */
 public final class FramedOtlpDeserializer implements KafkaRecordDeserializationSchema<byte[]> {
     private static final long serialVersionUID = 1L;
