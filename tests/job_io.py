@@ -5,6 +5,7 @@ the project's span exporter, rows read back from the jobs' topics, and waiting f
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -13,6 +14,7 @@ from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.generator import PlannedEvent, emit
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from tests.spans import plain, stamp_of
 
 # times in ns since the epoch, the OpenTelemetry SDK's unit
 T0 = int(datetime(2026, 9, 1, tzinfo=UTC).timestamp()) * 10**9
@@ -107,3 +109,29 @@ def drain(job, folder) -> None:
 
     canonical = get_gateway().jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
     job._j_job_client.stopWithSavepoint(True, folder.as_uri(), canonical).get()
+
+
+def publishing_slowly(kafka: str, topic: str, values: list[bytes], partitions: int,
+                      pause_s: float = 0.2,
+                      stop: threading.Event | None = None) -> threading.Thread:
+    """A thread that publishes `values` in order (each with its sample's arrival time), 10
+    every `pause_s`, `values[i]` to partition i % `partitions`, until `stop` is set;
+    started: input still arriving while a job runs."""
+    def publish_slowly() -> None:
+        out = producer(kafka)
+        try:
+            for i, value in enumerate(values):
+                if stop is not None and stop.is_set():
+                    break
+                out.send(topic, plain(value), partition=i % partitions,
+                         timestamp_ms=stamp_of(value))
+                if i % 10 == 9:
+                    out.flush()
+                    time.sleep(pause_s)
+            out.flush()
+        finally:
+            out.close()
+
+    publisher = threading.Thread(target=publish_slowly)
+    publisher.start()
+    return publisher

@@ -20,8 +20,8 @@ import yaml
 from pipelines.flink.final_offsets import committed, savepoint_offsets
 from pipelines.flink.jobs import ATTRIBUTION
 from pipelines.flink.standalone import StandaloneFlink
-from pipelines.kafka.io import producer
 from pipelines.sources.generator import plan_events
+from tests.job_io import publishing_slowly
 from tests.spans import encoded
 
 PARTITIONS = 4
@@ -49,30 +49,6 @@ def seedance(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def publishing(kafka: str, topic: str, values: list[bytes],
-               stop: threading.Event) -> threading.Thread:
-    """A thread that publishes `values` round-robin over the partitions (each with its
-    sample's arrival time), 10 every 0.5 s, until `stop` is set; started."""
-    def publish() -> None:
-        out = producer(kafka)
-        try:
-            for i, value in enumerate(values):
-                if stop.is_set():
-                    break
-                out.send(topic, bytes(value), partition=i % PARTITIONS,
-                         timestamp_ms=getattr(value, "timestamp_ms", None))
-                if i % 10 == 9:
-                    out.flush()
-                    time.sleep(0.5)
-            out.flush()
-        finally:
-            out.close()
-
-    thread = threading.Thread(target=publish)
-    thread.start()
-    return thread
-
-
 def test_a_drain_commits_where_the_job_stopped_and_a_start_without_its_savepoint_warns(
         kafka, home, job_config, topic, tmp_path):
     """The input still arriving, the job drained after its first commits: the group's
@@ -93,7 +69,8 @@ def test_a_drain_commits_where_the_job_stopped_and_a_start_without_its_savepoint
     assert "warning" not in first.stderr  # a fresh group: nothing was read before
     job = re.search(r"as job ([0-9a-f]{32})", first.stdout).group(1)  # type: ignore[union-attr]
     stop = threading.Event()
-    publisher = publishing(kafka, spans, values, stop)
+    publisher = publishing_slowly(kafka, spans, values, PARTITIONS, pause_s=0.5,
+                                  stop=stop)
     try:
         deadline = time.monotonic() + WAIT_S
         while not committed(kafka, {}, group, [spans]):  # a checkpoint completed

@@ -25,7 +25,14 @@ from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
-from tests.job_io import credit_key, credit_rows, messages, wait_for_credits, wait_until_consumed
+from tests.job_io import (
+    credit_key,
+    credit_rows,
+    messages,
+    publishing_slowly,
+    wait_for_credits,
+    wait_until_consumed,
+)
 from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.roi_inputs import (
     MODELS,
@@ -141,31 +148,6 @@ def checkpointed(cluster: StandaloneFlink, job: str, count: int,
         time.sleep(1)
 
 
-def publishing_slowly(kafka: str, topic: str, values: list[bytes], pause_s: float = 0.2,
-                      stop: threading.Event | None = None) -> threading.Thread:
-    """A thread that publishes `values` in order, 10 every `pause_s` (about 10 s for the
-    telemetry fixture at 0.2 s), `values[i]` to partition i % PARTITIONS, until `stop` is
-    set; started."""
-    def publish_slowly() -> None:
-        out = producer(kafka)
-        try:
-            for i, value in enumerate(values):
-                if stop is not None and stop.is_set():
-                    break
-                out.send(topic, plain(value), partition=i % PARTITIONS,
-                         timestamp_ms=stamp_of(value))
-                if i % 10 == 9:
-                    out.flush()
-                    time.sleep(pause_s)
-            out.flush()
-        finally:
-            out.close()
-
-    publisher = threading.Thread(target=publish_slowly)
-    publisher.start()
-    return publisher
-
-
 @pytest.mark.parametrize("seed", [3, 8])
 def test_a_taskmanager_killed_at_a_random_point_beside_a_cpu_hog_loses_and_repeats_nothing(
         kafka, cluster, job_config, topic, tmp_path, telemetry, seed):
@@ -180,7 +162,7 @@ def test_a_taskmanager_killed_at_a_random_point_beside_a_cpu_hog_loses_and_repea
     with cpu_hog():
         job = cluster.submit("attribution", config_file, kafka)
         cluster.wait_for_job(job, ("RUNNING",))
-        publisher = publishing_slowly(kafka, config.topics.spans, values)
+        publisher = publishing_slowly(kafka, config.topics.spans, values, PARTITIONS)
         time.sleep(rng.uniform(0.5, 9.0))
         cluster.kill_task_manager(rng.randrange(2))  # SIGKILL: no goodbye to the JobManager
         cluster.start_task_manager()
@@ -270,7 +252,8 @@ def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
     job = cluster.submit("attribution", config_file, kafka)
     cluster.wait_for_job(job, ("RUNNING",))
     stop = threading.Event()  # the rest is never published: the drain is mid-stream
-    publisher = publishing_slowly(kafka, config.topics.spans, values, pause_s=0.6, stop=stop)
+    publisher = publishing_slowly(kafka, config.topics.spans, values, PARTITIONS, pause_s=0.6,
+                                  stop=stop)
     try:
         wait_for_credits(kafka, config.topics.credits, timeout_s=WAIT_S)
         time.sleep(drain_after_s)
