@@ -155,3 +155,29 @@ if [ "$extras" = "dev" ]; then
     fi
   fi
 fi
+
+# The dev set-up also builds kubeconform (a Go module, pinned; the Go module proxy serves it)
+# into .cache/bin: tests/unit/test_k8s_manifests.py validates deploy/k8s/ with it against the
+# schemas vendored in tests/fixtures/k8s/ (no network at test time). Go's own module and build
+# caches (GOMODCACHE, GOCACHE) serve a rebuild; the stamp makes a rerun instant. Without Go
+# it is not built and that test fails saying so.
+kubeconform_version=v0.8.0
+kubeconform_bin="$root/.cache/bin/kubeconform"
+if [ "$extras" = "dev" ] && { [ ! -x "$kubeconform_bin" ] || \
+     [ "$(cat "$stamp_dir/kubeconform" 2>/dev/null)" != "$kubeconform_version" ]; }; then
+  if command -v go >/dev/null 2>&1; then
+    echo "==> kubeconform $kubeconform_version (.cache/bin, built with Go) for the Kubernetes manifests' test"
+    mkdir -p "$root/.cache/bin"
+    if GOBIN="$root/.cache/bin" GOFLAGS=-mod=mod \
+         go install "github.com/yannh/kubeconform/cmd/kubeconform@$kubeconform_version" \
+         > "$root/.cache/kubeconform-build.log" 2>&1; then
+      echo "$kubeconform_version" > "$stamp_dir/kubeconform"
+    else
+      echo "warning: building kubeconform failed (see .cache/kubeconform-build.log);" \
+           "tests/unit/test_k8s_manifests.py will fail" >&2
+    fi
+  else
+    echo "note: no Go toolchain: kubeconform is not built and tests/unit/test_k8s_manifests.py" \
+         "fails (install Go, then make setup-dev)" >&2
+  fi
+fi
