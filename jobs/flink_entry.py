@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 
 from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
 from pipelines.flink.kafka import flink_configuration
 from pipelines.kafka.address import KafkaAddressError, resolve_bootstrap
-from pipelines.settings.job_config import load_config
+from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.settings.paths import flink_connector_jars
 
 JOBS = STREAMING_JOBS  # by name (pipelines/flink/jobs.py)
@@ -40,6 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Settings a cluster owns: the job's configuration is merged over the cluster's (Flink's
+# StateBackendLoader), so a value the job set would override the deployment's choice, e.g.
+# RocksDB with incremental checkpoints in deploy/k8s. docker-compose.yml's cluster sets the
+# heap backend itself, Flink's default.
+CLUSTER_OWNED = ("state.backend.type",)
+
+
+def cluster_configuration(config: StreamingJobConfig, job_name: str) -> Configuration:
+    """The job's settings for a `flink run` on a cluster, less those the cluster owns."""
+    conf = flink_configuration(config, local=False, job_name=job_name)
+    for key in CLUSTER_OWNED:
+        conf.remove_config(key)
+    return conf
+
+
 def main() -> None:
     parser = build_parser()
     args = parser.parse_args()
@@ -51,7 +67,7 @@ def main() -> None:
     job = JOBS[args.job]
     build = job.builder()  # the job's module, imported before the environment exists
     env = StreamExecutionEnvironment.get_execution_environment(
-        flink_configuration(config, local=False, job_name=job.flink_name))
+        cluster_configuration(config, job.flink_name))
     env.set_parallelism(config.flink.parallelism)
     env.add_jars(*[jar.as_uri() for jar in flink_connector_jars()])
     build(env, config, bootstrap)
