@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import require_peers  # noqa: E402
 
-from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
-from udfs.models import MODELS as ALL_MODELS  # noqa: E402
-from udfs.models import attribute  # noqa: E402
+from udfs.attribution import MODELS as ALL_MODELS  # noqa: E402
+from udfs.attribution import attribute  # noqa: E402
+from udfs.journeys import PATH_SEPARATOR, from_paths  # noqa: E402
 
 CHANNELS = ("search", "social", "display", "email", "affiliate", "retargeting")
 # every model but time_decay, which needs touch times (path summaries have none)

@@ -33,8 +33,8 @@ from peers import require_peers  # noqa: E402
 
 from jobs.attribute import AttributeRequest, run  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
-from udfs.journey_table import PATH_SEPARATOR, from_paths  # noqa: E402
-from udfs.models import MODELS, touch_weights  # noqa: E402
+from udfs.attribution import MODELS, touch_weights  # noqa: E402
+from udfs.journeys import PATH_SEPARATOR, from_paths  # noqa: E402
 from udfs.periods import DAY_MS  # noqa: E402
 from udfs.settings import ComputeSettings  # noqa: E402
 

@@ -32,7 +32,7 @@ from pipelines.sources.kafka_exporter import KafkaSpanExporter  # noqa: E402
 from pipelines.stack.local_kafka import LocalKafka  # noqa: E402
 from schemas.gpu import GpuSample, load_catalog  # noqa: E402
 from schemas.records import GpuCall  # noqa: E402
-from udfs.gpu_cost import allocate_gpu  # noqa: E402
+from udfs.roi import allocate_gpu  # noqa: E402
 
 T0 = 1_788_220_800_000
 STEP = 10_000
@@ -114,7 +114,7 @@ def main() -> None:
         broker.down()
     print(f"{len(samples):,} GPU samples of {args.gpus} GPUs and {len(calls):,} GPU-backed calls")
     print(f"{'':38}{'seconds':>9}{'samples/s':>12}")
-    print(f"{'ceiling: udfs.gpu_cost in one process':38}{ceiling:9.2f}"
+    print(f"{'ceiling: udfs.roi.gpu_cost in one process':38}{ceiling:9.2f}"
           f"{len(samples) / ceiling:12,.0f}")
     print(f"{'Flink GPU cost job (incl. start-up)':38}{job:9.2f}{len(samples) / job:12,.0f}")
     print(f"ratio job/ceiling: {ceiling / job:.2f}")

@@ -23,9 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from udfs.credit_intervals import credit_intervals  # noqa: E402
-from udfs.journey_table import JourneyTable, from_paths  # noqa: E402
-from udfs.models import attribute  # noqa: E402
+from udfs.attribution import (
+    attribute,  # noqa: E402
+    credit_intervals,  # noqa: E402
+)
+from udfs.journeys import JourneyTable, from_paths  # noqa: E402
 
 CHANNELS = ("A", "B", "C")
 TOUCH_P = np.array([0.5, 0.3, 0.2])

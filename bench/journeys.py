@@ -1,7 +1,7 @@
 """The journey engine side by side with the event-by-event rules it implements.
 
-Every engine closes journeys with `udfs.journey_book.JourneyBook` (the stream per watermark
-step; the backfill and `seedance attribute` with every event at once). `udfs/journeys.py`
+Every engine closes journeys with `udfs.journeys.book.JourneyBook` (the stream per watermark
+step; the backfill and `seedance attribute` with every event at once). `udfs/journeys/rules.py`
 states the same rules one user and one event at a time (the reference the property tests
 compare against, and what the backfill ran before). This times both on the same synthetic
 events, checks they close the same journeys, and prints events/s and the ratio.
@@ -24,8 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array  # noqa: E402
 from schemas.records import Conversion, Touchpoint  # noqa: E402
-from udfs.journey_book import JourneyBook  # noqa: E402
-from udfs.journeys import ConvertedJourney, JourneyConfig, closed_journeys_of  # noqa: E402
+from udfs.journeys import (  # noqa: E402
+    ConvertedJourney,
+    JourneyBook,  # noqa: E402
+    JourneyConfig,
+    closed_journeys_of,
+)
 from udfs.periods import DAY_MS  # noqa: E402
 
 CHANNELS = np.array(["paid_search", "paid_social", "display", "email", "affiliate",
@@ -89,8 +93,8 @@ def main() -> None:
     data = synthetic(args.events, args.seed)
     config = JourneyConfig()
     results = {}
-    for name, engine in (("per-user reference (udfs/journeys.py)", with_reference),
-                         ("journey book (udfs/journey_book.py)", with_book)):
+    for name, engine in (("per-user reference (udfs/journeys/rules.py)", with_reference),
+                         ("journey book (udfs/journeys/book.py)", with_book)):
         best = float("inf")
         for _ in range(args.rounds):
             started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""LTV speed and agreement: udfs.ltv beside lifetimes' BetaGeoFitter and GammaGammaFitter.
+"""LTV speed and agreement: udfs.ltv.model beside lifetimes' BetaGeoFitter and GammaGammaFitter.
 
 Data: the CDNOW sample (tests/fixtures/cdnow, 39 weeks of calibration) and customers
 simulated from a BG/NBD with Gamma-Gamma spend (r, alpha, a, b = 0.25, 4, 0.8, 2.5;
@@ -43,9 +43,9 @@ from udfs.ltv import (  # noqa: E402
     LtvModel,
     bootstrap_intervals,
     fit_model,
+    simulate_bgnbd,  # noqa: E402
     summaries_from_transactions,
 )
-from udfs.ltv_simulate import simulate_bgnbd  # noqa: E402
 
 CDNOW = ROOT / "tests" / "fixtures" / "cdnow" / "CDNOW_sample.txt"
 WEEKS_PER_MONTH = 4.345  # lifetimes' month in weeks (freq="W")
@@ -176,7 +176,7 @@ def report(name: str, summaries: CustomerSummaries, python: str | None, peer_max
     else:
         theirs = peer(python, summaries, timeout)
     rate = customers / mine.score_s
-    print(f"{'':24}{'udfs.ltv':>14}{'lifetimes':>14}{'speed-up':>10}")
+    print(f"{'':24}{'udfs.ltv.model':>14}{'lifetimes':>14}{'speed-up':>10}")
     if isinstance(theirs, str):
         print(f"{'fit (s)':24}{mine.fit_s:14.3f}{'-':>14}")
         print(f"{'scoring (customers/s)':24}{rate:14,.0f}{'-':>14}")
@@ -190,7 +190,7 @@ def report(name: str, summaries: CustomerSummaries, python: str | None, peer_max
     print(f"{'scoring (customers/s)':24}{rate:14,.0f}{peer_rate:14,.0f}"
           f"{rate / peer_rate:9.1f}x")
     names = ("r", "alpha", "a", "b", "p", "q", "v")
-    for label, params in (("udfs.ltv", mine.params), ("lifetimes", theirs.params)):
+    for label, params in (("udfs.ltv.model", mine.params), ("lifetimes", theirs.params)):
         print(f"{label:>10} "
               + "  ".join(f"{n}={v:.4f}" for n, v in zip(names, params, strict=True)))
     differences = {

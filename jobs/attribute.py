@@ -1,9 +1,9 @@
-"""`seedance attribute`: batch attribution of a file, with every model of `udfs.models`.
+"""`seedance attribute`: batch attribution of a file, with every model of `udfs.attribution.models`.
 
 Reads events (one row per touch or conversion) or path summaries (the peers' shape) from
 CSV or Parquet, validates every row (an error names the file, line and field), builds the
 journeys and writes one row per model and channel (and campaign); with an interval level
-(`--ci`) each row also gets its bootstrap intervals (udfs/credit_intervals.py).
+(`--ci`) each row also gets its bootstrap intervals (udfs/attribution/intervals.py).
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ from pipelines.backfill.frames import (
 )
 from pipelines.backfill.local import credits_of_events
 from pipelines.sources.text_files import BadRow, TextFileError, read_csv
-from udfs.arrival import NO_ARRIVAL
-from udfs.credit_intervals import DEFAULT_RESAMPLES, credit_intervals, credit_intervals_of_rows
-from udfs.journey_table import PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
-from udfs.models import attribute
+from udfs.attribution import (
+    DEFAULT_RESAMPLES,
+    attribute,
+    credit_intervals,
+    credit_intervals_of_rows,
+)
+from udfs.journeys import NO_ARRIVAL, PATH_SEPARATOR, JourneyTable, apply_transform, from_flat_paths
 from udfs.periods import day_of
 from udfs.settings import ComputeSettings
 

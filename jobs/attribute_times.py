@@ -3,7 +3,7 @@ and, optionally, when it reached Kafka (`arrival`, or `arrival_ms` as the raw ar
 names it). Both are epoch milliseconds or ISO 8601 (naive means UTC).
 
 With an arrival, an event counts only if it arrived no more than the config's
-`journey.correction_days` after it happened (udfs/arrival.py, the rule the stream and the
+`journey.correction_days` after it happened (udfs/journeys/arrival.py, the rule the stream and the
 backfill apply); an empty arrival, or one of 0 or less (Kafka's -1: no timestamp), is
 unknown and the event counts. Without the column every event counts.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from udfs.arrival import NO_ARRIVAL
+from udfs.journeys import NO_ARRIVAL
 
 ARRIVAL_COLUMNS = ("arrival", "arrival_ms")
 TIME_FORMATS = "epoch milliseconds or ISO 8601"

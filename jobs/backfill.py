@@ -39,9 +39,9 @@ from pipelines.kafka.security import for_python
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
 from pipelines.store.backfill import finished_days, forget_run, write_day
 from pipelines.store.warehouse import Warehouse, redacted_url
-from udfs.compute_loading import IDLE_COLUMNS
-from udfs.ltv_allocation import OrderScore
+from udfs.ltv import OrderScore
 from udfs.periods import DAY_MS
+from udfs.roi import IDLE_COLUMNS
 from udfs.settings import ComputeSettings
 
 BACKFILL_DDL = Path(__file__).resolve().parent.parent / "schemas" / "sql" / "backfill.sql"
@@ -93,7 +93,7 @@ def read_costs(warehouse: Warehouse, window: BackfillWindow) -> pd.DataFrame:
     """GPU costs that can land on the window's days (within the link window of them), as
     the ROI job takes them: each call's cost and, fully loaded, its share of its GPU-day's
     idle cost (whole GPU-days read, so the shares are the stream's), and the idle cost of
-    GPU-days without calls under the GPU's key (udfs/compute_loading.py)."""
+    GPU-days without calls under the GPU's key (udfs/roi/compute_loading.py)."""
     first = window.claims_from_ms // DAY_MS * DAY_MS
     until = (window.claims_until_ms // DAY_MS + 1) * DAY_MS - 1
     calls = pd.DataFrame(warehouse.query(
@@ -221,7 +221,7 @@ def window_scores(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
                   settings: ComputeSettings) -> dict[str, OrderScore] | None:
     """With costs shared by LTV segment, the segment (and value) of every order of the
     recomputed days, from its customer's whole history: the orders recomputed, and those
-    of other days up to the last one from the warehouse (udfs/ltv_allocation.py). None
+    of other days up to the last one from the warehouse (udfs/ltv/allocation.py). None
     otherwise."""
     if settings.by_segment is None:
         return None

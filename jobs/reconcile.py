@@ -31,8 +31,8 @@ from pipelines.reconcile.config import (
     load_resource_map,
 )
 from pipelines.settings.environment import env_help
-from udfs.drift import CurrencyError
 from udfs.periods import days_between, parse_day
+from udfs.reconcile import CurrencyError
 
 log = logging.getLogger("seedance.reconcile")
 

@@ -10,7 +10,7 @@ from schemas.row_layout import Column, Row
 CUSTOMER_LTV = Row(
     "customer_ltv",
     "One customer's summary and score as of a day under the fitted BG/NBD + Gamma-Gamma "
-    "model (udfs/ltv_segments.py): what it is still expected to buy over the horizon and "
+    "model (udfs/ltv/segments.py): what it is still expected to buy over the horizon and "
     "its LTV segment. The latest refresh replaces the table.",
     (Column("user_id", "string"),
      Column("as_of_day", "date", "the last day of the orders the summary counts (UTC)"),
@@ -32,7 +32,7 @@ LTV_RETURN = Row(
     "The customers a channel or campaign acquired under one attribution model (their first "
     "orders' credit) against the cost allocated to those first orders: CAC, first-order "
     "ROI beside the ROI on their predicted value over the horizon (bootstrap interval), "
-    "and the payback period (udfs/ltv_return.py). The latest refresh replaces the table.",
+    "and the payback period (udfs/ltv/channel_return.py). The latest refresh replaces the table.",
     (Column("model", "string", "attribution model"),
      Column("dimension", "string", "channel | campaign"),
      Column("key", "string", "the channel or campaign"),
@@ -79,7 +79,7 @@ ORDER_SEGMENT = Row(
     "order_segment",
     "One order's customer value as of the order's day under the allocation model, and its "
     "LTV segment (roi.allocation_weights: ltv_segment; roi topic, kind=order_segment; "
-    "udfs/ltv_allocation.py): the weight its credits carried when the day's ad spend was "
+    "udfs/ltv/allocation.py): the weight its credits carried when the day's ad spend was "
     "shared. Only orders of known users.",
     (Column("day", "date", "day of the order (UTC)"),
      Column("order_id", "string"),

@@ -279,7 +279,7 @@ EXPERIMENT_CONVERSION = Row(
 EXPERIMENT_RESULT = Row(
     "experiment_result",
     "One variant of one experiment over a window, as `seedance experiments` computed it "
-    "(udfs/experiments.py): ROI with its interval, the difference to control, its "
+    "(udfs/experiments/statistics.py): ROI with its interval, the difference to control, its "
     "significance, the marginal cost and the sample-ratio check; what the dashboard shows.",
     (Column("flag_key", "string"),
      Column("variant", "string"),
@@ -316,7 +316,7 @@ CREDIT_INTERVAL = Row(
     "credit_interval",
     "How sure a channel's credit is: per model, period and channel the credited "
     "conversions, revenue and share of the model's conversions, each with a bootstrap "
-    "interval over the period's conversions (udfs/credit_intervals.py, seeded).",
+    "interval over the period's conversions (udfs/attribution/intervals.py, seeded).",
     (Column("model", "string"),
      Column("period", "date", "the day of the conversions (UTC)"),
      Column("channel", "string"),

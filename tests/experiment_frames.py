@@ -1,5 +1,5 @@
 """The experiment tests' window and frames: exposures as the warehouse stores them and
-orders with their costs (udfs/experiments.py's inputs)."""
+orders with their costs (udfs/experiments/statistics.py's inputs)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pickle
 
 from schemas.records import Conversion, Touchpoint
-from udfs.journey_book import Changes, JourneyBook
-from udfs.journeys import ConvertedJourney, JourneyConfig
+from udfs.journeys.book import Changes, JourneyBook
+from udfs.journeys.rules import ConvertedJourney, JourneyConfig
 
 # history long enough never to run out inside the data (the batch reference never forgets)
 CFG = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90)

@@ -11,10 +11,10 @@ from pipelines.settings.job_config import AttributionConfig
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import Plan
 from schemas.records import Conversion, Credit, Touchpoint
-from udfs.attribution import credit_journey
-from udfs.data_driven import credit_by_period
-from udfs.journeys import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
-from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS
+from udfs.attribution.credits import credit_journey
+from udfs.attribution.data_driven import credit_by_period
+from udfs.attribution.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS
+from udfs.journeys.rules import ClosedJourney, ConvertedJourney, JourneyConfig, closed_journeys_of
 from udfs.periods import DAY_MS
 
 # the correction horizon the integration tests' job configs set (tests/integration/

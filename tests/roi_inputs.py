@@ -24,9 +24,9 @@ from pipelines.ltv.models_topic import ModelMessage
 from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
 from tests.job_io import messages
-from udfs.ltv import LtvModel
-from udfs.ltv_allocation import tallies_of
-from udfs.ltv_tally import summaries_of
+from udfs.ltv.allocation import tallies_of
+from udfs.ltv.model import LtvModel
+from udfs.ltv.tally import summaries_of
 from udfs.periods import DAY_MS, day_of
 
 T0 = 1_788_220_800_000  # 2026-09-01 00:00 UTC

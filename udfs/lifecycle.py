@@ -3,7 +3,7 @@
 `new`: the user's first order; `repeat`: the previous order lies within the winback window
 (default 90 days); `winback`: the previous order is older than that; `unknown`: no
 resolvable user. Stage weights (default new 0.6, repeat 0.3, winback 0.1, unknown 0.2)
-steer how costs are shared between conversions (see udfs/roi.py).
+steer how costs are shared between conversions (see udfs/roi/day.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ STAGES = ("new", "repeat", "winback", "unknown")
 
 @dataclass(frozen=True)
 class StageWeights:
-    """How much a conversion of each stage weighs when costs are shared (udfs/roi.py).
+    """How much a conversion of each stage weighs when costs are shared (udfs/roi/day.py).
 
     The one place their defaults and their rules live: the job config's `roi.stage_weights`
     is read into this class, so what the YAML says is checked here too."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from udfs.compute_loading import MODES
+from udfs.attribution import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams, validate_models
 from udfs.journeys import JourneyConfig
 from udfs.lifecycle import StageWeights
-from udfs.ltv_allocation import BASES, LIFECYCLE_STAGE, LTV_SEGMENT, OrderSegmenter, SegmentWeights
-from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams, validate_models
+from udfs.ltv import BASES, LIFECYCLE_STAGE, LTV_SEGMENT, OrderSegmenter, SegmentWeights
 from udfs.periods import DAY_MS
 from udfs.ratios import GROSS_MARGIN, MIN_COST
+from udfs.roi import MODES
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class ComputeSettings:
     min_cost: float = MIN_COST  # no ratio on a cost under this (udfs/ratios.py)
     gross_margin: float = GROSS_MARGIN  # of revenue, for the margin ROI
     # what a conversion's cost weight comes from: its lifecycle stage, or (ltv_segment)
-    # its customer's LTV segment under `segmenter` (udfs/ltv_allocation.py)
+    # its customer's LTV segment under `segmenter` (udfs/ltv/allocation.py)
     allocation_basis: str = LIFECYCLE_STAGE
     segment_weights: SegmentWeights = SegmentWeights()
     segmenter: OrderSegmenter | None = None

@@ -2,7 +2,7 @@
 warehouse's credit rows (attribution_credits), stored for the dashboard as credit_intervals.
 
 One day at a time: a day's credit rows are read, bootstrapped over that day's orders
-(udfs.credit_intervals.credit_intervals_of_rows: each order's credit rows as given, so for
+(udfs.attribution.intervals.credit_intervals_of_rows: each order's credit rows as given, so for
 shapley and markov the refit's own noise is not in the interval) and upserted, so memory is
 bounded by the largest day and a rerun replaces the rows. Each day's resamples come from
 the seed and the day: a day gets the same rows whether it is run alone or in a range.
@@ -50,7 +50,7 @@ def day_seed(seed: int, day: str) -> int:
 
 
 def _check(args: argparse.Namespace) -> tuple[str, ...]:
-    from udfs.models import validate_models
+    from udfs.attribution import validate_models
     from udfs.periods import parse_day
 
     for flag, day in (("--from", args.first), ("--to", args.last)):
@@ -85,7 +85,7 @@ def _summary(day: str, intervals: pd.DataFrame, level: float) -> list[str]:
 def cmd_intervals(args: argparse.Namespace) -> int:
     from pipelines.store.intervals import credit_days, credit_rows_of_day, store_intervals
     from pipelines.store.warehouse import Warehouse, redacted_url
-    from udfs.credit_intervals import credit_intervals_of_rows
+    from udfs.attribution import credit_intervals_of_rows
 
     models = _check(args)
     config = job_config(args)

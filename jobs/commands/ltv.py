@@ -1,6 +1,6 @@
 """`seedance ltv fit | score | evaluate`: customer lifetime value from transactions (a CSV or
 Parquet file, CDNOW's text format, or the warehouse's orders), with the BG/NBD and
-Gamma-Gamma models of udfs/ltv.py.
+Gamma-Gamma models of udfs/ltv/model.py.
 
 `fit` fits both models and writes the LtvModel JSON; `score` writes each customer's
 summary, P(alive), expected purchases, expected order value and LTV under a model; `evaluate`
@@ -163,7 +163,7 @@ def _data_line(transactions: Transactions, source: str, end: float) -> str:
 
 def _parameter_lines(model: Any, intervals: dict[str, tuple[float, float]] | None,
                      level: float, rounds: int | None) -> list[str]:
-    from udfs.ltv_identify import at_bound
+    from udfs.ltv import at_bound
 
     lines = []
     for title, part, names in PARAMETERS:
@@ -191,9 +191,13 @@ def warn(lines: list[str]) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from pipelines.ltv.transactions import day_text
-    from udfs.ltv import bootstrap_intervals, fit_model, summaries_from_transactions
-    from udfs.ltv_gamma import spenders
-    from udfs.ltv_identify import fit_warnings
+    from udfs.ltv import (
+        bootstrap_intervals,
+        fit_model,
+        fit_warnings,
+        spenders,
+        summaries_from_transactions,
+    )
 
     period_days = _period_days(args.period_days)
     if not 0 < args.level < 1:

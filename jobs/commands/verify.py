@@ -1,4 +1,5 @@
-"""`seedance verify`: the internal ties of the warehouse's result tables (udfs/conservation.py)
+"""`seedance verify`: the internal ties of the warehouse's result tables
+(udfs/reconcile/conservation.py)
 -- ROI revenue = credited revenue, spend = allocated + unallocated, GPU cost = calls + idle
 -- each difference printed with its key, stored beside the billing drift and alerted like
 it; exit code 1 on a break. The ties of days the ROI job has not closed yet (roi_days_closed)
@@ -56,7 +57,7 @@ def verify_warehouse(url: str, currency: str, first: str | None = None,
     from pipelines.reconcile.store import AlertSinks, ReconcileStore
     from pipelines.store.verify import closed_days, internal_ties, store_ties
     from pipelines.store.warehouse import redacted_url
-    from udfs.conservation import ALL_DAYS, breaks, still_open
+    from udfs.reconcile import ALL_DAYS, breaks, still_open
 
     with ReconcileStore(url) as reconcile:
         ties = internal_ties(reconcile.warehouse, currency, first, last, fully_loaded)
@@ -92,7 +93,7 @@ def verify_warehouse(url: str, currency: str, first: str | None = None,
 
 def _print_open(unjudged: list[Any], closed: Any, indent: str) -> None:
     """The open ties per day (and the compute ties), with how many differ for now."""
-    from udfs.conservation import ALL_DAYS, breaks
+    from udfs.reconcile import ALL_DAYS, breaks
 
     by_day: dict[str, list[Any]] = {}
     for c in unjudged:

@@ -9,7 +9,7 @@ Kafka's retention has dropped it. Layout under the archive root:
 
 kind is touchpoints, conversions or gpu_calls; the date is the UTC day of the event (the
 span start). Touchpoints and conversions also keep `arrival_ms`, the Kafka timestamp of the
-record that carried them: which events count is decided by arrival (udfs/arrival.py), so
+record that carried them: which events count is decided by arrival (udfs/journeys/arrival.py), so
 the backfill needs it. Files written before that column existed read as NO_ARRIVAL: every
 event in them counts. Exactly once: a batch's files are written first (each under a temporary
 name, then renamed), its offsets after them (one atomic rename). A restart deletes the
@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from pipelines.codec.otlp import decode_spans
 from pipelines.kafka.reader import Offsets, TopicReader
 from schemas.records import Conversion, GpuCall, Touchpoint
-from udfs.arrival import NO_ARRIVAL
+from udfs.journeys import NO_ARRIVAL
 from udfs.periods import day_of
 
 SCHEMAS = {

@@ -2,10 +2,11 @@
 `pipelines.backfill.frames` describes, from its closed journeys (JOURNEY_COLUMNS) to credit
 rows (CREDIT_COLUMNS) of the days being recomputed, as the Flink jobs credit them.
 
-per-conversion models   `conversion_credits`: `udfs.models.touch_weights` on one
+per-conversion models   `conversion_credits`: `udfs.attribution.models.touch_weights` on one
                         JourneyTable of many conversions
 data-driven models      `path_counts` (conversions and non-conversions per refit period and
-                        path) -> `fit_weights` (the weights `udfs.data_driven.PathCounts`
+                        path) -> `fit_weights` (the weights
+                        `udfs.attribution.data_driven.PathCounts`
                         fits when a period closes, on the counts of every journey closed up
                         to then; `fit_groups` splits the periods for fitting in parallel) ->
                         joined back to the conversions as `w_<model>` columns ->
@@ -23,10 +24,8 @@ import pandas as pd
 
 from pipelines.backfill.frames import CREDIT_COLUMNS, PATH_KEY_SEPARATOR, typed
 from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
-from udfs.data_driven import FittedModels, PathCounts
-from udfs.journey_table import JourneyTable
-from udfs.journeys import ConvertedJourney
-from udfs.models import touch_weights
+from udfs.attribution import FittedModels, PathCounts, touch_weights
+from udfs.journeys import ConvertedJourney, JourneyTable
 from udfs.settings import ComputeSettings
 
 
@@ -72,7 +71,7 @@ class _Touches:
 
 def _credit_rows(conversions: pd.DataFrame, touches: _Touches, model: str,
                  weights: np.ndarray) -> pd.DataFrame:
-    """Credit rows as `udfs.attribution.credits_from_weights` builds them: zero weights
+    """Credit rows as `udfs.attribution.credits.credits_from_weights` builds them: zero weights
     left out, a conversion without touches to UNATTRIBUTED."""
     journey = np.repeat(np.arange(len(conversions)), touches.lengths)
     position = np.arange(len(journey)) - touches.offsets[:-1][journey]

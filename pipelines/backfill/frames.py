@@ -6,12 +6,13 @@ engine calls them on all the data, so both compute exactly what the Flink jobs c
 with the same udfs/ functions:
 
 events -> the events that count (`counted_by_arrival`: those that reached Kafka within
-          `journey.correction_days` of their time, as the stream counts them, udfs/arrival.py)
-       -> closed journeys (the stream's own `udfs.journey_book.JourneyBook`, advanced to
+          `journey.correction_days` of their time, as the stream counts them,
+          udfs/journeys/arrival.py)
+       -> closed journeys (the stream's own `udfs.journeys.book.JourneyBook`, advanced to
           the end of time at once: `closed_journeys`, `journeys_of_batches`) -> credits of
           the days being recomputed (`pipelines.backfill.credits`): per-conversion models
-          (`udfs.models.touch_weights` on one JourneyTable of many conversions) and the
-          data-driven ones (the weights `udfs.data_driven.PathCounts` fits when a refit
+          (`udfs.attribution.models.touch_weights` on one JourneyTable of many conversions) and the
+          data-driven ones (the weights `udfs.attribution.data_driven.PathCounts` fits when a refit
           period closes, on the counts of every journey closed up to then).
 
 Which events a window needs: touches from `link_window + lookback` before the first day
@@ -34,10 +35,8 @@ from pipelines.codec.otlp import decode_spans
 from schemas import rows
 from schemas.events import EventColumns, OrderColumns, TouchColumns, object_array
 from schemas.records import Conversion, Touchpoint
-from udfs.arrival import NO_ARRIVAL, arrived_in_time
-from udfs.data_driven import period_end
-from udfs.journey_book import JourneyBook
-from udfs.journey_columns import JourneyTouches
+from udfs.attribution import period_end
+from udfs.journeys import NO_ARRIVAL, JourneyBook, JourneyTouches, arrived_in_time
 from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.settings import ComputeSettings
 
@@ -45,7 +44,7 @@ FAR_FUTURE_MS = 2**62  # the stream at the end of its input: every open journey 
 # between the channel names of a journey row's `path`, the in-memory key the data-driven
 # weights are grouped and joined by (never written out): a control character, which no
 # channel name holds (schemas/telemetry.py refuses them), so the key splits back into the
-# names exactly. Not udfs.journey_table.PATH_SEPARATOR (" > "), the text of a path in a
+# names exactly. Not udfs.journeys.table.PATH_SEPARATOR (" > "), the text of a path in a
 # path summary file: a channel name of the stream may hold ">".
 PATH_KEY_SEPARATOR = "\x1f"
 
@@ -193,7 +192,7 @@ def events_of_messages(values: Iterable[bytes | None], encoding: str,
 
 def counted_by_arrival(events: pd.DataFrame, settings: ComputeSettings) -> np.ndarray:
     """Which events count: those that reached Kafka no more than the correction horizon
-    after their time, or whose arrival is unknown (udfs/arrival.py, the stream's rule)."""
+    after their time, or whose arrival is unknown (udfs/journeys/arrival.py, the stream's rule)."""
     return arrived_in_time(events.ts_ms.to_numpy(np.int64),
                            events.arrival_ms.to_numpy(np.int64),
                            settings.journey.correction_ms)
@@ -249,7 +248,7 @@ def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
     Only the events that count by arrival (`counted_by_arrival`) go in; the stream sets
     the others aside as late. The stream's own journey book does the work: every event
     added at once, then one advance to the end of time closes every journey, as the stream
-    closes them whatever its batching (udfs/journey_book.py)."""
+    closes them whatever its batching (udfs/journeys/book.py)."""
     events = events[counted_by_arrival(events, settings)]
     book = JourneyBook(settings.journey)
     book.add(_event_columns(events), np.iinfo(np.int64).min)  # nothing is late

@@ -1,5 +1,5 @@
 """ROI of recomputed days, engine-free: GPU cost linked to conversions through their
-journeys' traces, and `udfs.roi.day_roi` per day, as the Flink ROI job does it.
+journeys' traces, and `udfs.roi.day.day_roi` per day, as the Flink ROI job does it.
 
 The ROI job links a trace's GPU cost to the conversion whose journey carried the trace
 (its claim) when the two lie within `roi.link_window_days` of each other; other cost is
@@ -18,12 +18,10 @@ import numpy as np
 import pandas as pd
 
 from schemas.rows import AD_SPEND, ATTRIBUTION_CREDITS, ROI_DAILY
-from udfs.compute_loading import idle_shares
-from udfs.ltv_allocation import OrderScore, tallies_of
-from udfs.ltv_tally import day_number
+from udfs.ltv import OrderScore, day_number, tallies_of
 from udfs.periods import DAY_MS, day_of
 from udfs.roi import CREDIT_COLUMNS as ROI_CREDIT_COLUMNS
-from udfs.roi import day_roi
+from udfs.roi import day_roi, idle_shares
 from udfs.settings import ComputeSettings
 
 CLAIM_COLUMNS = ["trace_id", "order_id", "conversion_ts_ms"]
@@ -124,7 +122,7 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
              order_cost_model: str = "", scores: Mapping[str, OrderScore] | None = None
              ) -> DayRows:
     """The roi_daily, roi_unallocated, order_costs (and order_segments) rows of one day
-    (`unlinked`: compute no order took, by key as udfs.roi.day_roi takes it; `scores`: the
+    (`unlinked`: compute no order took, by key as udfs.roi.day.day_roi takes it; `scores`: the
     orders' LTV segments and values when costs are shared by them, `order_scores`)."""
     if not len(credits) and not len(spend) and not len(compute) and not (
             any(unlinked.values()) if isinstance(unlinked, Mapping) else unlinked):
@@ -154,7 +152,7 @@ def roi_rows(day: str, credits: pd.DataFrame, spend: pd.DataFrame, compute: pd.D
 def order_scores(orders: pd.DataFrame, settings: ComputeSettings,
                  of: pd.DataFrame | None = None) -> dict[str, OrderScore] | None:
     """With costs shared by LTV segment, each order's segment and value as of its day
-    (udfs/ltv_allocation.py) from `orders` (order_id, user_id, ts_ms, revenue: the
+    (udfs/ltv/allocation.py) from `orders` (order_id, user_id, ts_ms, revenue: the
     customers' whole history, not only the days recomputed), for the orders in `of`
     (default: all; they must be among `orders`); None when costs are shared by lifecycle
     stage."""

@@ -5,7 +5,7 @@ ingest     the raw archive (Parquet by event date, `pipelines.backfill.archive`)
            the stream's decoder; each event keeps its arrival (its record's timestamp)
 journeys   repartition by user, sort each partition by user and event time, and run the
            stream's journey step over each partition's Arrow batches (mapInPandas), on
-           the events that count by arrival (`frames.counted_by_arrival`, udfs/arrival.py)
+           the events that count by arrival (`frames.counted_by_arrival`, udfs/journeys/arrival.py)
 credits    per-conversion models on each batch of converted journeys (mapInPandas); the
            data-driven ones from per-period path counts summed in Spark, fitted cumulatively
            on the driver (counts are small) and joined back by (period, path)
@@ -56,7 +56,7 @@ from pipelines.backfill.roi import CLAIM_COLUMNS, link_costs
 from pipelines.py4j_routing import route_by_gateway
 from pipelines.settings.paths import jars_home
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
-from udfs.arrival import NO_ARRIVAL
+from udfs.journeys import NO_ARRIVAL
 from udfs.periods import day_of
 from udfs.settings import ComputeSettings
 

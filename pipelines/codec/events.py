@@ -37,7 +37,7 @@ from schemas.events import (
     touch_columns,
 )
 from schemas.records import Conversion, DeadLetter, Touchpoint
-from udfs.journey_book import bucket_of
+from udfs.journeys import bucket_of
 
 try:  # built by `pip install` (setup.py) where a C compiler is found
     from pipelines.codec import _otlp_scan

@@ -3,7 +3,7 @@ the value as it came (written by io.seedance.flink.FramedOtlpDeserializer, pipel
 
 The header says where the record came from (a dead letter names its partition and offset),
 whether its value was null (a tombstone is dead-lettered, not dropped), its Kafka timestamp
-(when it arrived: with its events' times it decides which of them count, udfs/arrival.py),
+(when it arrived: with its events' times it decides which of them count, udfs/journeys/arrival.py),
 its event time (its newest span start; the source's per-partition watermarks follow it) and
 the newest event time of its partition before it (kept in the layout; nothing decides by it
 since lateness is decided by arrival).

@@ -1,6 +1,6 @@
 """Compact forms of events, journey states and journeys for Flink records and state, as
 kept by earlier versions of the attribution job (the job now moves columns:
-`schemas.events`, `udfs.journey_columns`), and their conversion to the columns, so that
+`schemas.events`, `udfs.journeys.columns`), and their conversion to the columns, so that
 state stored by an earlier version is read on restore.
 
 Between Python operators, and in keyed state, values are pickled. Pickling a NamedTuple
@@ -19,14 +19,15 @@ import numpy as np
 
 from schemas.events import EventColumns, events_of
 from schemas.records import Conversion, Touchpoint
-from udfs.data_driven import Period
-from udfs.journey_book import Snapshot
-from udfs.journey_columns import NONE, converted_columns
+from udfs.attribution import Period
 from udfs.journeys import (
+    NONE,
     ClosedJourney,
     ConvertedJourney,
     JourneyState,
+    Snapshot,
     close_ts,
+    converted_columns,
 )
 
 Event = Touchpoint | Conversion
@@ -38,7 +39,7 @@ EventsWire = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]
 def events_to_wire(events: list[Event]) -> EventsWire:
     """(touches, conversions) as plain tuples. Each kind keeps its arrival order; which
     of a touch and an order at the same time comes first is decided by event time order
-    (udfs.journeys.event_order), not by arrival."""
+    (udfs.journeys.rules.event_order), not by arrival."""
     touches = [tuple(e) for e in events if type(e) is Touchpoint]
     conversions = [tuple(e) for e in events if type(e) is Conversion]
     return touches, conversions

@@ -1,5 +1,5 @@
 """The control loop (`seedance control`): the live metric stream -> anomaly detection and
-rules (udfs/control_rules.py) -> decisions -> executors (a signed webhook, the warehouse) ->
+rules (udfs/control/rules.py) -> decisions -> executors (a signed webhook, the warehouse) ->
 verification through the same telemetry, every step recorded in the warehouse and on the
 `control_actions` topic. See docs/control.md.
 

@@ -2,7 +2,7 @@
 
 jobs/config/control.yaml documents every key; every key is optional (the defaults below),
 unknown keys and wrong types are rejected naming the file and the key path
-(`pools.a100.capacity`, `rules[0].when.metric`). The rules follow udfs/control_rules.py's
+(`pools.a100.capacity`, `rules[0].when.metric`). The rules follow udfs/control/rules.py's
 schema. The webhook secret may come from SEEDANCE_CONTROL_WEBHOOK_SECRET (over the file's
 `executors.webhook.secret`; applied before the config is built, pipelines/settings/shared.py);
 it is a `Secret` and never prints. Kafka and the warehouse are the streaming job config's
@@ -28,7 +28,7 @@ from pipelines.settings.job_config import (
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.sections import Secret, build_section
 from pipelines.settings.shared import WebhookSection, with_overrides
-from udfs.control_rules import Rule, RuleError, parse_rules
+from udfs.control import Rule, RuleError, parse_rules
 
 DEFAULT_CONTROL_CONFIG = PROJECT_ROOT / "jobs" / "config" / "control.yaml"
 MODES = ("dry_run", "approval", "auto")

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import CONTROL_ACTION, CONTROL_DECISION, CONTROL_VERIFICATION, Row
-from udfs.control_rules import ActionRecord
+from udfs.control import ActionRecord
 
 KINDS = {CONTROL_DECISION.name: "decision", CONTROL_ACTION.name: "action",
          CONTROL_VERIFICATION.name: "verification"}

@@ -10,7 +10,7 @@ verifications, each recorded through the ledger (warehouse + control_actions top
    decided again when its limit no longer holds): status `blocked`, else by mode
    `dry_run`, `awaiting_approval` (`approve(decision_id)` executes it later) or, in auto,
    executed at once -> `executed` or `failed`;
-3. verify each succeeded action whose verify_after has passed: udfs.control_rules.verify of
+3. verify each succeeded action whose verify_after has passed: udfs.control.rules.verify of
    the target's metric since the action (observed_after) against the decision's baseline ->
    success or failure; with no data yet it waits one more settle time (at least an hour),
    then records no_data.
@@ -32,8 +32,7 @@ from pipelines.control.ledger import Ledger, iso, ms_of
 from pipelines.control.metrics import ControlMetrics
 from pipelines.control.state import ControlState
 from schemas.rows import CONTROL_DECISION, CONTROL_VERIFICATION
-from udfs.control_rules import Decision, Rule, check_limits, evaluate
-from udfs.control_verify import observed_after, verify
+from udfs.control import Decision, Rule, check_limits, evaluate, observed_after, verify
 
 MIN_NO_DATA_GRACE_S = 3600.0
 STATUS_BY_MODE = {"dry_run": "dry_run", "approval": "awaiting_approval", "auto": "approved"}

@@ -5,7 +5,7 @@ pipelines/control/inputs.py from Kafka, or directly by tests):
   (a day reported again wins, as in the warehouse), the last `history_days` data days;
 - the newest GPU sample of each GPU (OTLP metrics, pipelines/codec/metrics.py) and the
   newest queue-depth gauge of each pool, which make each pool's pressure
-  (udfs/gpu_pressure.py) from the readings of the last `gpu.window_s` before now;
+  (udfs/control/pressure.py) from the readings of the last `gpu.window_s` before now;
 - the reconciliation alerts still open.
 """
 
@@ -26,7 +26,7 @@ from pipelines.codec.metrics import decode_samples
 from pipelines.control.config import ControlConfig
 from schemas.gpu import GpuSample
 from schemas.rows import ROI_DAILY
-from udfs import gpu_pressure
+from udfs.control import MEMORY_WEIGHT, QUEUE_WEIGHT, UTIL_SATURATION_PCT, UTIL_WEIGHT, pressure
 from udfs.periods import parse_day
 
 log = logging.getLogger("seedance.control")
@@ -174,14 +174,14 @@ class ControlState:
             total = sum(s.fb_free_mib + s.fb_used_mib for s in group)
             capacity = self.config.capacity_of(pool)
             try:
-                value = gpu_pressure.pressure(util, free, total, queue, capacity)
+                value = pressure(util, free, total, queue, capacity)
             except ValueError as error:
                 log.warning("pool %s: no pressure: %s", pool, error)
                 continue
             readings[pool] = PoolReading(
-                value, gpu_pressure.UTIL_WEIGHT * min(1.0, util / gpu_pressure.UTIL_SATURATION_PCT),
-                gpu_pressure.MEMORY_WEIGHT * (1 - free / total),
-                gpu_pressure.QUEUE_WEIGHT * min(1.0, queue / capacity), len(group))
+                value, UTIL_WEIGHT * min(1.0, util / UTIL_SATURATION_PCT),
+                MEMORY_WEIGHT * (1 - free / total),
+                QUEUE_WEIGHT * min(1.0, queue / capacity), len(group))
         return readings
 
     def pressures(self, now_ms: int) -> dict[str, float]:

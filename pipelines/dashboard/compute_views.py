@@ -1,7 +1,7 @@
 """The dashboard's Compute page: what the GPUs cost and where it went.
 
 - per workload and day: the GPU-seconds its calls used, their own cost, their share of
-  their GPUs' idle cost (each GPU-day's idle shared by call cost, udfs/compute_loading.py,
+  their GPUs' idle cost (each GPU-day's idle shared by call cost, udfs/roi/compute_loading.py,
   the rule the ROI job applies with roi.compute_cost fully_loaded) and the idle share of the
   fully loaded cost;
 - the unit cost: fully loaded cost per useful (busy) GPU-second, per workload, GPU model
@@ -22,8 +22,8 @@ from pipelines.dashboard.filters import Filters, day_range
 from pipelines.dashboard.paging import EVERY_ROW, Page, Paging
 from pipelines.dashboard.tables import Column, Kpi, View
 from pipelines.store.warehouse import Warehouse
-from udfs.compute_loading import call_shares
 from udfs.periods import DAY_MS, day_of
+from udfs.roi import call_shares
 
 COMPUTE_EMPTY = ("No GPU costs yet: run the GPU cost job (`seedance run --job gpu-cost`) and "
                  "`seedance load`, or `seedance demo`.")

@@ -2,7 +2,7 @@
 `seedance experiments` stores) and each channel's credit with its bootstrap interval
 (credit_intervals, what `seedance intervals` stores).
 
-The strategy table shows what udfs.experiments.strategy_table prints, cell for cell: per
+The strategy table shows what udfs.experiments.statistics.strategy_table prints, cell for cell: per
 experiment (its newest window) and variant the ROI with its interval, the difference to
 the control with its interval, significance and p-value, the marginal cost and the
 sample-ratio check. An interval cell is one (value, low, high) column: the page shows

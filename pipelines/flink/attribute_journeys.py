@@ -40,13 +40,17 @@ from schemas.events import (
     unpack,
     without_orders,
 )
-from udfs.attribution import per_conversion_credit_rows
-from udfs.data_driven import closed_by_period
-from udfs.journey_book import Changes, JourneyBook, Progress
-from udfs.journey_columns import ClosedJourneys, ConvertedJourneys
-from udfs.journey_corrections import CorrectingBook, Correction
-from udfs.journeys import JourneyConfig
-from udfs.models import ModelParams
+from udfs.attribution import ModelParams, closed_by_period, per_conversion_credit_rows
+from udfs.journeys import (
+    Changes,
+    ClosedJourneys,
+    ConvertedJourneys,
+    CorrectingBook,
+    Correction,
+    JourneyBook,
+    JourneyConfig,
+    Progress,
+)
 
 CONVERSION_FIELDS = rows.CONVERSION.names
 
@@ -76,12 +80,12 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     book's watermark wait in it; those behind it but within the correction horizon
     correct what they change at once (the conversions and credits of the changed
     journeys are reported again, the fit gets the journeys retracted and added:
-    udfs/journey_corrections.py); older ones go to the late side output. One timer per
+    udfs/journeys/corrections.py); older ones go to the late side output. One timer per
     bucket, at the earliest time the book has something to do (a waiting event, a
     journey that could close unconverted, an order history running out), brings the
     whole bucket up to the watermark in one call. State per bucket: the settled book (at
     the horizon behind the watermark) at its last compaction (one value:
-    udfs.journey_book.Snapshot, pickled), the batches since (map, by batch id) and its
+    udfs.journeys.book.Snapshot, pickled), the batches since (map, by batch id) and its
     progress (its watermarks since, and the live watermark); the in-memory books are
     rebuilt from them after a restart. State an earlier version stored (a map of users'
     journey states) is read once and moved.
@@ -91,7 +95,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
                  buckets: int | None = None, reach_ms: int | None = None) -> None:
         self.journey = journey
-        # how far behind the watermark an event may still correct (udfs.arrival.
+        # how far behind the watermark an event may still correct (udfs.journeys.arrival.
         # correction_reach_ms; by default the horizon itself)
         self.horizon_ms = journey.correction_ms if reach_ms is None else reach_ms
         self.buckets = buckets  # kept with the state: a restore under another count fails

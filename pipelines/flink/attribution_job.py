@@ -4,12 +4,12 @@ ingest   KafkaSource (raw bytes) -> decode OTLP batches (one Python call per mes
          protobuf read by the C scanner, pipelines/codec/events.py), touches and orders as
          columns split into batches by user bucket (one record per message and bucket)
 transform  event-time watermarks -> key by bucket -> each bucket's users in one
-           `udfs.journey_book.JourneyBook`: events wait until the watermark passes, then
+           `udfs.journeys.book.JourneyBook`: events wait until the watermark passes, then
            every user's are stepped in event order, and the conversions one watermark
            closes are credited together (one table per model); closed journeys
            (converting or not) go on, a batch per step, to one keyed operator that keeps
            path counts and refits the data-driven models (shapley, markov) once per period
-           (udfs/data_driven.py); beside it every order, keyed by order id, through
+           (udfs/attribution/data_driven.py); beside it every order, keyed by order id, through
            the duplicate check (pipelines/flink/dedup_orders.py: one copy of an order
            counts, whatever user sent it; the others are withdrawn from their journeys)
 write    credits (JSON tables of rows, see pipelines/codec/credit_messages.py), conversions, dead
@@ -58,7 +58,7 @@ from pipelines.flink.operator_support import (
 )
 from pipelines.flink.run_accounting import RunAccounting
 from pipelines.settings.job_config import StreamingJobConfig
-from udfs.arrival import correction_reach_ms
+from udfs.journeys import correction_reach_ms
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,

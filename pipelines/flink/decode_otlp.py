@@ -44,7 +44,7 @@ from schemas.events import (
     take,
 )
 from schemas.records import DeadLetter
-from udfs.arrival import arrival_bound, arrived_in_time
+from udfs.journeys import arrival_bound, arrived_in_time
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,11 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
 
     An event is late when it reached Kafka more than the correction horizon
     (`journey.correction_days`) after it happened: its record's timestamp (the source's
-    header carries it) minus its event time, udfs/arrival.py. That is a property of the
+    header carries it) minus its event time, udfs/journeys/arrival.py. That is a property of the
     record, the same whatever the partition count, keying, parallelism, read order or
     restart. Every other event counts: one behind the job's watermark when it reaches its
     journey (its partition was read late, a catch-up, a pause) corrects what it changes
-    (udfs/journey_corrections.py). An order already behind this operator's watermark goes
+    (udfs/journeys/corrections.py). An order already behind this operator's watermark goes
     to its journey only through the duplicate check (held, then admitted or turned down):
     a correction cannot wait for the watermark that brings a later copy's withdrawal.
 

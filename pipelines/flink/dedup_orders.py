@@ -3,7 +3,7 @@
 Every order goes to its journey (in its user bucket's batch) and, as a row, here: keyed by
 the bucket of its order id, so copies of one order from users in different buckets meet.
 The rows wait for the watermark (their journeys wait for it too); when it passes them,
-the copies due together are admitted earliest first (udfs.order_ledger.OrderLedger.
+the copies due together are admitted earliest first (udfs.journeys.order_ledger.OrderLedger.
 admit: event time, then user and span), so which copy counts does not depend on
 the partitions' timing. Every other copy is a dead letter with reason duplicate_order and
 is withdrawn from its journey: a WITHDRAWN record to its user bucket, which reaches the
@@ -14,7 +14,7 @@ operator passes that watermark on). The ids are remembered for the duplicate hor
 Only rejected copies travel on, so the common case costs one small record per message and
 order bucket. An order already behind the watermark when it comes (its partition was idle)
 is decided at once. An order the decoder held (it was behind the decoder's watermark: it
-will correct its journey, udfs/journey_corrections.py) reaches its journey only from here,
+will correct its journey, udfs/journeys/corrections.py) reaches its journey only from here,
 once admitted (an ADMITTED record to its user bucket); a held copy turned down is only
 dead-lettered (its journey never had it).
 """
@@ -40,8 +40,7 @@ from pipelines.flink.operator_support import (
     put_all,
 )
 from schemas.records import Conversion, DeadLetter
-from udfs.journey_book import bucket_of
-from udfs.order_ledger import OrderLedger
+from udfs.journeys import OrderLedger, bucket_of
 from udfs.periods import DAY_MS
 
 # (order bucket, held: 1 or 0, rows: Conversion's fields, then the record's partition and

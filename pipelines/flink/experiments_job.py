@@ -13,7 +13,7 @@ write    `experiment_exposures` (one row per user and flag, at the first exposur
 
 The strategy table (ROI per variant with its interval, the difference to control, its
 significance, the marginal cost, sample-ratio mismatch) is computed from these rows and
-the ROI job's per-order costs by `seedance experiments` (udfs/experiments.py).
+the ROI job's per-order costs by `seedance experiments` (udfs/experiments/statistics.py).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ class AssignVariants(KeyedProcessFunction):  # type: ignore[misc]
         watermark = max(timestamp, ctx.timer_service().current_watermark())
         waiting = list(self.waiting.get() or [])
         # ties: an exposure before an order; two exposures of one millisecond in variant
-        # order (udfs.experiments.first_exposures' rule)
+        # order (udfs.experiments.statistics.first_exposures' rule)
         due = sorted((item for item in waiting if item[1] <= watermark),
                      key=lambda item: (item[1], _KIND_ORDER[item[2]], item[3][:2]))
         if due:

@@ -14,10 +14,8 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.legacy_state import LegacyFitState, pending_period
 from pipelines.flink.operator_support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
-from udfs.data_driven import PathCounts, Period, conversion_credit_rows, merged_period
-from udfs.journey_columns import ConvertedJourneys
-from udfs.journey_corrections import settle_step_ms
-from udfs.models import ModelParams
+from udfs.attribution import ModelParams, PathCounts, Period, conversion_credit_rows, merged_period
+from udfs.journeys import ConvertedJourneys, settle_step_ms
 
 # the key of the fit's credit messages: every version of a period's credits in one
 # partition, in order
@@ -29,10 +27,10 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     """One key for the whole stream: path counts of every closed journey, and the credits
     of each period's conversions from the models refitted when the period closes.
 
-    Journeys arrive grouped by refit period (udfs.data_driven.Period: the conversions, and
-    only counts per path of the journeys that did not convert) and wait in state until
+    Journeys arrive grouped by refit period (udfs.attribution.data_driven.Period: the conversions,
+    and only counts per path of the journeys that did not convert) and wait in state until
     the watermark passes the period's end. A correction (late events changed closed
-    journeys: udfs/journey_corrections.py) retracts journeys and adds others; where it
+    journeys: udfs/journeys/corrections.py) retracts journeys and adds others; where it
     concerns a period already settled, that period and every later one are settled again
     from the counts before it (each fit counts every journey closed up to its period's
     end), and their conversions credited again. Settled periods are kept for

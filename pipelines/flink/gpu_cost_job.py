@@ -6,7 +6,7 @@ ingest     otlp_metrics (GPU samples) and otlp_spans (GPU-backed calls), each wi
 link       calls that name only a pod get the GPU of the latest sample naming that pod
            (keyed by pod); calls that stay unlinked past link_timeout are dead-lettered
 cost       keyed by GPU UUID: when the watermark passes a sample, its interval is priced
-           and split between the calls that overlapped it and idle (udfs.gpu_cost)
+           and split between the calls that overlapped it and idle (udfs.roi.gpu_cost)
 write      one JSON row per (call, interval) and per idle interval to `gpu_costs`;
            impossible samples to `otlp_metrics_dlq` with the reason; all exactly-once
 """
@@ -53,7 +53,7 @@ from pipelines.settings.job_config import StreamingJobConfig
 from schemas import rows
 from schemas.gpu import GpuSample, load_catalog, sample_problem
 from schemas.records import DeadLetter, GpuCall
-from udfs.gpu_cost import allocate_intervals
+from udfs.roi import allocate_intervals
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,8 @@ from pipelines.codec.journey_wire import (
     period_from_wire,
     snapshot_from_wire,
 )
-from udfs.data_driven import Period
-from udfs.journey_book import JourneyBook, Progress
-from udfs.journeys import JourneyConfig
+from udfs.attribution import Period
+from udfs.journeys import JourneyBook, JourneyConfig, Progress
 
 
 def stored_events(value: bytes | EventsWire) -> EventsWire:
@@ -36,7 +35,7 @@ def stored_events(value: bytes | EventsWire) -> EventsWire:
 
 class LegacyBookState:
     """A bucket's journey book as earlier versions stored it: a map of users' journey
-    states, the waiting batches and the progress (udfs.journey_book's, in wire form)."""
+    states, the waiting batches and the progress (udfs.journeys.book's, in wire form)."""
 
     def __init__(self, runtime_context: RuntimeContext) -> None:
         self.users = runtime_context.get_map_state(

@@ -2,7 +2,7 @@
 
 ingest   the attribution job's `conversions` topic (read_committed, framed with each
          record's place, event time the orders' conversion_ts_ms: as the ROI job reads it)
-         as orders batched per user bucket (udfs.journey_book.bucket_of over
+         as orders batched per user bucket (udfs.journeys.book.bucket_of over
          flink.user_buckets); the compacted `ltv_models` topic (pipelines/ltv/
          models_topic.py), each message checked (a bad one is a dead letter), as a
          broadcast
@@ -10,8 +10,8 @@ score    keyed by user bucket (pipelines/flink/score_customers.py): each user's 
          order id in keyed state (a conversion reported again replaces its earlier
          version); with a model, the users of each batch scored as of their latest order's
          day, and every user of the bucket when the watermark passes the end of a day with
-         orders, as of that day (udfs/ltv_tally.py: the summaries are
-         udfs.ltv.summaries_from_transactions' over the same orders, so the stream equals
+         orders, as of that day (udfs/ltv/tally.py: the summaries are
+         udfs.ltv.model.summaries_from_transactions' over the same orders, so the stream equals
          a batch over them with the same model). Before the first model it only keeps the
          tallies
 write    one `customer_ltv` record per scored customer (rows.CUSTOMER_LTV as JSON, keyed by

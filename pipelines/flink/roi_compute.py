@@ -1,7 +1,7 @@
 """The ROI job's compute side: GPU cost brought to the conversions.
 
 ShareIdleCost  keyed by GPU and UTC day: with `roi.compute_cost: fully_loaded`, the GPU-day's
-               idle cost shared over its calls by their cost (udfs.compute_loading), each
+               idle cost shared over its calls by their cost (udfs.roi.compute_loading), each
                share passed on as a cost of the call's trace; a GPU-day without calls keeps
                its idle cost (idle_gpu, unallocated under the GPU's id)
 LinkTraceCosts keyed by trace: a trace's costs go to the conversion that claims it
@@ -23,8 +23,8 @@ from pipelines.flink.roi_support import (
     retired_letter,
     schedule_report,
 )
-from udfs.compute_loading import call_shares
 from udfs.periods import day_end_ms, day_of
+from udfs.roi import call_shares
 
 
 class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]

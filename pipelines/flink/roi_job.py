@@ -11,7 +11,7 @@ link     keyed by trace id: the GPU cost of a trace goes to the conversion whose
          within `roi.link_window_days` is reported as unlinked compute of its day, and moved
          should the claim come later (LinkTraceCosts)
 segment  (allocation by ltv_segment) keyed by user: each order's LTV segment (SegmentOrders)
-roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.roi.day_roi`
+roi      keyed by UTC day: when the watermark passes the end of the day, `udfs.roi.day.day_roi`
          splits each campaign's spend by credit x stage (or segment) weight and each
          order's compute by credit, per model, and sums ROI by channel, campaign and
          stage; any input for a day already reported (restated spend, late credits, a
@@ -71,7 +71,7 @@ from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows
 from udfs.lifecycle import StageWeights
-from udfs.ltv_allocation import SegmentWeights
+from udfs.ltv import SegmentWeights
 from udfs.periods import DAY_MS, day_end_ms, day_of
 from udfs.ratios import GROSS_MARGIN, MIN_COST
 from udfs.roi import COMPUTE_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS, day_roi, with_withdrawn

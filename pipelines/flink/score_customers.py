@@ -3,7 +3,7 @@ bucket, the ltv_models topic's messages checked, and per bucket the customers' t
 keyed state, scored with the current model (a broadcast) when their orders come and when
 the watermark closes a day.
 
-The logic is udfs/ltv_tally.py's (tallies, summaries, scores, the close clock) and the
+The logic is udfs/ltv/tally.py's (tallies, summaries, scores, the close clock) and the
 model message pipelines/ltv/models_topic.py's; these classes load state, call it and
 store it. docs/ltv-stream.md.
 """
@@ -30,8 +30,8 @@ from pipelines.codec import table_messages
 from pipelines.codec.frame import unframe
 from pipelines.flink.roi_support import MAX_WATERMARK, dead_letter
 from pipelines.ltv.models_topic import KEY, ModelMessage
-from udfs.journey_book import bucket_of
-from udfs.ltv_tally import (
+from udfs.journeys import bucket_of
+from udfs.ltv import (
     CloseClock,
     Order,
     Orders,
@@ -125,7 +125,7 @@ class NeverBehind(TimestampAssigner):  # type: ignore[misc]
 
 
 class ScoreCustomers(KeyedBroadcastProcessFunction):  # type: ignore[misc]
-    """Per user bucket: each user's orders (MapState user -> its tally, udfs.ltv_tally
+    """Per user bucket: each user's orders (MapState user -> its tally, udfs.ltv.tally
     Orders), the last day the bucket was scored as of and the days with orders waiting
     for the watermark (the CloseClock). With a model, the users of a batch are scored as of
     their latest order's day (not before the last close) and, when the watermark passes

@@ -4,7 +4,7 @@ on to the day's ROI.
 
 A user's orders are kept in keyed state (order id -> (ts_ms, revenue); a later version of
 an order replaces it). When an order comes, the segments of the user's orders from its day
-on are worked out again (`udfs.ltv_allocation.OrderSegmenter`: an earlier order that came
+on are worked out again (`udfs.ltv.allocation.OrderSegmenter`: an earlier order that came
 late changes the later ones), and each that changed is sent as a ("segment", day, ts,
 (order id, segment, value, user)) item to the day's RoiPerDay, which reports the day again
 (and the order's order_segment row). No timers:
@@ -23,8 +23,7 @@ from pyflink.datastream import DataStream, KeyedProcessFunction, OutputTag, Runt
 from pyflink.datastream.state import MapStateDescriptor
 
 from pipelines.flink.roi_support import Item
-from udfs.ltv_allocation import OrderSegmenter
-from udfs.ltv_tally import day_number
+from udfs.ltv import OrderSegmenter, day_number
 from udfs.periods import day_of
 
 # the conversions decoder's orders, for the segments: ("order", user, ts, (order, ts, revenue))

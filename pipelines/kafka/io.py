@@ -18,7 +18,7 @@ from pipelines.kafka.reader import TopicReader
 TOPIC_CONFIG = {"message.timestamp.type": "LogAppendTime"}
 # A sample's spans topic (`seedance generate`, the demo, the tests, the benches): its records
 # carry when each would have arrived (CreateTime), which decides whether its events count
-# (udfs/arrival.py); kept whatever their age. A live spans topic is better stamped by the
+# (udfs/journeys/arrival.py); kept whatever their age. A live spans topic is better stamped by the
 # broker (LogAppendTime: no producer's clock decides; docs/operations.md).
 SAMPLE_SPANS_TOPIC = {"message.timestamp.type": "CreateTime", "retention.ms": "-1"}
 

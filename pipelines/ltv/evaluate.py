@@ -1,5 +1,5 @@
 """`seedance ltv evaluate`: the models fitted on a calibration period and checked against
-what the same customers bought in the holdout that follows (udfs/ltv_evaluate.py), as the
+what the same customers bought in the holdout that follows (udfs/ltv/evaluate.py), as the
 lines the command prints.
 """
 
@@ -11,9 +11,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipelines.ltv.transactions import Transactions, day_text
-from udfs.ltv import BgNbd, summaries_from_transactions
-from udfs.ltv_evaluate import HoldoutComparison, HoldoutWindow, compare_holdout
-from udfs.ltv_identify import fit_warnings
+from udfs.ltv import (
+    BgNbd,
+    HoldoutComparison,
+    HoldoutWindow,
+    compare_holdout,
+    fit_warnings,
+    summaries_from_transactions,
+)
 
 
 def holdout_window(transactions: Transactions, calibration_weeks: float | None = None,
@@ -56,7 +61,7 @@ class Evaluation:
     log_likelihood: float
     comparison: HoldoutComparison
     last_day: float  # of the data
-    warnings: list[str]  # why the calibration fit is no estimate (udfs/ltv_identify.py)
+    warnings: list[str]  # why the calibration fit is no estimate (udfs/ltv/models/identify.py)
 
 
 def evaluate(transactions: Transactions, window: HoldoutWindow,

@@ -4,7 +4,7 @@ A message is one JSON object: the fields of `LtvModel.to_json()` (the BG/NBD and
 Gamma-Gamma parameters, period_days, customers, fitted_through_day), and
 
     "horizon_days": 365,            the LTV horizon after the as-of day (whole days)
-    "discount_rate": 0.0,           per period of period_days (udfs.ltv.lifetime_value)
+    "discount_rate": 0.0,           per period of period_days (udfs.ltv.model.lifetime_value)
     "segments": {"names": ["low", "mid", "high", "top"],
                  "bounds": [b1, b2, b3]}   predicted LTV values between the segments
 
@@ -25,10 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from udfs.ltv import CustomerSummaries, LtvModel
-from udfs.ltv_allocation import OrderSegmenter
-from udfs.ltv_segments import CUTS, SEGMENTS, segment_thresholds
-from udfs.ltv_tally import customer_scores
+from udfs.ltv import (
+    CUTS,
+    SEGMENTS,
+    CustomerSummaries,
+    LtvModel,
+    OrderSegmenter,
+    customer_scores,
+    segment_thresholds,
+)
 
 KEY = "current"  # the one key of the topic: compaction keeps its latest message
 COMPACT = {"cleanup.policy": "compact"}
@@ -66,14 +71,14 @@ class ModelMessage:
         """The message of a model fitted on `summaries` (all customers, as of
         fitted_through_day, in periods of model.period_days): the segment bounds are the
         cut quantiles of their predicted LTV over the horizon
-        (udfs.ltv_segments.segment_thresholds)."""
+        (udfs.ltv.segments.segment_thresholds)."""
         value = model.lifetime_value(summaries, horizon_days / model.period_days,
                                      discount_rate)
         return cls(model, horizon_days, discount_rate,
                    tuple(float(b) for b in segment_thresholds(value, cuts)), tuple(names))
 
     def scores(self, ids: np.ndarray, summaries: CustomerSummaries) -> dict[str, np.ndarray]:
-        """udfs.ltv_tally.customer_scores under this message."""
+        """udfs.ltv.tally.customer_scores under this message."""
         return customer_scores(self.model, ids, summaries, self.horizon_days,
                                self.discount_rate, self.bounds, self.names)
 
@@ -122,7 +127,7 @@ class ModelMessage:
 
     def segmenter(self) -> OrderSegmenter:
         """The orders' LTV segments under this message, for cost allocation
-        (udfs/ltv_allocation.py)."""
+        (udfs/ltv/allocation.py)."""
         return OrderSegmenter(self.model, self.horizon_days, self.discount_rate,
                               self.bounds, self.names)
 

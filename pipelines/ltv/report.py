@@ -1,6 +1,6 @@
 """The LTV refresh of the warehouse: every customer scored (customer_ltv) and the LTV-based
 return per attribution model, channel and campaign (ltv_return), from the orders, costs
-and spend already there (udfs/ltv_segments.py, udfs/ltv_return.py; docs/ltv-return.md).
+and spend already there (udfs/ltv/segments.py, udfs/ltv/channel_return.py; docs/ltv-return.md).
 
 Orders are read from attribution_credits: a model's credits of one order sum to 1, so the
 order's revenue is the sum of its credit revenue under one model; an order without a
@@ -33,12 +33,21 @@ from pipelines.store.ltv import (
 )
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.lifecycle import StageWeights
-from udfs.ltv import LtvModel, fit_model, summaries_from_transactions
-from udfs.ltv_allocation import OrderSegmenter, SegmentWeights, tallies_of
-from udfs.ltv_draws import bootstrap_models
-from udfs.ltv_identify import fit_warnings
-from udfs.ltv_return import ltv_return, orders_of
-from udfs.ltv_segments import CUTS, SEGMENTS, score_customers
+from udfs.ltv import (
+    CUTS,
+    SEGMENTS,
+    LtvModel,
+    OrderSegmenter,
+    SegmentWeights,
+    bootstrap_models,
+    fit_model,
+    fit_warnings,
+    ltv_return,
+    orders_of,
+    score_customers,
+    summaries_from_transactions,
+    tallies_of,
+)
 from udfs.periods import DAY_MS, day_number, day_of
 from udfs.ratios import GROSS_MARGIN
 
@@ -64,7 +73,7 @@ class LtvRefresh:
     # per attribution model, over its channels: customers, acquisition_cost,
     # first_order_revenue, predicted_value
     totals: dict[str, dict[str, float]] = field(default_factory=dict)
-    # why the model fitted is no estimate (udfs/ltv_identify.py); empty for a given model
+    # why the model fitted is no estimate (udfs/ltv/models/identify.py); empty for a given model
     warnings: list[str] = field(default_factory=list)
 
 
@@ -177,7 +186,7 @@ def _totals(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 class FrequencyCounts(Protocol):
-    """One calibration frequency's holdout comparison (udfs/ltv_evaluate.py's rows)."""
+    """One calibration frequency's holdout comparison (udfs/ltv/evaluate.py's rows)."""
 
     @property
     def frequency(self) -> int: ...

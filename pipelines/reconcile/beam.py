@@ -2,7 +2,7 @@
 
 ingest (warehouse reads: our results, the staged billing data, the alert history) ->
 transform (facts per key, join, drift, daily totals, alert decisions; the arithmetic is
-udfs.drift) -> write (each day's rows and alert events in one transaction). `reconcile`
+udfs.reconcile.drift) -> write (each day's rows and alert events in one transaction). `reconcile`
 is the transform alone, so tests feed it in-memory collections. DirectRunner by default;
 any runner through the config's beam.runner and beam.options.
 """
@@ -19,7 +19,8 @@ from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.reconcile.store import AlertSinks, ReconcileStore, alert_row
-from udfs.drift import (
+from udfs.periods import days_between, local_day, split_by_day, utc_bounds_ms
+from udfs.reconcile import (
     BREACH,
     Amount,
     Comparison,
@@ -31,7 +32,6 @@ from udfs.drift import (
     state_of,
     total,
 )
-from udfs.periods import days_between, local_day, split_by_day, utc_bounds_ms
 
 log = logging.getLogger("seedance.reconcile")
 NS = "reconcile"  # Beam metrics namespace

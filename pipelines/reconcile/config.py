@@ -33,8 +33,8 @@ from pipelines.settings.shared import (
     with_overrides,
 )
 from udfs.attribution import validate_models
-from udfs.drift import METRICS, RateTable, Rule
 from udfs.periods import parse_day, zone
+from udfs.reconcile import METRICS, RateTable, Rule
 
 DEFAULT_RECONCILE_CONFIG = (PROJECT_ROOT / "jobs" / "config"
                             / "reconcile.yaml")

@@ -18,8 +18,8 @@ from typing import Any
 from pipelines.reconcile.billing.records import AdReportRow, BillingBatch, CloudCostRow
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.store.warehouse import Warehouse
-from udfs.drift import Comparison, Key, Transition
 from udfs.periods import parse_day
+from udfs.reconcile import Comparison, Key, Transition
 
 DDL = PROJECT_ROOT / "schemas" / "sql" / "reconciliation.sql"
 

@@ -21,17 +21,16 @@ from pipelines.settings.sections import ConfigError, build_section
 from pipelines.settings.shared import WAREHOUSE_URL, KafkaSection, WarehouseSection, with_overrides
 from pipelines.settings.topics import TopicsConfig
 from schemas.telemetry import MAX_FUTURE_LIMIT_S
-from udfs.attribution import validate_models
+from udfs.attribution import ModelParams, validate_models
 from udfs.journeys import JourneyConfig
 from udfs.lifecycle import STAGES, StageWeights
-from udfs.ltv_allocation import (
+from udfs.ltv import (
     BASES,
     DEFAULT_SEGMENT_WEIGHTS,
     LIFECYCLE_STAGE,
     LTV_SEGMENT,
     SegmentWeights,
 )
-from udfs.models import ModelParams
 from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
 
@@ -114,7 +113,7 @@ class RoiConfig:
     gross_margin: float = 1.0  # of revenue, for margin ROI = (revenue x margin - cost) / cost
     # the basis of a conversion's cost weight: lifecycle_stage (stage_weights) or
     # ltv_segment (segment_weights, by the customer's LTV segment at the order under the
-    # model message in ltv_model: udfs/ltv_allocation.py)
+    # model message in ltv_model: udfs/ltv/allocation.py)
     allocation_weights: str = LIFECYCLE_STAGE
     segment_weights: dict[str, float] = field(
         default_factory=lambda: dict(DEFAULT_SEGMENT_WEIGHTS))

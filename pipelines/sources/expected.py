@@ -1,6 +1,6 @@
 """What a run over a plan should count: the events a pipeline uses, and which of the
 held-back ones (emitted after everything else) count by arrival rather than go to the late
-events (udfs/arrival.py: an event counts when its record reached Kafka no more than the
+events (udfs/journeys/arrival.py: an event counts when its record reached Kafka no more than the
 horizon after it happened; the plan knows when each record arrives, `arrivals_ns`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from pipelines.sources.generator import LATE_RANK, SHIP_EVERY_NS, Plan, PlannedEvent, arrivals_ns
-from udfs.arrival import arrived_in_time
+from udfs.journeys import arrived_in_time
 
 JOURNEY_KINDS = ("touchpoint", "conversion")
 

@@ -290,7 +290,7 @@ def arrivals_ns(events: list[PlannedEvent], ship_every_ns: int = SHIP_EVERY_NS) 
     the newest time emitted so far (the emission clock: an event's emission rank where it
     is a time, else its event time). An event emitted behind newer ones, a held-back one
     above all, arrives with them: how late it came is a property of the record
-    (udfs/arrival.py), the same for every way the topic is read."""
+    (udfs/journeys/arrival.py), the same for every way the topic is read."""
     out = []
     clock = 0
     for event in events:

@@ -1,18 +1,18 @@
 """Repeat buying with a known generating process, for the sample telemetry.
 
 A converting user's first order is followed by repeat orders drawn from a BG/NBD (Fader,
-Hardie & Lee 2005; the definitions of `udfs/ltv_bgnbd.py`, time in weeks): the user buys
+Hardie & Lee 2005; the definitions of `udfs/ltv/models/bgnbd.py`, time in weeks): the user buys
 at rate lambda ~ Gamma(r, rate alpha) per week while active, the times between purchases
 exponential(lambda); after each repeat purchase it becomes inactive for good with
 probability p ~ Beta(a, b) (it is active at its first order: the first order is not one of
 the x repeat purchases). Each order's value comes from a Gamma-Gamma (Fader, Hardie & Lee
-2005b; `udfs/ltv_gamma.py`): the user's nu ~ Gamma(q, rate v), a repeat order's value
+2005b; `udfs/ltv/models/gamma.py`): the user's nu ~ Gamma(q, rate v), a repeat order's value
 ~ Gamma(p, rate nu), so the population's mean repeat order is p v / (q - 1). The first
 order's value may follow its own shape (`first_p`: Gamma(first_p, rate nu)), so that a
 channel's first orders can look poor while its customers come back.
 
 The parameters differ by acquisition channel: the channel of the last touch before the
-user's first order, `DIRECT` for none. A fit of `udfs.ltv` on the plan's orders per
+user's first order, `DIRECT` for none. A fit of `udfs.ltv.model` on the plan's orders per
 acquisition cohort recovers them (tests/unit/test_repeat_buying.py).
 
 Draws come from a generator of each user's own (seeded by the plan's seed and the user),

@@ -72,8 +72,8 @@ def _value(value: object) -> object:
 
 def store_results(warehouse: Warehouse, stats: pd.DataFrame) -> int:
     """Replace each (experiment, window end) of the window statistics
-    (udfs.experiments.STATS_COLUMNS) with its experiment_results rows: a variant no longer
-    in the data does not keep its old row. Returns how many rows were written."""
+    (udfs.experiments.statistics.STATS_COLUMNS) with its experiment_results rows: a variant no
+    longer in the data does not keep its old row. Returns how many rows were written."""
     computed_at = datetime.now(UTC).isoformat(timespec="seconds")
     frame = stats.assign(computed_at=computed_at,
                          # the group's TEXT columns

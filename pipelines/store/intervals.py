@@ -1,7 +1,7 @@
 """The credit intervals in the warehouse: the credit rows they are computed from, one day
 at a time (attribution_credits), and the intervals themselves (credit_intervals) for the
 dashboard. `seedance intervals` (jobs/commands/intervals.py) runs them; the statistics are
-udfs/credit_intervals.py's.
+udfs/attribution/intervals.py's.
 """
 
 from __future__ import annotations

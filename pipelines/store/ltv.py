@@ -2,7 +2,7 @@
 and the sinks of its tables (customer_ltv, ltv_return, ltv_calibration), each replaced
 whole by a refresh, in one transaction.
 
-Frames come back in the column layouts of udfs/ltv_return.py, days as whole UTC day
+Frames come back in the column layouts of udfs/ltv/channel_return.py, days as whole UTC day
 numbers (days since the epoch).
 """
 
@@ -17,13 +17,13 @@ from pipelines.store.sinks import TableSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from schemas.rows import Row
-from udfs.ltv_return import COST_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS
+from udfs.ltv import COST_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS
 from udfs.periods import DAY_MS, day_start_ms
 from udfs.ratios import NO_AD_SPEND, compute_only
 
 
 def credit_frame(warehouse: Warehouse) -> pd.DataFrame:
-    """Every credit row (attribution_credits) in udfs.ltv_return's CREDIT_COLUMNS; `day` is
+    """Every credit row (attribution_credits) in udfs.ltv.channel_return's CREDIT_COLUMNS; `day` is
     the order's UTC day number."""
     found = warehouse.query(
         "SELECT model, order_id, user_id, conversion_ts_ms, stage, channel, campaign, credit, "

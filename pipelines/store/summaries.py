@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from udfs.gpu_cost import share_idle
+from udfs.roi import share_idle
 
 if TYPE_CHECKING:
     from pipelines.store.warehouse import Warehouse
@@ -46,7 +46,7 @@ def gpu_cost_summary(warehouse: Warehouse) -> dict[str, object]:
             "UNION ALL SELECT gpu_uuid, interval_end_ms, interval_cost_usd "
             "FROM gpu_idle_costs) AS priced GROUP BY gpu_uuid, interval_end_ms) "
             "AS intervals"),
-        # OpenCost-style shared idle, by the same rule as everywhere (udfs.gpu_cost)
+        # OpenCost-style shared idle, by the same rule as everywhere (udfs.roi.gpu_cost)
         "idle_shared": sorted(share_idle(*_gpu_totals(warehouse)).items(),
                               key=lambda item: -item[1]),
         "fallback_priced_rows": q("SELECT COUNT(*) FROM gpu_call_costs WHERE NOT "

@@ -1,4 +1,5 @@
-"""`seedance verify`'s reading and writing: the sums each tie compares (udfs/conservation.py)
+"""`seedance verify`'s reading and writing: the sums each tie compares
+(udfs/reconcile/conservation.py)
 from the warehouse's result tables, and the comparisons stored beside the billing drift
 (reconciliation_daily, scope 'internal') with their alert events (table alerts), so the
 dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift; and
@@ -22,9 +23,20 @@ from pipelines.reconcile.store import (
 )
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from udfs import conservation
-from udfs.drift import Comparison, Key, decide, state_of
 from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
+from udfs.reconcile import (
+    ALL_DAYS,
+    SCOPE,
+    Comparison,
+    Key,
+    compute_ties,
+    decide,
+    gpu_ties,
+    ltv_return_ties,
+    revenue_ties,
+    spend_ties,
+    state_of,
+)
 from udfs.roi import DIMENSIONS
 
 
@@ -66,7 +78,7 @@ def closed_days(warehouse: Warehouse) -> ClosedDays | None:
 
 def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
                   last: str | None = None, fully_loaded: bool = True) -> list[Comparison]:
-    """Every tie of udfs/conservation.py over the days [first, last] (all by default);
+    """Every tie of udfs/reconcile/conservation.py over the days [first, last] (all by default);
     `fully_loaded`: ROI's compute covers the GPUs' idle cost too (roi.compute_cost)."""
     q = warehouse.query
     where, params = _day_filter("day", first, last)
@@ -78,7 +90,7 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         f"SELECT model, conversion_date, SUM(credit), SUM(revenue) FROM attribution_credits "
         f"WHERE {credit_where} GROUP BY model, conversion_date", credit_params)}
     models = sorted({key[0] for key in roi} | {key[0] for key in credits})
-    out = conservation.revenue_ties(roi, credits, DIMENSIONS, currency)
+    out = revenue_ties(roi, credits, DIMENSIONS, currency)
 
     allocated = {(m, str(d), k): float(a) for m, d, k, a in q(
         f"SELECT model, day, key, SUM(ad_spend) FROM roi_daily WHERE dimension = 'campaign' "
@@ -89,7 +101,7 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
     spend = {(str(d), c): float(a) for d, c, a in q(
         f"SELECT day, campaign, SUM(amount) FROM ad_spend WHERE {where} "
         f"GROUP BY day, campaign", params)}
-    out += conservation.spend_ties(allocated, unallocated, spend, models, currency)
+    out += spend_ties(allocated, unallocated, spend, models, currency)
 
     compute = {m: float(a) for m, a in q(
         f"SELECT model, SUM(amount) FROM (SELECT model, compute_cost AS amount FROM roi_daily "
@@ -111,7 +123,7 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
                      f"{time_where}", time_params)
         bill += idle
     if models and (bill or compute):
-        out += conservation.compute_ties(compute, models, float(bill), currency, fully_loaded)
+        out += compute_ties(compute, models, float(bill), currency, fully_loaded)
 
     parts: dict[tuple[str, ...], float] = {}
     intervals: dict[tuple[str, ...], float] = {}
@@ -124,12 +136,12 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         day = day_of(int(end_ms))
         parts[gpu, day] = parts.get((gpu, day), 0.0) + float(cost)
         intervals[gpu, day] = intervals.get((gpu, day), 0.0) + float(interval_cost)
-    out += conservation.gpu_ties(parts, intervals, "USD")
+    out += gpu_ties(parts, intervals, "USD")
     return out + ltv_ties(warehouse, first, last)
 
 
 # each known user's first order (the earliest `new` one by day, then id) on or before the
-# day ending at ? ms, as udfs.ltv_return.acquisitions picks it
+# day ending at ? ms, as udfs.ltv.channel_return.acquisitions picks it
 _FIRST_ORDERS = (
     "WITH new_orders AS (SELECT DISTINCT order_id, user_id, conversion_ts_ms / ? AS day "
     "FROM attribution_credits WHERE stage = 'new' AND user_id <> '' AND conversion_ts_ms < ?), "
@@ -139,7 +151,7 @@ _FIRST_ORDERS = (
 
 def ltv_ties(warehouse: Warehouse, first: str | None = None,
              last: str | None = None) -> list[Comparison]:
-    """The LTV-based return's ties (conservation.ltv_return_ties) on its as-of day, if
+    """The LTV-based return's ties (ltv_return_ties) on its as-of day, if
     that day is among the checked ones; none while ltv_return is empty."""
     q = warehouse.query
     reported = {(str(m), str(d)): (float(c), float(r), float(a)) for m, d, c, r, a in q(
@@ -160,14 +172,14 @@ def ltv_ties(warehouse: Warehouse, first: str | None = None,
         "WHERE order_id IN (SELECT order_id FROM ranked WHERE n = 1) GROUP BY model", params)}
     first_orders = {model: (*credited.get(model, (0.0, 0.0)), costs.get(model, 0.0))
                     for model in credited.keys() | costs.keys()}
-    return conservation.ltv_return_ties(reported, first_orders, as_of, str(currency or ""))
+    return ltv_return_ties(reported, first_orders, as_of, str(currency or ""))
 
 
 def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
                sinks: AlertSinks, first: str | None = None,
                last: str | None = None, unjudged: Collection[Key] = ()) -> int:
     """Replace the internal rows of the checked days and add the alert events the ties'
-    breaks and repairs call for (udfs.drift.decide: open on a break, resolve once it ties
+    breaks and repairs call for (udfs.reconcile.drift.decide: open on a break, resolve once it ties
     again). `unjudged`: keys of open ties, whose alerts stay as they are. Returns the alert
     events added."""
     wh = store.warehouse
@@ -175,7 +187,7 @@ def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id:
     events: dict[Key, list[tuple[str, int]]] = {}
     for row in wh.query(f"SELECT {', '.join(KEY_COLUMNS)}, kind, seq FROM alerts "
                         f"WHERE scope = ? AND ({where} OR day = ?)",
-                        [conservation.SCOPE, *params, conservation.ALL_DAYS]):
+                        [SCOPE, *params, ALL_DAYS]):
         events.setdefault(Key(*row[:6]), []).append((row[6], int(row[7])))
     now = datetime.now(UTC).isoformat(timespec="seconds")
     current = {c.key: c for c in comparisons}
@@ -187,7 +199,7 @@ def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id:
     added = 0
     with wh.transaction():
         wh.execute(f"DELETE FROM reconciliation_daily WHERE scope = ? AND ({where} OR day = ?)",
-                   [conservation.SCOPE, *params, conservation.ALL_DAYS])
+                   [SCOPE, *params, ALL_DAYS])
         wh.executemany(f"INSERT INTO reconciliation_daily ({', '.join(DAILY_COLUMNS)}) "
                        f"VALUES ({', '.join('?' for _ in DAILY_COLUMNS)})",
                        sorted(daily_row(c) for c in comparisons))

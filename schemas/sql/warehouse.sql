@@ -208,7 +208,7 @@ CREATE TABLE IF NOT EXISTS experiment_results (
 );
 
 -- How sure a channel's credit is: bootstrap intervals per model, day and channel
--- (seedance intervals; udfs/credit_intervals.py).
+-- (seedance intervals; udfs/attribution/intervals.py).
 CREATE TABLE IF NOT EXISTS credit_intervals (
     model         TEXT             NOT NULL,
     period        TEXT             NOT NULL,  -- YYYY-MM-DD (UTC) of the conversions

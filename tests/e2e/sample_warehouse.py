@@ -1,7 +1,7 @@
 """A warehouse filled with demo-shaped rows in a few seconds, for the browser test.
 
 Credits come from the generator's plan through the batch reference (the same udfs as the
-Flink job), ROI rows from `udfs.roi.day_roi` over seeded spend and compute, and
+Flink job), ROI rows from `udfs.roi.day.day_roi` over seeded spend and compute, and
 reconciliation rows and alerts in the shapes of schemas/sql/reconciliation.sql with a
 seeded drift (a few keys outside the 5 % band, some of them resolved later). Running the
 whole stack would take minutes; these rows have the same columns and the same invariants.
@@ -42,7 +42,7 @@ from schemas.rows import (
 )
 from tests.reference import reference_credits
 from udfs.lifecycle import StageWeights
-from udfs.roi import day_roi
+from udfs.roi.day import day_roi
 
 RECONCILIATION_DDL = (Path(__file__).resolve().parents[2] / "schemas" / "sql"
                       / "reconciliation.sql")

@@ -1,7 +1,7 @@
 """Which events count does not depend on how the topic is read: unbounded jobs, as
 `seedance run` runs them, catching up on a backlog. The sample's records carry when each
 arrived (the generator ships hourly; a record held back arrives with the last ones), so an
-event counts exactly when it reached Kafka within the correction horizon (udfs/arrival.py),
+event counts exactly when it reached Kafka within the correction horizon (udfs/journeys/arrival.py),
 however the messages were spread over partitions, compressed or paused, at parallelism 1
 or 2, beside a busy loop per core. Every run's credits that hold are the batch reference's
 over the events that count, row for row; the late events are exactly those that arrived

@@ -16,7 +16,7 @@ from pipelines.store.warehouse import Warehouse
 from tests.job_io import T0, S, credit_rows, messages, order, touch
 from tests.roi_inputs import cpu_hog
 from tests.spans import encoded, plain, stamp_of
-from udfs.journey_book import bucket_of
+from udfs.journeys.book import bucket_of
 
 USERS = 12
 

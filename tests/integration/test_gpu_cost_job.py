@@ -19,7 +19,7 @@ from schemas.gpu import GpuSample, load_catalog
 from schemas.records import GpuCall
 from tests.gpu_telemetry import H100, L40S, T0, S, sample
 from tests.spans import make_spans
-from udfs.gpu_cost import allocate_gpu
+from udfs.roi.gpu_cost import allocate_gpu
 
 SAMPLES = [sample(T0 + i * 10 * S, "GPU-A", H100) for i in range(1, 7)] + \
     [sample(T0 + i * 10 * S, "GPU-B", L40S, pod="rec-0") for i in range(1, 4)]
@@ -82,7 +82,7 @@ def test_gpu_cost_per_call_and_idle_matches_the_reference(kafka, flink, gpu_conf
     for key, cost in intervals.items():
         assert math.isclose(allocated_in[key], cost, rel_tol=1e-9), key
 
-    # the same arithmetic in process (udfs.gpu_cost) on the same inputs
+    # the same arithmetic in process (udfs.roi.gpu_cost) on the same inputs
     calls = [GpuCall(format(s.context.trace_id, "032x"), format(s.context.span_id, "016x"),
                      s.start_time // 10**6, s.end_time // 10**6, s.attributes.get("user.id", ""),
                      s.attributes.get("gpu.uuid", "") or ("GPU-B" if s.name == "recommend"

@@ -1,7 +1,7 @@
 """The LTV job on Flink: conversions (240 customers, repeat orders over 75 days, some
 orders reported again with another amount and time) on 3 partitions at parallelism 2, a
 model fitted on them and published to the compacted ltv_models topic. Each customer's
-latest customer_ltv row equals the batch computation (udfs.ltv over the same orders, with
+latest customer_ltv row equals the batch computation (udfs.ltv.model over the same orders, with
 the same model and segment bounds, as of the row's day) to 1e-9; the loader keeps it. A
 live job keeps only tallies until its first model comes, sets a malformed model aside in
 the dead letters and scores everything after the model."""
@@ -26,9 +26,9 @@ from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from tests.job_io import drain, messages
-from udfs.journey_book import bucket_of
-from udfs.ltv import fit_model, summaries_from_transactions
-from udfs.ltv_tally import customer_scores
+from udfs.journeys.book import bucket_of
+from udfs.ltv.model import fit_model, summaries_from_transactions
+from udfs.ltv.tally import customer_scores
 from udfs.periods import DAY_MS
 
 T0 = 20_300 * DAY_MS  # 2025-07-31

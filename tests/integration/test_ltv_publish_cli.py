@@ -15,7 +15,7 @@ from jobs.cli import main
 from pipelines.kafka.io import read_all
 from pipelines.ltv.models_topic import KEY, latest_model
 from pipelines.ltv.transactions import read_cdnow
-from udfs.ltv import LtvModel, summaries_from_transactions
+from udfs.ltv.model import LtvModel, summaries_from_transactions
 
 CDNOW = Path(__file__).resolve().parents[1] / "fixtures" / "cdnow" / "CDNOW_sample.txt"
 

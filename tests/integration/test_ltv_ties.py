@@ -13,9 +13,9 @@ from pipelines.ltv.report import refresh_ltv
 from pipelines.store.verify import internal_ties, ltv_ties
 from pipelines.store.warehouse import Warehouse
 from tests.ltv_warehouse import load, simulated
-from udfs.conservation import BREACH, OK
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
-from udfs.ltv_allocation import SegmentWeights
+from udfs.ltv.allocation import SegmentWeights
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
+from udfs.reconcile.conservation import BREACH, OK
 
 MODELS = ("last_click", "linear")
 MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),

@@ -26,7 +26,7 @@ from tests.roi_inputs import (
     same_rows,
     spend_values,
 )
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
 
 # the allocation model of the segment test: orders weigh by their customer's value with it
 ALLOCATION_MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4),

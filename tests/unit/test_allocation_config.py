@@ -11,7 +11,7 @@ import yaml
 
 from pipelines.ltv.models_topic import ModelMessage
 from pipelines.settings.job_config import ConfigError, load_config
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
 
 MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),
                  period_days=7.0, customers=100.0, fitted_through_day=400.0)

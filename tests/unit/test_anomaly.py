@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from udfs.anomaly import AnomalyConfig, calibrated_threshold, detect_anomalies
+from udfs.control.anomaly import AnomalyConfig, calibrated_threshold, detect_anomalies
 
 LEVEL = 2.0  # a typical ROI
 

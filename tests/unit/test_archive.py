@@ -10,7 +10,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from pipelines.backfill.archive import SCHEMAS, Archive, read_kind, tables_by_date, write_tables
 from schemas.records import Conversion, GpuCall, Touchpoint
 from tests.spans import make_spans
-from udfs.arrival import NO_ARRIVAL
+from udfs.journeys.arrival import NO_ARRIVAL
 from udfs.periods import day_of
 
 T0 = int(datetime(2026, 10, 1, 23, 0, tzinfo=UTC).timestamp() * 1000)

@@ -5,8 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.records import UNATTRIBUTED, Conversion, Touchpoint
-from udfs.attribution import credit_journey, validate_models
-from udfs.journeys import ConvertedJourney
+from udfs.attribution.credits import credit_journey
+from udfs.attribution.models import validate_models
+from udfs.journeys.rules import ConvertedJourney
 
 
 def journey(channels, revenue=90.0):
@@ -55,8 +56,8 @@ def test_credits_are_conservative(channels, revenue):
 
 
 def test_streaming_credits_equal_the_batch_models():
-    from udfs.journey_table import from_paths
-    from udfs.models import touch_weights
+    from udfs.attribution.models import touch_weights
+    from udfs.journeys.table import from_paths
 
     j = journey(["email", "search", "email", "display", "search"])
     models = ["first_click", "position_based", "shapley_simplified"]
@@ -79,8 +80,8 @@ def test_data_driven_models_need_the_stream_counts_not_one_journey():
 def test_many_journeys_in_one_table_get_the_credits_each_gets_alone():
     import random
 
-    from udfs.attribution import credit_journeys
-    from udfs.models import PER_CONVERSION_MODELS
+    from udfs.attribution.credits import credit_journeys
+    from udfs.attribution.models import PER_CONVERSION_MODELS
 
     rng = random.Random(4)
     journeys = [journey([rng.choice(["email", "search", "display", "social"])
@@ -97,7 +98,7 @@ def test_column_wise_rows_equal_rows_built_one_journey_at_a_time():
 
     import numpy as np
 
-    from udfs.attribution import as_credits, credit_rows, credits_from_weights
+    from udfs.attribution.credits import as_credits, credit_rows, credits_from_weights
 
     rng = random.Random(9)
     journeys = [ConvertedJourney(

@@ -45,10 +45,10 @@ from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
 from tests.spans import stamp_of, stamped
-from udfs.arrival import correction_reach_ms
-from udfs.journey_book import JourneyBook, bucket_of
-from udfs.journeys import JourneyConfig, JourneyState
-from udfs.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams
+from udfs.attribution.models import DATA_DRIVEN_MODELS, PER_CONVERSION_MODELS, ModelParams
+from udfs.journeys.arrival import correction_reach_ms
+from udfs.journeys.book import JourneyBook, bucket_of
+from udfs.journeys.rules import JourneyConfig, JourneyState
 
 SLACK_MS = 5 * 60_000  # the job's default allowed out-of-orderness
 MAX_FUTURE_MS = 5 * 60_000  # ... and event_time.max_future_s

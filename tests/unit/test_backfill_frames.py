@@ -25,7 +25,7 @@ from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import plan_events
 from schemas.records import Conversion, Touchpoint
 from tests.reference import TEST_HORIZON_MS, archive_plan, reference_credits
-from udfs.arrival import NO_ARRIVAL
+from udfs.journeys.arrival import NO_ARRIVAL
 from udfs.periods import DAY_MS
 
 NO_COSTS = pd.DataFrame({"trace_id": pd.Series(dtype=object), "ts_ms": pd.Series(dtype="int64"),

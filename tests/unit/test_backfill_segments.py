@@ -20,8 +20,8 @@ from pipelines.store.backfill import write_day
 from pipelines.store.sinks import RoiSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
-from udfs.ltv_allocation import tallies_of
+from udfs.ltv.allocation import tallies_of
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
 from udfs.periods import DAY_MS, day_of
 
 MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),

@@ -1,4 +1,4 @@
-"""Fully loaded compute (udfs/compute_loading.py): a GPU-day's idle cost shared over its
+"""Fully loaded compute (udfs/roi/compute_loading.py): a GPU-day's idle cost shared over its
 calls by their cost, GPU-days without calls kept as unshared idle; per GPU and day the calls,
 their shares and the unshared idle add up to the bill."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from udfs.compute_loading import call_shares, idle_shares
 from udfs.periods import DAY_MS
+from udfs.roi.compute_loading import call_shares, idle_shares
 
 D0 = 20_000 * DAY_MS
 

@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from udfs.control_rules import (
+from udfs.control.rules import (
     ActionRecord,
     RuleError,
     evaluate,
     parse_rule,
     parse_rules,
 )
-from udfs.control_verify import observed_after, verify
+from udfs.control.verify import observed_after, verify
 from udfs.periods import DAY_MS
 
 BUDGET = {"name": "cut_low_roi",

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from schemas.records import UNATTRIBUTED
-from udfs.credit_intervals import credit_intervals, credit_intervals_of_rows
-from udfs.journey_table import JourneyTable, from_paths
-from udfs.models import MODELS, attribute, touch_weights
+from udfs.attribution.intervals import credit_intervals, credit_intervals_of_rows
+from udfs.attribution.models import MODELS, attribute, touch_weights
+from udfs.journeys.table import JourneyTable, from_paths
 
 # --- the generating model ----------------------------------------------------------------
 # Journeys of 1-3 touches over channels A, B, C. Half are "loyal" (every touch on one

@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 
 from schemas.records import Conversion, Touchpoint
-from udfs import models
-from udfs.data_driven import credit_by_period, period_end
-from udfs.journey_table import from_paths
-from udfs.journeys import (
+from udfs.attribution import models
+from udfs.attribution.data_driven import credit_by_period, period_end
+from udfs.journeys.rules import (
     DAY_MS,
     ConvertedJourney,
     JourneyConfig,
     NonConvertingJourney,
     closed_journeys_of,
 )
+from udfs.journeys.table import from_paths
 
 EVER = 10**15  # a refit period longer than any data: one fit over everything
 
@@ -110,8 +110,8 @@ def test_a_fit_indexes_new_paths_only_and_gives_the_tables_and_weights_of_a_fres
     equal a build from all the path tuples, as channels appear that sort before the old
     ones (their codes shift), counts grow on old paths, and paths arrive through the dict
     itself (as the backfill adds them) or a counts dict restored from state."""
-    from udfs.data_driven import PathCounts
-    from udfs.journey_table import from_paths
+    from udfs.attribution.data_driven import PathCounts
+    from udfs.journeys.table import from_paths
 
     rng = np.random.default_rng(7)
     alphabet = ["m", "k", "z", "b", "a"]  # later rounds bring names that sort first

@@ -1,10 +1,12 @@
-"""Drift arithmetic, currencies, totals and alert decisions (udfs/drift.py, udfs/periods.py)."""
+"""Drift arithmetic, currencies, totals and alert decisions (udfs/reconcile/drift.py,
+udfs/periods.py)."""
 
 import math
 
 import pytest
 
-from udfs.drift import (
+from udfs.periods import days_between, local_day, split_by_day, utc_bounds_ms
+from udfs.reconcile.drift import (
     BELOW_MIN_VOLUME,
     BREACH,
     NO_REPORT,
@@ -24,7 +26,6 @@ from udfs.drift import (
     top_contributors,
     total,
 )
-from udfs.periods import days_between, local_day, split_by_day, utc_bounds_ms
 
 DAY = "2025-03-01"
 RULE = Rule(threshold=0.05, min_volume=10)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from tests.experiment_frames import END, T0, orders, stored
-from udfs.experiments import MIN_CONVERTERS, strategy_table, window_statistics
+from udfs.experiments.statistics import MIN_CONVERTERS, strategy_table, window_statistics
 
 
 def control_arm(rng: np.random.Generator, users: int = 200, buyers: int = 60

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.experiment_frames import END, T0, orders, stored
-from udfs.experiments import ExperimentsFailed, window_statistics
+from udfs.experiments.statistics import ExperimentsFailed, window_statistics
 
 
 def arm(rng: np.random.Generator, flag: str, variant: str, users: int, rate: float,

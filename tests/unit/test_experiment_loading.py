@@ -30,7 +30,7 @@ def test_recomputed_results_and_intervals_replace_their_partition(tmp_path):
 
     from pipelines.store.experiments import store_results
     from pipelines.store.intervals import store_intervals
-    from udfs.experiments import STATS_COLUMNS
+    from udfs.experiments.statistics import STATS_COLUMNS
 
     def stats(variants):
         rows = []

@@ -1,5 +1,5 @@
-"""Experiment statistics (udfs/experiments.py): the first exposure wins, daily aggregates,
-the window's ROI intervals and their coverage, the false-positive rate of A/A tests, the
+"""Experiment statistics (udfs/experiments/statistics.py): the first exposure wins, daily
+aggregates, the window's ROI intervals and their coverage, the false-positive rate of A/A tests, the
 power on a real lift, sample-ratio mismatch, and the degenerate cases.
 
 The simulated experiments know their true ROI exactly: a converting user places
@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from tests.experiment_frames import CONVERSION_COLUMNS, END, T0, orders, stored
-from udfs.experiments import (
+from udfs.experiments.statistics import (
     DAILY_COLUMNS,
     SRM_ALPHA,
     STATS_COLUMNS,

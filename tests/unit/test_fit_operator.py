@@ -15,9 +15,9 @@ from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
 from pipelines.flink.fit_models import FINAL, FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, Timers
-from udfs.data_driven import period_end
-from udfs.journeys import ClosedJourney, ConvertedJourney, NonConvertingJourney
-from udfs.models import ModelParams
+from udfs.attribution.data_driven import period_end
+from udfs.attribution.models import ModelParams
+from udfs.journeys.rules import ClosedJourney, ConvertedJourney, NonConvertingJourney
 
 PERIOD_MS = 3_600_000
 MODELS = ("shapley", "markov")

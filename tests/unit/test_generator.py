@@ -16,7 +16,7 @@ from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.sources.plan_costs import gpu_samples
 from schemas.gpu import load_catalog
 from schemas.records import GpuCall
-from udfs.gpu_cost import allocate_gpu
+from udfs.roi.gpu_cost import allocate_gpu
 
 
 class RecordingProducer:

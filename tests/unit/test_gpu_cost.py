@@ -6,7 +6,7 @@ import pytest
 
 from schemas.gpu import GpuSample, Price, PriceCatalog, load_catalog, sample_problem
 from schemas.records import GpuCall
-from udfs.gpu_cost import allocate_gpu, cost_by, share_idle, totals_by_gpu
+from udfs.roi.gpu_cost import allocate_gpu, cost_by, share_idle, totals_by_gpu
 
 S = 1000
 H100 = "NVIDIA H100 80GB HBM3"

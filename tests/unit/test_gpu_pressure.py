@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from udfs.gpu_pressure import (
+from udfs.control.pressure import (
     INPUT_COLUMNS,
     ScalingPolicy,
     decide,

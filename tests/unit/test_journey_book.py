@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from schemas.events import events_of, records_of
 from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
-from udfs.journey_book import Changes, JourneyBook, bucket_of
-from udfs.journeys import (
+from udfs.journeys.book import Changes, JourneyBook, bucket_of
+from udfs.journeys.rules import (
     JourneyConfig,
     JourneyState,
     advance_user,
@@ -200,7 +200,7 @@ def test_a_restore_replays_the_advances_since_the_snapshot_without_repeating_jou
 
 
 class PerUser:
-    """The rules stepped user by user (udfs.journeys.advance_user), at the same watermarks
+    """The rules stepped user by user (udfs.journeys.rules.advance_user), at the same watermarks
     as a book: the reference for what a book forgets (order history, stale touches)."""
 
     def __init__(self, config: JourneyConfig) -> None:

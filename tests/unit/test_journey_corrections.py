@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from schemas.events import events_of, records_of
 from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
-from udfs.journey_book import JourneyBook
-from udfs.journey_corrections import END_OF_INPUT, CorrectingBook
-from udfs.journeys import closed_journeys_of
+from udfs.journeys.book import JourneyBook
+from udfs.journeys.corrections import END_OF_INPUT, CorrectingBook
+from udfs.journeys.rules import closed_journeys_of
 from udfs.periods import DAY_MS
 
 

@@ -1,7 +1,7 @@
 """The stored forms of a journey book keep the module name their pickles record.
 
 Snapshot and Progress were defined in udfs.journey_book before they moved to
-udfs.journey_state; engines keep them pickled in their state (a pickle names a class by
+udfs/journeys/state.py; engines keep them pickled in their state (a pickle names a class by
 module and name), so they must still pickle as udfs.journey_book's: state stored by an
 earlier version then loads, and state stored now loads in an earlier version."""
 
@@ -14,8 +14,9 @@ import numpy as np
 
 from schemas.events import events_of
 from schemas.records import Conversion, Touchpoint
-from udfs import journey_book, journey_state
-from udfs.journeys import JourneyConfig
+from udfs.journeys import book as journey_book
+from udfs.journeys import state as journey_state
+from udfs.journeys.rules import JourneyConfig
 
 CFG = JourneyConfig(lookback_days=30, history_days=120, winback_days=90)
 HOUR_MS = 3_600_000
@@ -37,7 +38,8 @@ def test_snapshot_and_progress_pickle_under_their_old_module() -> None:
     for value in (book.snapshot(), journey_book.Progress(5, (6, 7))):
         payload = pickle.dumps(value, 5)
         names = _globals(payload)
-        assert "udfs.journey_book" in names and "udfs.journey_state" not in names
+        assert "udfs.journey_book" in names
+        assert not {"udfs.journeys.book", "udfs.journeys.state", "udfs.journey_state"} & set(names)
         assert type(value).__name__ in names
         loaded = pickle.loads(payload)
         assert type(loaded) is type(value)

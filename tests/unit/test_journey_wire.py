@@ -11,8 +11,8 @@ from pipelines.codec.journey_wire import (
     state_to_wire,
 )
 from schemas.records import Conversion, Touchpoint
-from udfs.data_driven import period_end
-from udfs.journeys import ConvertedJourney, JourneyState, NonConvertingJourney
+from udfs.attribution.data_driven import period_end
+from udfs.journeys.rules import ConvertedJourney, JourneyState, NonConvertingJourney
 
 
 def roundtrip(value):

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from schemas.records import Conversion, Touchpoint
-from udfs.journeys import (
+from udfs.journeys.rules import (
     DAY_MS,
     JourneyConfig,
     JourneyState,
@@ -125,7 +125,7 @@ def test_order_history_is_forgotten_after_history_days():
 
 
 def _advance_one_call_at_a_time(state, events, now, config):
-    from udfs.journeys import next_wake_up
+    from udfs.journeys.rules import next_wake_up
 
     closed = []
     for event in events:
@@ -139,7 +139,7 @@ def _advance_one_call_at_a_time(state, events, now, config):
 
 @pytest.mark.parametrize("max_touches", [None, 2])
 def test_advance_user_equals_step_close_stale_and_expire_one_after_the_other(max_touches):
-    from udfs.journeys import advance_user, event_order
+    from udfs.journeys.rules import advance_user, event_order
 
     config = JourneyConfig(lookback_days=3, max_touches=max_touches, winback_days=5,
                            history_days=8)

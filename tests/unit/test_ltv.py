@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udfs.ltv import (
+from udfs.ltv.model import (
     BgNbd,
     CustomerSummaries,
     GammaGamma,

@@ -15,17 +15,17 @@ from pipelines.flink.segment_orders import SegmentOrders
 from tests.flink_fakes import Harness, StateStore
 from tests.roi_inputs import Inputs
 from udfs.lifecycle import StageWeights
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
-from udfs.ltv_allocation import (
+from udfs.ltv.allocation import (
     UNKNOWN,
     OrderSegmenter,
     SegmentWeights,
     allocation_weight,
     tallies_of,
 )
-from udfs.ltv_tally import summaries_of
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
+from udfs.ltv.tally import summaries_of
 from udfs.periods import DAY_MS, day_of
-from udfs.roi import day_roi
+from udfs.roi.day import day_roi
 
 MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),
                  period_days=7.0, customers=100.0, fitted_through_day=400.0)

@@ -23,8 +23,8 @@ from pipelines.ltv.transactions import read_cdnow
 from pipelines.settings.job_config import load_config
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import ATTRIBUTION_CREDITS
-from udfs.ltv import BgNbd, GammaGamma, LtvModel, fit_model, summaries_from_transactions
-from udfs.ltv_evaluate import HoldoutWindow, holdout_purchases
+from udfs.ltv.evaluate import HoldoutWindow, holdout_purchases
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel, fit_model, summaries_from_transactions
 from udfs.periods import DAY_MS
 
 CDNOW = Path(__file__).resolve().parents[1] / "fixtures" / "cdnow" / "CDNOW_sample.txt"

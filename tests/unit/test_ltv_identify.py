@@ -1,14 +1,14 @@
-"""udfs/ltv_identify.py: a fit at the optimiser's bounds, or on too few customers, is told
+"""udfs/ltv/models/identify.py: a fit at the optimiser's bounds, or on too few customers, is told
 apart from an estimate."""
 
 from __future__ import annotations
 
 import math
 
-from udfs.ltv import BgNbd, GammaGamma, fit_model
-from udfs.ltv_fit import LOG_BOUND
-from udfs.ltv_identify import MIN_CUSTOMERS, at_bound, fit_warnings
-from udfs.ltv_simulate import simulate_bgnbd
+from udfs.ltv.model import BgNbd, GammaGamma, fit_model
+from udfs.ltv.models.fit import LOG_BOUND
+from udfs.ltv.models.identify import MIN_CUSTOMERS, at_bound, fit_warnings
+from udfs.ltv.simulate import simulate_bgnbd
 
 CDNOW_FIT = (0.243, 4.414, 0.793, 2.426)
 

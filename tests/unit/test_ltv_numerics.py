@@ -1,9 +1,9 @@
-"""udfs/ltv_bgnbd.py over the whole range of a and b (up to the fitter's bound, e^25): its
+"""udfs/ltv/models/bgnbd.py over the whole range of a and b (up to the fitter's bound, e^25): its
 expected purchases, P(alive) and likelihood against an independent reference (the model's
 definition integrated numerically over the dropout probability p ~ Beta(a, b), the purchase
 rate lambda ~ Gamma(r, alpha) integrated in closed form, and once over both numerically), the
 fixed-dropout limit, a fit on customers who all share one dropout probability, and no NaN or
-inf for extreme parameters; udfs/ltv_pareto.py likewise for large s and beta (its P(alive)
+inf for extreme parameters; udfs/ltv/models/pareto.py likewise for large s and beta (its P(alive)
 and likelihood against the integral over the time of dropout, by quad)."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pytest
 from scipy import integrate
 from scipy.special import expit
 
-from udfs.ltv import BgNbd, CustomerSummaries, GammaGamma, ParetoNbd, lifetime_value
-from udfs.ltv_beta_mean import _by_quadrature, _closed_form
-from udfs.ltv_fit import LOG_BOUND
-from udfs.ltv_simulate import simulate_bgnbd_holdout
+from udfs.ltv.model import BgNbd, CustomerSummaries, GammaGamma, ParetoNbd, lifetime_value
+from udfs.ltv.models.beta_mean import _by_quadrature, _closed_form
+from udfs.ltv.models.fit import LOG_BOUND
+from udfs.ltv.simulate import simulate_bgnbd_holdout
 
 GRID = (0.5, 2.0, 30.0, 1e3, 1e5, 1e8)  # a and b
 # (x, t_x, T): new, no repeat yet, the papers' worked example, a regular, a frequent buyer
@@ -183,7 +183,7 @@ def test_log_likelihood_matches_the_definition_up_to_the_fitters_bound() -> None
 
 
 def test_likelihood_gradient_is_exact_for_large_a_and_b() -> None:
-    from udfs.ltv_bgnbd import _Likelihood
+    from udfs.ltv.models.bgnbd import _Likelihood
 
     summaries, _ = simulate_bgnbd_holdout(0.5, 5.0, 3e9, 7e9, 2000, T=39.0, holdout=0.0)
     objective = _Likelihood(summaries)

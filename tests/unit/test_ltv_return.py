@@ -1,5 +1,5 @@
-"""LTV-based return per channel and campaign (udfs/ltv_return.py), the customers' scores and
-segments (udfs/ltv_segments.py), the bootstrap models (udfs/ltv_draws.py), the warehouse
+"""LTV-based return per channel and campaign (udfs/ltv/channel_return.py), the customers' scores and
+segments (udfs/ltv/segments.py), the bootstrap models (udfs/ltv/draws.py), the warehouse
 tables' sinks (pipelines/store/ltv.py) and the refresh (pipelines/ltv/report.py): small
 cases worked out by hand, the totals' tie-outs, and a refresh end to end on SQLite."""
 
@@ -23,7 +23,10 @@ from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from tests.ltv_warehouse import load, simulated
 from udfs.lifecycle import StageWeights
-from udfs.ltv import (
+from udfs.ltv.allocation import SegmentWeights
+from udfs.ltv.channel_return import CREDIT_COLUMNS, cost_shares, ltv_return, value_grid
+from udfs.ltv.draws import bootstrap_models
+from udfs.ltv.model import (
     BgNbd,
     CustomerSummaries,
     GammaGamma,
@@ -31,12 +34,9 @@ from udfs.ltv import (
     fit_model,
     summaries_from_transactions,
 )
-from udfs.ltv_allocation import SegmentWeights
-from udfs.ltv_draws import bootstrap_models
-from udfs.ltv_return import CREDIT_COLUMNS, cost_shares, ltv_return, value_grid
-from udfs.ltv_segments import assign_segments, ltv_segments, score_customers
+from udfs.ltv.segments import assign_segments, ltv_segments, score_customers
 from udfs.periods import DAY_MS, day_of, day_start_ms
-from udfs.roi import day_roi
+from udfs.roi.day import day_roi
 
 MODEL = LtvModel(BgNbd(r=0.5, alpha=5.0, a=0.8, b=2.4), GammaGamma(p=6.0, q=4.0, v=15.0),
                  period_days=7.0, customers=100.0, fitted_through_day=400.0)

@@ -11,7 +11,7 @@ import pytest
 from jobs.cli import main
 from pipelines.store.warehouse import Warehouse
 from tests.ltv_warehouse import load, simulated
-from udfs.ltv import BgNbd, GammaGamma, LtvModel
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel
 
 
 def channel_line(out: str, channel: str) -> list[str]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from udfs.ltv import BgNbd, GammaGamma, bootstrap_draws, bootstrap_intervals, fit_model
-from udfs.ltv_bootstrap import PARAMETERS
-from udfs.ltv_simulate import simulate_bgnbd, simulate_bgnbd_holdout
-from udfs.ltv_summaries import CustomerSummaries
+from udfs.ltv.bootstrap import PARAMETERS
+from udfs.ltv.model import BgNbd, GammaGamma, bootstrap_draws, bootstrap_intervals, fit_model
+from udfs.ltv.simulate import simulate_bgnbd, simulate_bgnbd_holdout
+from udfs.ltv.summaries import CustomerSummaries
 
 TRUE = {"r": 0.25, "alpha": 4.0, "a": 0.8, "b": 2.5, "p": 6.0, "q": 4.0, "v": 15.0}
 PURCHASES = (TRUE["r"], TRUE["alpha"], TRUE["a"], TRUE["b"])

@@ -1,5 +1,5 @@
 """The streaming LTV job's logic without Flink: tallies of orders by order id give the batch
-summaries (udfs.ltv.summaries_from_transactions) whatever the arrival order and however
+summaries (udfs.ltv.model.summaries_from_transactions) whatever the arrival order and however
 often an order is corrected; segments by fixed bounds; the model message and its bad
 forms; the scoring operator driven through restores, before and after its first model."""
 
@@ -28,10 +28,10 @@ from pipelines.flink.score_customers import (
 from pipelines.ltv.models_topic import KEY, ModelMessage
 from schemas import rows
 from tests.flink_fakes import FakeContext, FakeMapState, StateStore, Timers, outputs
-from udfs.journey_book import bucket_of
-from udfs.ltv import BgNbd, GammaGamma, LtvModel, summaries_from_transactions
-from udfs.ltv_segments import SEGMENTS, score_customers, segment_thresholds
-from udfs.ltv_tally import (
+from udfs.journeys.book import bucket_of
+from udfs.ltv.model import BgNbd, GammaGamma, LtvModel, summaries_from_transactions
+from udfs.ltv.segments import SEGMENTS, score_customers, segment_thresholds
+from udfs.ltv.tally import (
     CloseClock,
     Tallies,
     customer_rows,

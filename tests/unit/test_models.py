@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs import markov, shapley
-from udfs.journey_table import JourneyTable, apply_transform, from_paths
-from udfs.models import MODELS, ModelParams, attribute, touch_weights
+from udfs.attribution import markov, shapley
+from udfs.attribution.models import MODELS, ModelParams, attribute, touch_weights
+from udfs.journeys.table import JourneyTable, apply_transform, from_paths
 from udfs.periods import DAY_MS
 
 

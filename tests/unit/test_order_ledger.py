@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from udfs.order_ledger import EXPIRE_EVERY_MS, OrderLedger
+from udfs.journeys.order_ledger import EXPIRE_EVERY_MS, OrderLedger
 from udfs.periods import DAY_MS
 
 

@@ -20,7 +20,7 @@ from schemas.events import EventColumns, records_of
 from schemas.records import Conversion, Touchpoint
 from tests.otlp_payloads import BUCKETS, T0, both, plain, random_payloads
 from tests.spans import make_spans
-from udfs.journey_book import bucket_of
+from udfs.journeys.book import bucket_of
 
 
 def test_the_scanner_is_built():

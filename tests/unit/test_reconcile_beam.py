@@ -8,7 +8,7 @@ from apache_beam.testing.util import assert_that
 
 from pipelines.reconcile.beam import Inputs, Settings, reconcile
 from pipelines.reconcile.store import AlertSinks
-from udfs.drift import METRICS, Rule
+from udfs.reconcile.drift import METRICS, Rule
 
 D1, D2 = "2025-03-01", "2025-03-02"
 H = 3_600_000

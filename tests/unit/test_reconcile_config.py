@@ -22,7 +22,7 @@ from pipelines.reconcile.config import (
     load_resource_map,
 )
 from pipelines.settings.job_config import ConfigError
-from udfs.drift import Rule
+from udfs.reconcile.drift import Rule
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCHEDULES = ROOT / "jobs" / "schedules"

@@ -1,5 +1,5 @@
 """Sample users with a known buying process (pipelines/sources/repeat_buying.py): the plan's
-orders, summarised and fitted per acquisition cohort with udfs.ltv, give back the BG/NBD and
+orders, summarised and fitted per acquisition cohort with udfs.ltv.model, give back the BG/NBD and
 Gamma-Gamma parameters they were drawn from; without the process the plan is what it was."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pipelines.sources.repeat_buying import (
     RepeatBuying,
     draw_orders,
 )
-from udfs.ltv import BgNbd, bootstrap_intervals, fit_model, summaries_from_transactions
+from udfs.ltv.model import BgNbd, bootstrap_intervals, fit_model, summaries_from_transactions
 
 START = datetime(2026, 10, 1, tzinfo=UTC)  # plan_events' default start
 USERS, DAYS, SEED = 12_000, 365, 2

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from udfs.lifecycle import StageWeights
-from udfs.roi import CREDIT_COLUMNS, day_roi, with_withdrawn
+from udfs.roi.day import CREDIT_COLUMNS, day_roi, with_withdrawn
 
 ROWS = [
     # model, order, touch, channel, campaign, stage, credit, revenue

@@ -1,5 +1,5 @@
-"""`seedance verify`: the warehouse's ties (udfs/conservation.py) hold on consistent tables,
-and each kind of break is found with its key, stored beside the billing drift, alerted once
+"""`seedance verify`: the warehouse's ties (udfs/reconcile/conservation.py) hold on consistent
+tables, and each kind of break is found with its key, stored beside the billing drift, alerted once
 and resolved once repaired."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from jobs.cli import main
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from udfs import conservation
+from udfs.reconcile import conservation
 
 DAY = "2026-10-03"
 END_MS = 1_791_072_000_000 - 1  # 2026-10-03 23:59:59.999 UTC

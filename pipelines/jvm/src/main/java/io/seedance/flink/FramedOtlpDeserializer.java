@@ -16,7 +16,7 @@ import org.apache.flink.util.Collector;
  * was null (a tombstone is dead-lettered, not dropped), the record's own event time (its newest
  * span start, which {@link FramedEventTime} hands to the per-partition watermark generators) and
  * the newest event time of its partition before it (kept in the layout; lateness is decided by
- * the record's Kafka timestamp, which the header also carries: udfs/arrival.py).
+ * the record's Kafka timestamp, which the header also carries: udfs/journeys/arrival.py).
  * Trace records' event time is their newest span start, metrics records' their newest data
  * point.
  *
@@ -76,7 +76,7 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
         byte[] value = record.value();
         // spans further ahead than that of the clock, or of the record's arrival where it
         // has one, are no event time: what runs ahead of its arrival cannot drag the
-        // watermark further (udfs/arrival.py correction_reach_ms counts on it)
+        // watermark further (udfs/journeys/arrival.py correction_reach_ms counts on it)
         long now = System.currentTimeMillis();
         long arrival = record.timestamp();
         long maxMs = (arrival > 0 ? Math.min(now, arrival) : now) + maxFutureMs;

@@ -25,7 +25,7 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
  * partition nothing was read from, only when no such partition has records to read). Where
  * that cannot be known (no answer from the broker), a partition is idle after {@code
  * backlogIdleness} of silence: a reader that never comes back must not hold time back for
- * ever. Which events count never depends on this (udfs/arrival.py); it decides how far the
+ * ever. Which events count never depends on this (udfs/journeys/arrival.py); it decides how far the
  * watermark can run ahead, so what the journeys must keep to correct.
  */
 public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {

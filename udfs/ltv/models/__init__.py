@@ -1,0 +1,1 @@
+"""The LTV models: BG/NBD, Pareto/NBD, Gamma-Gamma, their fitting and identification."""
