@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 
 from pipelines.codec.metrics import encode_samples  # noqa: E402
-from pipelines.flink.gpu_cost_job import run_gpu_job  # noqa: E402
+from pipelines.flink.gpu_cost.job import run_gpu_job  # noqa: E402
 from pipelines.kafka.io import ensure_topics, producer  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from pipelines.sources.kafka_exporter import KafkaSpanExporter  # noqa: E402

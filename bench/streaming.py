@@ -65,7 +65,7 @@ from bench.live_latency import live_latency  # noqa: E402
 from bench.streaming_runs import Run, job_seconds, measure, report, time_on_data  # noqa: E402
 from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
 from pipelines.codec.otlp import decode_spans  # noqa: E402
-from pipelines.flink.standalone import StandaloneFlink  # noqa: E402
+from pipelines.flink.runtime.standalone import StandaloneFlink  # noqa: E402
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics  # noqa: E402
 from pipelines.settings.job_config import load_config  # noqa: E402
 from pipelines.sources.generator import emit, plan_events  # noqa: E402

@@ -32,9 +32,9 @@ from bench.run_results import (
     corrected_conversions,
     credit_digest,
 )
-from pipelines.flink.attribution_job import build_pipeline, run_job
+from pipelines.flink.attribution.job import build_pipeline, run_job
 from pipelines.flink.jobs import ATTRIBUTION
-from pipelines.flink.standalone import StandaloneFlink
+from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.kafka.io import ensure_topics, read_all
 from tests.job_io import drain, wait_until_consumed
 
@@ -113,7 +113,7 @@ def catch_up_seconds(config, bootstrap: str, name: str,
     # run_pipeline's MiniCluster, started without waiting for the job to end
     from pyflink.datastream import StreamExecutionEnvironment
 
-    from pipelines.flink.kafka import (
+    from pipelines.flink.runtime.kafka import (
         flink_configuration,
         prefer_this_python,
         separate_python_workers,

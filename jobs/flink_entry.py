@@ -21,7 +21,7 @@ from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 
 from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
-from pipelines.flink.kafka import flink_configuration
+from pipelines.flink.runtime.kafka import flink_configuration
 from pipelines.kafka.address import KafkaAddressError, resolve_bootstrap
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.settings.paths import flink_connector_jars

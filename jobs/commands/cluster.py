@@ -9,14 +9,14 @@ import sys
 from pathlib import Path
 
 from jobs.commands.common import BOOTSTRAP_HELP, CONFIG_HELP, CliError, positive_int
-from pipelines.flink.final_offsets import (
+from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
+from pipelines.flink.runtime.final_offsets import (
     commit_final_position,
     last_savepoint,
     record_submission,
     start_warning,
 )
-from pipelines.flink.jobs import DEFAULT_JOB, STREAMING_JOBS
-from pipelines.flink.standalone import ClusterError, StandaloneFlink
+from pipelines.flink.runtime.standalone import ClusterError, StandaloneFlink
 
 
 def add_cluster(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -97,7 +97,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             print(f"job {args.job_id} {'drained and ' if args.drain else ''}stopped; "
                   f"savepoint {path}")
             # the job's own commit of the savepoint's offsets is lost as it ends
-            # (pipelines/flink/final_offsets.py): a job started from the group goes on
+            # (pipelines/flink/runtime/final_offsets.py): a job started from the group goes on
             # from there, reading nothing twice
             print(commit_final_position(cluster.home, args.job_id, path))
     except ClusterError as error:

@@ -83,7 +83,7 @@ def resume_hint(config: StreamingJobConfig, job_name: str,
     what it costs."""
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 
-    from pipelines.flink.kafka import checkpoint_root, latest_checkpoint
+    from pipelines.flink.runtime.kafka import checkpoint_root, latest_checkpoint
 
     where = checkpoint_root(config, job_name)
     resumed = latest_checkpoint(where) if config.flink.resume else None

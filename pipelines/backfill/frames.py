@@ -273,7 +273,7 @@ def closed_journeys(events: pd.DataFrame, settings: ComputeSettings,
         "converted": True, "order_id": converted.order_id,
         "conversion_ts_ms": converted.ts_ms, "revenue": converted.revenue,
         "currency": converted.currency, "stage": converted.stage, "day": days,
-        # as the stream's conversions topic lists them (pipelines.flink.attribution_job)
+        # as the stream's conversions topic lists them (pipelines.flink.attribution.job)
         "trace_ids": [list(dict.fromkeys(t for t in (own, *traces) if t)) if claim else []
                       for own, traces, claim in zip(converted.trace_id.tolist(), trace_lists,
                                                     claims.tolist(), strict=True)]})

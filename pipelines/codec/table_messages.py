@@ -63,7 +63,7 @@ def decode(value: bytes | str) -> list[dict[str, Any]]:
 
 
 def keyed(key: tuple[object, ...], value: bytes) -> bytes:
-    """A message for a keyed raw sink (pipelines/flink/kafka.py build_sink): its Kafka key
+    """A message for a keyed raw sink (pipelines/flink/runtime/kafka.py build_sink): its Kafka key
     (a JSON array), a line break, the message (JSON: no line break in it)."""
     return orjson.dumps(key) + b"\n" + value
 

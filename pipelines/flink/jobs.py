@@ -80,9 +80,9 @@ class StreamingJob:
 
     def run(self, config: StreamingJobConfig, bootstrap: str, job_name: str | None = None,
             env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
-        """Build and run the job (`pipelines.flink.kafka.run_pipeline`), as `job_name`
+        """Build and run the job (`pipelines.flink.runtime.kafka.run_pipeline`), as `job_name`
         (default: `flink_name`)."""
-        from pipelines.flink.kafka import run_pipeline
+        from pipelines.flink.runtime.kafka import run_pipeline
 
         return run_pipeline(self.builder(), config, bootstrap, job_name or self.flink_name,
                             env)
@@ -105,7 +105,7 @@ def topic_settings(jobs: Iterable[StreamingJob],
 
 ATTRIBUTION = StreamingJob(
     "attribution", "attribution", "seedance-attribution",
-    "pipelines.flink.attribution_job:build_pipeline",
+    "pipelines.flink.attribution.job:build_pipeline",
     reads=("topics.spans",),
     writes=("topics.credits", "topics.dead_letter", "topics.late", "topics.conversions",
             "topics.accounting"),
@@ -120,7 +120,7 @@ ATTRIBUTION = StreamingJob(
 
 GPU_COST = StreamingJob(
     "gpu-cost", "GPU cost", "seedance-gpu-cost",
-    "pipelines.flink.gpu_cost_job:build_gpu_pipeline",
+    "pipelines.flink.gpu_cost.job:build_gpu_pipeline",
     reads=("gpu.metrics_topic", "topics.spans"),
     writes=("gpu.costs_topic", "gpu.metrics_dead_letter", "topics.late"),
     flow="{gpu.metrics_topic} + {topics.spans} -> {gpu.costs_topic} (dead letters: "
@@ -134,7 +134,7 @@ GPU_COST = StreamingJob(
 
 ROI = StreamingJob(
     "roi", "ROI", "seedance-roi",
-    "pipelines.flink.roi_job:build_roi_pipeline",
+    "pipelines.flink.roi.job:build_roi_pipeline",
     reads=("topics.credits", "topics.conversions", "topics.ad_spend", "gpu.costs_topic"),
     writes=("topics.roi", "topics.roi_dead_letter"),
     flow="{topics.credits} + {topics.conversions} + {topics.ad_spend} + {gpu.costs_topic} "
@@ -151,7 +151,7 @@ ROI = StreamingJob(
 
 EXPERIMENTS = StreamingJob(
     "experiments", "experiments", "seedance-experiments",
-    "pipelines.flink.experiments_job:build_experiments_pipeline",
+    "pipelines.flink.experiments.job:build_experiments_pipeline",
     reads=("topics.spans", "topics.conversions"),
     writes=("topics.experiment_exposures", "topics.experiment_conversions",
             "topics.dead_letter"),
@@ -167,7 +167,7 @@ EXPERIMENTS = StreamingJob(
 
 LTV = StreamingJob(
     "ltv", "LTV", "seedance-ltv",
-    "pipelines.flink.ltv_job:build_ltv_pipeline",
+    "pipelines.flink.ltv.job:build_ltv_pipeline",
     reads=("topics.conversions", "topics.ltv_models"),
     writes=("topics.customer_ltv", "topics.ltv_dead_letter"),
     flow="{topics.conversions} + {topics.ltv_models} -> {topics.customer_ltv} (dead letters: "

@@ -10,7 +10,7 @@ Gamma-Gamma parameters, period_days, customers, fitted_through_day), and
 
 Its version is fitted_through_day, the last day of the data it was fitted on. Whoever
 fits publishes it under the key "current" (`publish_model`): the topic keeps the latest
-and the streaming LTV job (pipelines/flink/ltv_job.py) takes it from there as a broadcast;
+and the streaming LTV job (pipelines/flink/ltv/job.py) takes it from there as a broadcast;
 `latest_model` reads back the one the stream uses. docs/ltv-stream.md.
 """
 

@@ -230,7 +230,7 @@ class ExperimentsSink:
 
 
 class CustomerLtvSink:
-    """The customer_ltv topic (the ltv job's, pipelines/flink/ltv_job.py): a customer's row
+    """The customer_ltv topic (the ltv job's, pipelines/flink/ltv/job.py): a customer's row
     replaces the one it had; of a batch, the last row per customer, as in the topic (a
     customer's rows are keyed by it: all in one partition, in order)."""
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pipelines.flink.cluster import LocalFlinkCluster
+from pipelines.flink.runtime.cluster import LocalFlinkCluster
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.stack.local_kafka import LocalKafka

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from pipelines.flink.attribution_job import run_job
+from pipelines.flink.attribution.job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.generator import plan_events
 from tests.job_io import (

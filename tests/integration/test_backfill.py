@@ -22,8 +22,8 @@ from jobs.cli import main
 from pipelines.backfill.archive import archive_topic, tables_by_date, write_tables
 from pipelines.backfill.config import BackfillConfig, SparkConfig
 from pipelines.backfill.spark import spark_session
-from pipelines.flink.attribution_job import run_job
-from pipelines.flink.roi_job import run_roi_job
+from pipelines.flink.attribution.job import run_job
+from pipelines.flink.roi.job import run_roi_job
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.sources.expected import valid_events

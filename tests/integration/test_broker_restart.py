@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from pipelines.flink.attribution_job import build_pipeline
+from pipelines.flink.attribution.job import build_pipeline
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.flink.attribution_job import build_pipeline
+from pipelines.flink.attribution.job import build_pipeline
 from pipelines.kafka.io import ensure_topics, producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, plan_events

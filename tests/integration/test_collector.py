@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.codec.otlp import decode_spans
-from pipelines.flink.attribution_job import build_pipeline
+from pipelines.flink.attribution.job import build_pipeline
 from pipelines.kafka.io import ensure_topics, read_all
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.sources.expected import late_beyond

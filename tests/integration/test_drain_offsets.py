@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines.flink.final_offsets import committed, savepoint_offsets
 from pipelines.flink.jobs import ATTRIBUTION
-from pipelines.flink.standalone import StandaloneFlink
+from pipelines.flink.runtime.final_offsets import committed, savepoint_offsets
+from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.sources.generator import plan_events
 from tests.job_io import publishing_slowly
 from tests.spans import encoded

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from pipelines.flink.attribution_job import run_job
+from pipelines.flink.attribution.job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.generator import Plan
 from pipelines.store import summaries

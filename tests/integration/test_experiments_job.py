@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import yaml
 
 from jobs.cli import main
-from pipelines.flink.attribution_job import run_job
-from pipelines.flink.experiments_job import run_experiments_job
-from pipelines.flink.roi_job import run_roi_job
+from pipelines.flink.attribution.job import run_job
+from pipelines.flink.experiments.job import run_experiments_job
+from pipelines.flink.roi.job import run_roi_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.expected import valid_events, valid_exposures
 from pipelines.sources.generator import (

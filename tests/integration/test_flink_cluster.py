@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from pipelines.codec.events import decode_events
-from pipelines.flink.standalone import StandaloneFlink
+from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.expected import late_beyond

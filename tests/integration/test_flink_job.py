@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipelines.flink.attribution_job import run_job
+from pipelines.flink.attribution.job import run_job
 from pipelines.kafka.io import count_messages
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, plan_events

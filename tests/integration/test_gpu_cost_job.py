@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from pipelines.codec.metrics import encode_samples
-from pipelines.flink.gpu_cost_job import run_gpu_job
+from pipelines.flink.gpu_cost.job import run_gpu_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
 from pipelines.store import summaries

@@ -12,7 +12,7 @@ import math
 import random
 
 from pipelines.codec.dead_letters import DEAD_LETTER_PAYLOAD_BYTES
-from pipelines.flink.attribution_job import run_job
+from pipelines.flink.attribution.job import run_job
 from pipelines.kafka.io import producer, read_all
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events

@@ -19,7 +19,7 @@ import pytest
 
 from pipelines.codec import table_messages
 from pipelines.flink.jobs import COMPACTED, LTV
-from pipelines.flink.ltv_job import build_ltv_pipeline, run_ltv_job
+from pipelines.flink.ltv.job import build_ltv_pipeline, run_ltv_job
 from pipelines.kafka.io import consumer_lag, ensure_topics, producer, read_all, topic_setting
 from pipelines.ltv.models_topic import ModelMessage, latest_model, publish_model
 from pipelines.store.loading import TopicLoader

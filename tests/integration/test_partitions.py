@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.flink.attribution_job import run_job
+from pipelines.flink.attribution.job import run_job
 from pipelines.kafka.io import producer
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events

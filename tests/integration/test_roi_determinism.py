@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.flink.roi_job import run_roi_job
+from pipelines.flink.roi.job import run_roi_job
 from pipelines.kafka.io import producer
 from tests.roi_inputs import (
     GPUS,

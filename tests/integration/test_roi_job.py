@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from pipelines.flink.attribution_job import run_job
-from pipelines.flink.roi_job import run_roi_job
+from pipelines.flink.attribution.job import run_job
+from pipelines.flink.roi.job import run_roi_job
 from pipelines.store.loading import TopicLoader
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import latest, messages, publish, send

@@ -82,7 +82,7 @@ def test_a_killed_flink_jvm_ends_with_its_reason_and_tracebacks_only_with_verbos
                 if run.poll() is None:
                     run.kill()
         lines = [line for line in err.read_text().splitlines()
-                 if not line.startswith("WARNING pipelines.flink.kafka: resuming")]
+                 if not line.startswith("WARNING pipelines.flink.runtime.kafka: resuming")]
         assert lines[-1].startswith("seedance: error: the Flink JVM running "
                                     "seedance-attribution exited"), lines[-5:]
         assert "checkpoints are kept in" in lines[-1]

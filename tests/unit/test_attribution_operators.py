@@ -21,11 +21,11 @@ import pytest
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
-from pipelines.flink.attribute_journeys import AttributeJourneys
-from pipelines.flink.decode_otlp import DecodeOtlp
-from pipelines.flink.dedup_orders import DedupOrders
-from pipelines.flink.fit_models import FitDataDrivenModels
-from pipelines.flink.operator_support import (
+from pipelines.flink.attribution.decode import DecodeOtlp
+from pipelines.flink.attribution.dedup import DedupOrders
+from pipelines.flink.attribution.fit import FitDataDrivenModels
+from pipelines.flink.attribution.journeys import AttributeJourneys
+from pipelines.flink.attribution.support import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
     CONVERSIONS,

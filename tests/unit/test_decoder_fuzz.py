@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.codec.frame import frame
-from pipelines.flink.decode_otlp import DecodeOtlp
-from pipelines.flink.operator_support import ACCOUNTING, DEAD_LETTERS
+from pipelines.flink.attribution.decode import DecodeOtlp
+from pipelines.flink.attribution.support import ACCOUNTING, DEAD_LETTERS
 from tests.flink_fakes import FakeContext, Timers
 from tests.otlp_payloads import both, plain, random_payloads
 

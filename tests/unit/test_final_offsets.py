@@ -10,13 +10,13 @@ import inspect
 import struct
 from pathlib import Path
 
-from pipelines.flink.final_offsets import (
+from pipelines.flink.jobs import STREAMING_JOBS
+from pipelines.flink.runtime.final_offsets import (
     commit_final_position,
     record_submission,
     savepoint_offsets,
     submission,
 )
-from pipelines.flink.jobs import STREAMING_JOBS
 
 NO_STOPPING_OFFSET = -(2**63)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
-from pipelines.flink.fit_models import FINAL, FitDataDrivenModels
+from pipelines.flink.attribution.fit import FINAL, FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, Timers
 from udfs.attribution.data_driven import period_end

@@ -84,7 +84,7 @@ def test_a_metrics_record_has_the_time_of_its_newest_data_point():
 
 
 def test_the_jvm_classes_agree_with_the_reference_on_good_and_damaged_messages(messages):
-    from pipelines.flink.kafka import _job_classes
+    from pipelines.flink.runtime.kafka import _job_classes
 
     jvm = _job_classes()
     event_time = jvm.io.seedance.flink.OtlpEventTime
@@ -114,7 +114,7 @@ def _offsets(values: dict[int, int]) -> str:
 
 
 def _job_classes():
-    from pipelines.flink.kafka import _job_classes as classes
+    from pipelines.flink.runtime.kafka import _job_classes as classes
 
     return classes()
 
@@ -158,7 +158,7 @@ def test_a_bounded_run_takes_no_partition_for_idle():
     """A bounded run (a catch-up to known ends): a partition not read yet, or silent while
     its reader is elsewhere, is never idle -- a subtask that finished first would otherwise
     take the watermark to the end of time while its data still waits."""
-    from pipelines.flink.kafka import otlp_event_time
+    from pipelines.flink.runtime.kafka import otlp_event_time
     from pipelines.settings.job_config import StreamingJobConfig
 
     t = 1_790_000_000_000

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.flink.segment_orders import SegmentOrders
+from pipelines.flink.roi.segments import SegmentOrders
 from tests.flink_fakes import Harness, StateStore
 from tests.roi_inputs import Inputs
 from udfs.lifecycle import StageWeights

@@ -17,7 +17,7 @@ def modules_after(code: str) -> set[str]:
 
 
 def test_the_ltv_job_imports_no_optimiser():
-    loaded = modules_after("import pipelines.flink.ltv_job, pipelines.flink.score_customers")
+    loaded = modules_after("import pipelines.flink.ltv.job, pipelines.flink.ltv.scores")
     assert "udfs.ltv.model" in loaded  # it does score with the models
     assert not {m for m in loaded if m.startswith("scipy.optimize")}
 

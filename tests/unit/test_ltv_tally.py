@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from pipelines.codec import table_messages
 from pipelines.codec.frame import frame
-from pipelines.flink.score_customers import (
+from pipelines.flink.ltv.scores import (
     DEAD_LETTERS,
     DecodeOrders,
     ParseModels,

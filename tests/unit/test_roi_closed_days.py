@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipelines.flink.roi_job import RoiPerDay
-from pipelines.flink.roi_support import DEAD_LETTERS
+from pipelines.flink.roi.job import RoiPerDay
+from pipelines.flink.roi.support import DEAD_LETTERS
 from pipelines.store.sinks import RoiSink
 from pipelines.store.warehouse import Warehouse
 from tests.flink_fakes import Harness, StateStore, Timers

@@ -1,4 +1,4 @@
-"""The ROI job's input decoder (`pipelines.flink.roi_job.DecodeInputs`) on records as its
+"""The ROI job's input decoder (`pipelines.flink.roi.job.DecodeInputs`) on records as its
 sources frame them: a row it cannot use becomes a dead letter naming the topic, the
 partition and the offset it came from and why, and never stops the job; good rows become
 items."""
@@ -11,8 +11,8 @@ import pytest
 
 from pipelines.codec import table_messages
 from pipelines.codec.frame import frame
-from pipelines.flink.roi_job import DEAD_LETTERS, DecodeInputs
-from pipelines.flink.segment_orders import ORDER_HISTORY
+from pipelines.flink.roi.job import DEAD_LETTERS, DecodeInputs
+from pipelines.flink.roi.segments import ORDER_HISTORY
 from schemas.rows import CONVERSION
 
 CREDIT = {"model": "last_click", "order_id": "o1", "touch_index": 0, "channel": "email",

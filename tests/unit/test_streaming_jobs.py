@@ -69,8 +69,8 @@ def test_builder_and_run_default_are_the_modules(name: str) -> None:
 
 
 def test_local_cluster_and_flink_configuration_default_to_the_attribution_job() -> None:
-    from pipelines.flink.cluster import LocalFlinkCluster
-    from pipelines.flink.kafka import flink_configuration
+    from pipelines.flink.runtime.cluster import LocalFlinkCluster
+    from pipelines.flink.runtime.kafka import flink_configuration
 
     for function in (LocalFlinkCluster.environment, flink_configuration):
         assert inspect.signature(function).parameters["job_name"].default == \

@@ -5,7 +5,7 @@ An event counts when it reached Kafka no more than the correction horizon
 broker's LogAppendTime on a topic configured so) minus its event time. Both travel with the
 record, so the decision is the same however the topic is partitioned, keyed, compressed,
 read, paused or restarted; watermarks only decide when results are emitted. The stream
-(pipelines/flink/decode_otlp.py), the backfill and `seedance attribute` all ask this
+(pipelines/flink/attribution/decode.py), the backfill and `seedance attribute` all ask this
 module.
 
 A record without a timestamp (an old message format: -1) counts: nothing says it came late.

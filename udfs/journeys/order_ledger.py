@@ -4,7 +4,7 @@ second time.
 
 Engine-free: the streaming job keeps one ledger per bucket of order ids (whatever the user:
 copies of one order from different users meet there) and mirrors what it adds and forgets
-into keyed state (pipelines/flink/dedup_orders.py). Which copy is kept does not depend on
+into keyed state (pipelines/flink/attribution/dedup.py). Which copy is kept does not depend on
 arrival: the copies the watermark has passed are admitted earliest first (`OrderLedger.admit`).
 """
 

@@ -16,7 +16,7 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 
-from pipelines.flink.roi_support import (
+from pipelines.flink.roi.support import (
     DEAD_LETTERS,
     Item,
     ending,

@@ -23,7 +23,7 @@ from pipelines.codec.events import (
 )
 from pipelines.codec.frame import Framed, unframe
 from pipelines.codec.otlp import MAX_FUTURE_S
-from pipelines.flink.operator_support import (
+from pipelines.flink.attribution.support import (
     ACCOUNTING,
     ARRIVED_LATE,
     DEAD_LETTERS,
@@ -53,7 +53,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """One Kafka record (a whole OTLP batch, framed by the source: pipelines/codec/frame.py)
     -> touchpoints and orders as columns, in batches per user bucket: (bucket, newest event
     time, packed EventColumns); and every order, by the bucket of its order id, on the
-    ORDERS side output to the duplicate check (pipelines/flink/dedup_orders.py), which
+    ORDERS side output to the duplicate check (pipelines/flink/attribution/dedup.py), which
     withdraws from its journey a copy that does not count.
 
     An event is late when it reached Kafka more than the correction horizon

@@ -22,7 +22,7 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor
 
-from pipelines.flink.roi_support import Item
+from pipelines.flink.roi.support import Item
 from udfs.ltv import OrderSegmenter, day_number
 from udfs.periods import day_of
 

@@ -28,7 +28,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import table_messages
 from pipelines.codec.frame import unframe
-from pipelines.flink.roi_support import MAX_WATERMARK, dead_letter
+from pipelines.flink.roi.support import MAX_WATERMARK, dead_letter
 from pipelines.ltv.models_topic import KEY, ModelMessage
 from udfs.journeys import bucket_of
 from udfs.ltv import (

@@ -5,7 +5,7 @@ ingest   the attribution job's `attribution_credits` and `conversions` topics an
          with its own event-time watermarks
 share    (roi.compute_cost: fully_loaded) keyed by GPU and UTC day: the GPU-day's idle cost
          shared over its calls by their cost, each share a cost of the call's trace
-         (pipelines/flink/roi_compute.py ShareIdleCost)
+         (pipelines/flink/roi/compute.py ShareIdleCost)
 link     keyed by trace id: the GPU cost of a trace goes to the conversion whose journey
          carried it (the `conversions` rows list their traces); cost no conversion claims
          within `roi.link_window_days` is reported as unlinked compute of its day, and moved
@@ -20,7 +20,7 @@ write    one JSON row per (model, day, dimension, key), per unallocated cost and
          revenue and allocated cost under experiments.cost_model) to `roi_daily`
          (read it as a changelog: the latest row per key wins; each record keyed by its row's
          key, so one key's versions stay in order in one partition); a day_closed row per
-         part of a day it has closed (pipelines/flink/roi_rows.py); unusable inputs to the
+         part of a day it has closed (pipelines/flink/roi/rows.py); unusable inputs to the
          dead-letter topic with the reason; all exactly-once
 """
 
@@ -49,16 +49,10 @@ from pyflink.datastream.state import (
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.frame import unframe
 from pipelines.flink.jobs import ROI
-from pipelines.flink.kafka import (
-    PLACE_ONLY,
-    build_sink,
-    build_source,
-    run_pipeline,
-    stay_active,
-)
-from pipelines.flink.roi_compute import LinkTraceCosts, ShareIdleCost
-from pipelines.flink.roi_rows import closed_rows, keyed_row, schedule_close
-from pipelines.flink.roi_support import (
+from pipelines.flink.roi.compute import LinkTraceCosts, ShareIdleCost
+from pipelines.flink.roi.rows import closed_rows, keyed_row, schedule_close
+from pipelines.flink.roi.segments import ORDER_HISTORY, order_items, segmented
+from pipelines.flink.roi.support import (
     DEAD_LETTERS,
     Item,
     dead_letter,
@@ -66,7 +60,13 @@ from pipelines.flink.roi_support import (
     retired_letter,
     schedule_report,
 )
-from pipelines.flink.segment_orders import ORDER_HISTORY, order_items, segmented
+from pipelines.flink.runtime.kafka import (
+    PLACE_ONLY,
+    build_sink,
+    build_source,
+    run_pipeline,
+    stay_active,
+)
 from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.sources.ad_spend import SpendError, parse_message
 from schemas import rows

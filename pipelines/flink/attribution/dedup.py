@@ -31,7 +31,7 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor
 
 from pipelines.codec.dead_letters import dead_letter_json
-from pipelines.flink.operator_support import (
+from pipelines.flink.attribution.support import (
     ADMITTED,
     DUPLICATE_ORDERS,
     PICKLE_PROTOCOL,

@@ -44,7 +44,7 @@ from pipelines.codec.exposures import decode_exposures
 from pipelines.codec.frame import unframe
 from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.jobs import EXPERIMENTS
-from pipelines.flink.kafka import (
+from pipelines.flink.runtime.kafka import (
     build_sink,
     build_source,
     from_kafka,

@@ -248,7 +248,7 @@ class StandaloneFlink:
         """`flink stop`: a savepoint, then the job ends (its sinks commit); the savepoint's
         path. `drain`: first the final watermark, so every window and journey closes (for
         a job that will not be resumed). The jobs carry the final watermark past a source
-        whose partitions are all idle (`pipelines.flink.kafka.from_kafka`)."""
+        whose partitions are all idle (`pipelines.flink.runtime.kafka.from_kafka`)."""
         info = self._require()
         done = self._run([str(FLINK_HOME / "bin" / "flink"), "stop", "--type",
                           "canonical", "--savepointPath", folder.resolve().as_uri(),

@@ -11,7 +11,7 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext, TimeDomain
 from pyflink.datastream.state import ValueStateDescriptor
 
-from pipelines.flink.operator_support import COUNTS
+from pipelines.flink.attribution.support import COUNTS
 
 
 class RunAccounting(KeyedProcessFunction):  # type: ignore[misc]

@@ -6,7 +6,7 @@ ingest   the attribution job's `conversions` topic (read_committed, framed with 
          flink.user_buckets); the compacted `ltv_models` topic (pipelines/ltv/
          models_topic.py), each message checked (a bad one is a dead letter), as a
          broadcast
-score    keyed by user bucket (pipelines/flink/score_customers.py): each user's orders by
+score    keyed by user bucket (pipelines/flink/ltv/scores.py): each user's orders by
          order id in keyed state (a conversion reported again replaces its earlier
          version); with a model, the users of each batch scored as of their latest order's
          day, and every user of the bucket when the watermark passes the end of a day with
@@ -27,8 +27,7 @@ from pyflink.common import Duration, JobExecutionResult, Types, WatermarkStrateg
 from pyflink.datastream import StreamExecutionEnvironment
 
 from pipelines.flink.jobs import LTV
-from pipelines.flink.kafka import PLACE_ONLY, build_sink, build_source, run_pipeline
-from pipelines.flink.score_customers import (
+from pipelines.flink.ltv.scores import (
     DEAD_LETTERS,
     MODELS,
     ROWS_TYPE,
@@ -38,6 +37,7 @@ from pipelines.flink.score_customers import (
     ParseModels,
     ScoreCustomers,
 )
+from pipelines.flink.runtime.kafka import PLACE_ONLY, build_sink, build_source, run_pipeline
 from pipelines.settings.job_config import StreamingJobConfig
 
 

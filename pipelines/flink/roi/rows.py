@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from pipelines.flink.kafka import keyed_line
-from pipelines.flink.roi_support import ending
+from pipelines.flink.roi.support import ending
+from pipelines.flink.runtime.kafka import keyed_line
 from schemas import rows
 from schemas.row_layout import Row
 from udfs.periods import day_end_ms

@@ -16,7 +16,7 @@ from pipelines.settings.job_config import StreamingJobConfig
 
 class LocalFlinkCluster:
     def __init__(self, slots: int = 4) -> None:
-        from pipelines.flink.kafka import prefer_this_python
+        from pipelines.flink.runtime.kafka import prefer_this_python
 
         prefer_this_python()  # before the gateway JVM starts
         self._gateway = get_gateway()
@@ -36,7 +36,7 @@ class LocalFlinkCluster:
 
     def environment(self, config: StreamingJobConfig,
                     job_name: str = ATTRIBUTION.flink_name) -> StreamExecutionEnvironment:
-        from pipelines.flink.kafka import flink_configuration
+        from pipelines.flink.runtime.kafka import flink_configuration
         from pipelines.py4j_routing import route_by_gateway
 
         jvm = self._gateway.jvm

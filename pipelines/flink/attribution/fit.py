@@ -12,8 +12,8 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.flink.legacy_state import LegacyFitState, pending_period
-from pipelines.flink.operator_support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
+from pipelines.flink.attribution.legacy_state import LegacyFitState, pending_period
+from pipelines.flink.attribution.support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
 from udfs.attribution import ModelParams, PathCounts, Period, conversion_credit_rows, merged_period
 from udfs.journeys import ConvertedJourneys, settle_step_ms
 

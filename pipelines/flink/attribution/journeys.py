@@ -14,8 +14,8 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.flink.legacy_state import LegacyBookState
-from pipelines.flink.operator_support import (
+from pipelines.flink.attribution.legacy_state import LegacyBookState
+from pipelines.flink.attribution.support import (
     ADMITTED,
     BEHIND_WATERMARK,
     CLOSED_JOURNEYS,

@@ -10,7 +10,7 @@ transform  event-time watermarks -> key by bucket -> each bucket's users in one
            (converting or not) go on, a batch per step, to one keyed operator that keeps
            path counts and refits the data-driven models (shapley, markov) once per period
            (udfs/attribution/data_driven.py); beside it every order, keyed by order id, through
-           the duplicate check (pipelines/flink/dedup_orders.py: one copy of an order
+           the duplicate check (pipelines/flink/attribution/dedup.py: one copy of an order
            counts, whatever user sent it; the others are withdrawn from their journeys)
 write    credits (JSON tables of rows, see pipelines/codec/credit_messages.py), conversions, dead
          letters and late events to Kafka with exactly-once sinks
@@ -30,20 +30,12 @@ from typing import NamedTuple
 from pyflink.common import JobExecutionResult, Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
-from pipelines.flink.attribute_journeys import AttributeJourneys
-from pipelines.flink.decode_otlp import DecodeOtlp
-from pipelines.flink.dedup_orders import DedupOrders
-from pipelines.flink.fit_models import FitDataDrivenModels
-from pipelines.flink.jobs import ATTRIBUTION
-from pipelines.flink.kafka import (
-    build_sink,
-    build_source,
-    from_kafka,
-    otlp_event_time,
-    run_pipeline,
-    stay_active,
-)
-from pipelines.flink.operator_support import (
+from pipelines.flink.attribution.accounting import RunAccounting
+from pipelines.flink.attribution.decode import DecodeOtlp
+from pipelines.flink.attribution.dedup import DedupOrders
+from pipelines.flink.attribution.fit import FitDataDrivenModels
+from pipelines.flink.attribution.journeys import AttributeJourneys
+from pipelines.flink.attribution.support import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
     CONVERSIONS,
@@ -56,7 +48,15 @@ from pipelines.flink.operator_support import (
     ORDERS,
     RESULT_TYPE,
 )
-from pipelines.flink.run_accounting import RunAccounting
+from pipelines.flink.jobs import ATTRIBUTION
+from pipelines.flink.runtime.kafka import (
+    build_sink,
+    build_source,
+    from_kafka,
+    otlp_event_time,
+    run_pipeline,
+    stay_active,
+)
 from pipelines.settings.job_config import StreamingJobConfig
 from udfs.journeys import correction_reach_ms
 

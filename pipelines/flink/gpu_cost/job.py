@@ -40,7 +40,7 @@ from pipelines.codec.frame import unframe
 from pipelines.codec.metrics import decode_samples
 from pipelines.codec.otlp import MAX_FUTURE_S, decode_spans
 from pipelines.flink.jobs import GPU_COST
-from pipelines.flink.kafka import (
+from pipelines.flink.runtime.kafka import (
     build_sink,
     build_source,
     from_kafka,
