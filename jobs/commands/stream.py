@@ -61,7 +61,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                            topics.spans: SAMPLE_SPANS_TOPIC})
     print(f"Running the {job.title} job on {bootstrap}: {job.describe(config)}; {until}")
     with resume_hint(config, job.flink_name, args.verbose):
-        job.run(config, bootstrap)
+        from pipelines.flink.runtime.kafka import run_job  # PyFlink: loaded when run
+
+        run_job(job, config, bootstrap)
     if not job.keeps_accounting:
         return 0
     from pipelines.store.accounting import adds_up, format_report, latest_report

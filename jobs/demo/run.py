@@ -137,6 +137,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
                   f"{incident[0].day} .. {incident[-1].day}")
         _done(t)
 
+        from pipelines.flink.runtime.kafka import run_job  # PyFlink: loaded when run
+
         for job in STREAMING_JOBS.values():
             if job.name == LTV.name:  # as a scheduled `seedance ltv fit --publish` would
                 t = _step("Fitting BG/NBD and Gamma-Gamma on the orders so far, published to "
@@ -149,7 +151,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
                     print(f"    no model published: {error}")
                 _done(t)
             t = _step(f"Running the Flink {job.title} job{DEMO_STEPS[job.name]}")
-            job.run(config, info.bootstrap, job_name=demo_job_name(job))
+            run_job(job, config, info.bootstrap, job_name=demo_job_name(job))
             _done(t)
             if job.name == LTV.name:
                 print(f"    {count_messages(info.bootstrap, topics.customer_ltv):,} customer "

@@ -20,7 +20,6 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyflink.common import JobExecutionResult
     from pyflink.datastream import StreamExecutionEnvironment
 
     from pipelines.settings.job_config import StreamingJobConfig
@@ -77,15 +76,6 @@ class StreamingJob:
     def keeps_accounting(self) -> bool:
         """It writes running totals (`topics.accounting`) that add up or not."""
         return "topics.accounting" in self.writes
-
-    def run(self, config: StreamingJobConfig, bootstrap: str, job_name: str | None = None,
-            env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
-        """Build and run the job (`pipelines.flink.runtime.kafka.run_pipeline`), as `job_name`
-        (default: `flink_name`)."""
-        from pipelines.flink.runtime.kafka import run_pipeline
-
-        return run_pipeline(self.builder(), config, bootstrap, job_name or self.flink_name,
-                            env)
 
 
 def unique(names: Iterable[str]) -> list[str]:

@@ -27,6 +27,7 @@ from pyflink.datastream.connectors.kafka import (
 from pyflink.java_gateway import get_gateway
 from pyflink.util.java_utils import add_jars_to_context_class_loader
 
+from pipelines.flink.jobs import StreamingJob
 from pipelines.kafka.security import for_flink
 from pipelines.py4j_routing import route_by_gateway
 from pipelines.settings.job_config import StreamingJobConfig
@@ -282,3 +283,11 @@ def run_pipeline(build: Callable[[StreamExecutionEnvironment, StreamingJobConfig
     route_by_gateway()  # a Spark session in this process keeps its own exception handler
     build(env, config, bootstrap)
     return env.execute(job_name)
+
+
+def run_job(job: StreamingJob, config: StreamingJobConfig, bootstrap: str,
+            job_name: str | None = None,
+            env: StreamExecutionEnvironment | None = None) -> JobExecutionResult:
+    """Build and run a registered job (`run_pipeline`), as `job_name` (default: its
+    `flink_name`)."""
+    return run_pipeline(job.builder(), config, bootstrap, job_name or job.flink_name, env)
