@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from pipelines.flink.jobs import ATTRIBUTION
-from pipelines.flink.runtime.final_offsets import committed, savepoint_offsets
+from pipelines.flink.runtime.final_offsets import savepoint_offsets
 from pipelines.flink.runtime.standalone import StandaloneFlink
+from pipelines.kafka.group_offsets import committed
 from pipelines.sources.generator import plan_events
 from tests.job_io import publishing_slowly
 from tests.spans import encoded
