@@ -244,7 +244,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 def _message(args: argparse.Namespace, model: Any, summaries: Any) -> Any:
     """The model message with the config's ltv: horizon and discount rate (per period)."""
     from jobs.commands.common import job_config
-    from pipelines.ltv.models_topic import ModelMessage
+    from pipelines.codec.ltv_models import ModelMessage
 
     config = job_config(args)
     return ModelMessage.fitted(model, summaries, int(config.ltv.horizon_days),

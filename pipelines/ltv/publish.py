@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from pipelines.codec import table_messages
+from pipelines.codec.ltv_models import ModelMessage
 from pipelines.kafka.io import read_all
-from pipelines.ltv.models_topic import ModelMessage, publish_model
+from pipelines.ltv.models_topic import publish_model
 from pipelines.ltv.transactions import Transactions
 from pipelines.settings.job_config import StreamingJobConfig
 from udfs.ltv import fit_model, summaries_from_transactions

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from pipelines.ltv.models_topic import allocation_model
+from pipelines.codec.ltv_models import allocation_model
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
@@ -138,7 +138,7 @@ class ExperimentsConfig:
 @dataclass(frozen=True)
 class LtvConfig:
     # what a model fitted for the stream is fitted and published with (the model message,
-    # pipelines/ltv/models_topic.py, carries them; the stream scores by the message)
+    # pipelines/codec/ltv_models.py, carries them; the stream scores by the message)
     period_days: float = 7.0  # the models' time unit
     horizon_days: int = 365  # the LTV horizon after the as-of day
     discount_rate: float = 0.0  # per period

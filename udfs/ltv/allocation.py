@@ -5,7 +5,7 @@ With the lifecycle basis the weight is the order's stage weight; with this one i
 weight of the order's LTV segment: the segment of the customer's predicted LTV as of the
 order's day, from the customer's orders on or before that day (the order's own day
 included), under one fixed allocation model (a model message: BG/NBD and Gamma-Gamma
-parameters, horizon, discount rate and segment bounds, pipelines/ltv/models_topic.py).
+parameters, horizon, discount rate and segment bounds, pipelines/codec/ltv_models.py).
 
 A fixed model, given in the config, not the latest one published: the stream and the
 backfill must weigh the same order alike whenever they see it, so the segment of an order

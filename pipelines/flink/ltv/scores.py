@@ -4,7 +4,7 @@ keyed state, scored with the current model (a broadcast) when their orders come 
 the watermark closes a day.
 
 The logic is udfs/ltv/tally.py's (tallies, summaries, scores, the close clock) and the
-model message pipelines/ltv/models_topic.py's; these classes load state, call it and
+model message pipelines/codec/ltv_models.py's; these classes load state, call it and
 store it. docs/ltv-stream.md.
 """
 
@@ -28,8 +28,8 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import table_messages
 from pipelines.codec.frame import unframe
+from pipelines.codec.ltv_models import KEY, ModelMessage
 from pipelines.flink.roi.support import MAX_WATERMARK, dead_letter
-from pipelines.ltv.models_topic import KEY, ModelMessage
 from udfs.journeys import bucket_of
 from udfs.ltv import (
     CloseClock,
@@ -44,7 +44,7 @@ from udfs.ltv import (
 from udfs.periods import DAY_MS
 
 DEAD_LETTERS = OutputTag("ltv-dead-letters", Types.STRING())
-# the current model message (JSON, as ModelMessage.to_json wrote it) under models_topic.KEY
+# the current model message (JSON, as ModelMessage.to_json wrote it) under ltv_models.KEY
 MODELS = MapStateDescriptor("ltv-models", Types.STRING(), Types.STRING())
 ROWS_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())  # records of a keyed raw sink
 
