@@ -33,3 +33,13 @@ def dead_letter_json(letter: DeadLetter, source: str, partition: int | None = No
     row["payload_base64"] = base64.b64encode(payload[:max_payload_bytes]).decode()
     return json.dumps(row, separators=(",", ":"))
 
+
+
+def dead_letter(source: str, reason: str, detail: str, payload: bytes | None,
+                partition: int | None = None, offset: int | None = None,
+                max_payload_bytes: int = DEAD_LETTER_PAYLOAD_BYTES) -> str:
+    """`dead_letter_json` of a DeadLetter made here: `reason` a short word for what went
+    wrong (`unreadable_message`, ...), `detail` the sentence that says it, `payload` the
+    input as it came (None: none)."""
+    return dead_letter_json(DeadLetter(reason, detail, bytes(payload or b"")), source,
+                            partition, offset, max_payload_bytes)

@@ -237,7 +237,8 @@ def test_tallies_wait_for_the_first_model_and_a_bad_model_is_set_aside(
     publish_model(kafka, config.topics.ltv_models, message)
     letters = wait_for("the malformed model's dead letter",
                        lambda: messages(kafka, config.topics.ltv_dead_letter))
-    assert len(letters) == 1 and letters[0]["reason"].startswith("not an LTV model")
+    assert len(letters) == 1 and letters[0]["reason"] == "invalid_ltv_model"
+    assert letters[0]["detail"].startswith("not an LTV model")
     assert letters[0]["source"] == config.topics.ltv_models and letters[0]["offset"] == 0
     publish_conversions(kafka, config.topics.conversions, after, [],
                         config.flink.user_buckets)

@@ -98,12 +98,13 @@ def test_spend_and_compute_reach_roi_by_credit_and_stage(kafka, flink, job_confi
     # any model; the models differ in how they split it between channels
     assert orders["oA"]["compute_cost"] == pytest.approx(6.0)
 
-    dead = messages(kafka, config.topics.roi_dead_letter)
-    reasons = sorted(d["reason"] for d in dead)
-    assert len(dead) == 3
-    assert any("reporting currency USD" in r for r in reasons)
-    assert any(r.startswith("not JSON") for r in reasons)
-    assert any("field 'day'" in r for r in reasons)
+    dead = messages(kafka, config.topics.roi_dead_letter)  # pipelines/codec/dead_letters.py
+    details = sorted(d["detail"] for d in dead)
+    assert len(dead) == 3 and {d["reason"] for d in dead} == {"unusable_input"}
+    assert any("reporting currency USD" in r for r in details)
+    assert any(r.startswith("not JSON") for r in details)
+    assert any("field 'day'" in r for r in details)
+    assert all(d["payload_base64"] and not d["payload_truncated"] for d in dead)
     # each names where its input is: the spend topic (one partition), offsets 4 to 6
     assert sorted((d["source"], d["partition"], d["offset"]) for d in dead) == [
         (config.topics.ad_spend, 0, offset) for offset in (4, 5, 6)]

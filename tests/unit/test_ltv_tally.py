@@ -5,6 +5,7 @@ forms; the scoring operator driven through restores, before and after its first 
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import pickle
@@ -17,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.codec import table_messages
+from pipelines.codec.dead_letters import DEAD_LETTER_PAYLOAD_BYTES
 from pipelines.codec.frame import frame
 from pipelines.flink.ltv.scores import (
     DEAD_LETTERS,
@@ -254,14 +256,34 @@ def test_decoding_and_parsing_set_bad_messages_aside():
     for value in (b"garbage", None):
         (tag, letter), = outputs(DecodeOrders(4, "conversions").process_element(
             frame(value, partition=2, offset=7), None))
-        assert tag is DEAD_LETTERS and json.loads(letter)["offset"] == 7
+        # every job's dead letter (pipelines/codec/dead_letters.py)
+        found = json.loads(letter)
+        assert tag is DEAD_LETTERS and found["reason"] == "unreadable_message"
+        assert (found["source"], found["partition"], found["offset"]) == ("conversions", 2, 7)
+        assert "unreadable conversions message" in found["detail"]
+        assert base64.b64decode(found["payload_base64"]) == (value or b"")
     parse = ParseModels("ltv_models")
     assert outputs(parse.process_element(frame(MESSAGE.to_json().encode()), None)) == \
         [MESSAGE.to_json()]
-    (tag, letter), = outputs(parse.process_element(frame(_bad(
-        lambda d: d.pop("segments")).encode(), offset=3), None))
-    assert tag is DEAD_LETTERS
-    assert "not an LTV model" in json.loads(letter)["reason"] and "segments" in letter
+    bad = _bad(lambda d: d.pop("segments")).encode()
+    (tag, letter), = outputs(parse.process_element(frame(bad, offset=3), None))
+    found = json.loads(letter)
+    assert tag is DEAD_LETTERS and found["reason"] == "invalid_ltv_model"
+    assert found["detail"].startswith("not an LTV model") and "segments" in found["detail"]
+    assert (found["source"], found["offset"]) == ("ltv_models", 3)
+    assert base64.b64decode(found["payload_base64"]) == bad
+
+
+def test_an_oversized_message_is_a_dead_letter_of_its_first_bytes():
+    """A dead letter always fits on its topic: of a message larger than the cap only the
+    first DEAD_LETTER_PAYLOAD_BYTES are kept, and the letter says how large it was."""
+    value = b"x" * (DEAD_LETTER_PAYLOAD_BYTES + 10)
+    for operator in (DecodeOrders(4, "conversions"), ParseModels("ltv_models")):
+        (tag, letter), = outputs(operator.process_element(frame(value, offset=5), None))
+        found = json.loads(letter)
+        assert tag is DEAD_LETTERS and found["offset"] == 5
+        assert (found["payload_bytes"], found["payload_truncated"]) == (len(value), True)
+        assert base64.b64decode(found["payload_base64"]) == value[:DEAD_LETTER_PAYLOAD_BYTES]
 
 
 class Broadcast(FakeContext):
@@ -391,7 +413,9 @@ def test_customers_the_model_cannot_value_are_a_dead_letter_and_the_job_goes_on(
     driver = Driver()
     monkeypatch.setattr(driver.function, "_model", lambda ctx: broken)
     (tag, letter), = driver.orders([("o1", "u1", T0, 5.0)])
-    assert tag is DEAD_LETTERS and "no finite value" in json.loads(letter)["reason"]
+    found = json.loads(letter)
+    assert tag is DEAD_LETTERS and found["reason"] == "not_scored"
+    assert "no finite value" in found["detail"] and found["source"] == "ltv"
     monkeypatch.setattr(driver.function, "_model", lambda ctx: MESSAGE)
     assert [r["user_id"] for r in decoded(driver.orders([("o2", "u1", T0 + DAY_MS, 5.0)]))] \
         == ["u1"]

@@ -96,3 +96,6 @@ def test_a_link_window_as_long_as_the_retention_closes_the_compute_as_the_day_re
     (late,) = harness.process(("spend", DAY, day_start_ms(DAY), ("meta", "1", "r", 1.0)),
                               key=DAY)
     assert late[0] == DEAD_LETTERS  # retired
+    letter = json.loads(late[1])
+    assert letter["reason"] == "state_retired" and letter["source"] == "roi"
+    assert "came after its state was retired" in letter["detail"]

@@ -27,9 +27,10 @@ from pyflink.datastream import (
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import table_messages
+from pipelines.codec.dead_letters import dead_letter
 from pipelines.codec.frame import unframe
 from pipelines.codec.ltv_models import KEY, ModelMessage
-from pipelines.flink.roi.support import MAX_WATERMARK, dead_letter
+from pipelines.flink.runtime.watermarks import MAX_WATERMARK
 from udfs.journeys import bucket_of
 from udfs.ltv import (
     CloseClock,
@@ -84,9 +85,9 @@ class DecodeOrders(ProcessFunction):  # type: ignore[misc]
                 raise ValueError("empty message (no value)")
             by_bucket = orders_by_bucket(table_messages.decode(record.value), self.buckets)
         except Exception as error:  # noqa: BLE001 - one message must never stop the job
-            yield DEAD_LETTERS, dead_letter(self.source, f"unreadable conversions message: "
-                                            f"{error!r}", record.value, record.partition,
-                                            record.offset)
+            yield DEAD_LETTERS, dead_letter(self.source, "unreadable_message",
+                                            f"unreadable conversions message: {error!r}",
+                                            record.value, record.partition, record.offset)
             return
         for bucket, orders in by_bucket.items():
             yield bucket, max(order[2] for order in orders), orders
@@ -107,8 +108,9 @@ class ParseModels(ProcessFunction):  # type: ignore[misc]
                 raise ValueError("empty message (no value): the current model stays")
             yield ModelMessage.from_json(record.value).to_json()
         except Exception as error:  # noqa: BLE001 - one message must never stop the job
-            yield DEAD_LETTERS, dead_letter(self.source, f"not an LTV model: {error}",
-                                            record.value, record.partition, record.offset)
+            yield DEAD_LETTERS, dead_letter(self.source, "invalid_ltv_model",
+                                            f"not an LTV model: {error}", record.value,
+                                            record.partition, record.offset)
 
 
 class BatchTime(TimestampAssigner):  # type: ignore[misc]
@@ -218,7 +220,7 @@ class ScoreCustomers(KeyedBroadcastProcessFunction):  # type: ignore[misc]
         try:
             scores = message.scores(ids, summaries)
         except ValueError as error:  # the model gives a customer no finite value
-            yield DEAD_LETTERS, dead_letter("ltv", f"not scored: {error}", None)
+            yield DEAD_LETTERS, dead_letter("ltv", "not_scored", f"not scored: {error}", None)
             return
         rows = customer_rows(ids, days, scores, message.horizon_days, message.version)
         for row in rows:

@@ -47,6 +47,7 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.codec import credit_messages, table_messages
+from pipelines.codec.dead_letters import dead_letter
 from pipelines.codec.frame import unframe
 from pipelines.flink.jobs import ROI
 from pipelines.flink.roi.compute import LinkTraceCosts, ShareIdleCost
@@ -55,7 +56,6 @@ from pipelines.flink.roi.segments import ORDER_HISTORY, order_items, segmented
 from pipelines.flink.roi.support import (
     DEAD_LETTERS,
     Item,
-    dead_letter,
     ending,
     retired_letter,
     schedule_report,
@@ -105,10 +105,12 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
                 raise UnusableInput("empty message (no value)")
             yield from self._items(value)
         except (SpendError, UnusableInput) as error:
-            yield DEAD_LETTERS, dead_letter(self.topic, str(error), value, partition, offset)
-        except Exception as error:  # noqa: BLE001 - one record must never stop the job
-            yield DEAD_LETTERS, dead_letter(self.topic, f"unreadable row: {error!r}", value,
+            yield DEAD_LETTERS, dead_letter(self.topic, "unusable_input", str(error), value,
                                             partition, offset)
+        except Exception as error:  # noqa: BLE001 - one record must never stop the job
+            yield DEAD_LETTERS, dead_letter(self.topic, "unreadable_message",
+                                            f"unreadable row: {error!r}", value, partition,
+                                            offset)
 
     def _items(self, value: bytes) -> Iterator[Item]:
         if self.kind == "spend":

@@ -1,4 +1,4 @@
-"""What the ROI job's operators share: the items they pass, dead letters, and the rule by
+"""What the ROI job's operators share: the items they pass, their dead letters, and the rule by
 which a keyed day (or GPU-day) is reported -- when the watermark passes it, and again after
 any later input for it, whatever the watermark -- and retired. Their days are
 udfs.periods'."""
@@ -11,8 +11,11 @@ from typing import Any
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
 
+from pipelines.codec.dead_letters import dead_letter
+from pipelines.flink.runtime.watermarks import MAX_WATERMARK
+
+# dead letters as every job writes them (pipelines/codec/dead_letters.py)
 DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
-MAX_WATERMARK = 2**63 - 1
 
 # Records between the operators: (kind, key, timestamp_ms, payload)
 #   credit   day          conv ts    (model, order, touch, channel, campaign, stage, credit,
@@ -26,16 +29,6 @@ MAX_WATERMARK = 2**63 - 1
 #   unlinked day          interval   cost_usd               (from the link step)
 #   idle_gpu day          day end    (gpu, cost_usd)   idle of a GPU-day without calls
 Item = tuple[str, str, int, Any]
-
-
-def dead_letter(source: str, reason: str, value: bytes | None,
-                partition: int | None = None, offset: int | None = None) -> str:
-    """A dead letter: the topic, and where the input came from in it, why, and what it
-    was."""
-    place = {} if partition is None else {"partition": partition, "offset": offset}
-    return json.dumps({"source": source, **place, "reason": reason,
-                       "payload": (value or b"").decode("utf-8", "replace")},
-                      separators=(",", ":"))
 
 
 def schedule_report(timers: Any, end_ms: int, retention_ms: int | None) -> bool:
@@ -68,6 +61,6 @@ def ending(timers: Any) -> bool:
 
 def retired_letter(source: str, kind: str, key: str, payload: Any) -> str:
     return dead_letter(
-        source, f"{kind} input for {key} came after its state was retired "
+        source, "state_retired", f"{kind} input for {key} came after its state was retired "
         "(roi.retention_days after the day): not folded into a partial day",
         json.dumps([kind, key, payload], default=str).encode())
