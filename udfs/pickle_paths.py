@@ -32,6 +32,8 @@ PINNED: frozenset[tuple[str, str]] = frozenset({
     ("schemas.events", "EventColumns"),
     ("schemas.events", "OrderColumns"),
     ("schemas.events", "TouchColumns"),
+    ("schemas.records", "GpuCall"),  # the GPU cost job's waiting and active calls
+    ("schemas.gpu", "GpuSample"),  # and its samples
 })
 
 

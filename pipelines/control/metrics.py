@@ -2,7 +2,7 @@
 prometheus_client (`/metrics` on the configured port), for KEDA's prometheus scaler or the
 HPA through prometheus-adapter (docs/control.md):
 
-    seedance_gpu_pool_pressure{pool}              udfs/control/pressure.py's pressure, 0..1
+    seedance_gpu_pool_pressure{pool}              udfs/control/pool_pressure.py's pressure, 0..1
     seedance_gpu_pool_utilization_factor{pool}    its three weighted terms (they add up
     seedance_gpu_pool_memory_factor{pool}         to the pressure)
     seedance_gpu_pool_queue_factor{pool}

@@ -5,7 +5,7 @@ pipelines/control/inputs.py from Kafka, or directly by tests):
   (a day reported again wins, as in the warehouse), the last `history_days` data days;
 - the newest GPU sample of each GPU (OTLP metrics, pipelines/codec/metrics.py) and the
   newest queue-depth gauge of each pool, which make each pool's pressure
-  (udfs/control/pressure.py) from the readings of the last `gpu.window_s` before now;
+  (udfs/control/pool_pressure.py) from the readings of the last `gpu.window_s` before now;
 - the reconciliation alerts still open.
 """
 

@@ -17,7 +17,7 @@ from udfs.control.rules import (
     parse_rule,
     parse_rules,
 )
-from udfs.control.verify import observed_after, verify
+from udfs.control.verification import observed_after, verify
 from udfs.periods import DAY_MS
 
 BUDGET = {"name": "cut_low_roi",

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from udfs.control.pressure import (
+from udfs.control.pool_pressure import (
     INPUT_COLUMNS,
     ScalingPolicy,
     decide,

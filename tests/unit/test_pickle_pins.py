@@ -78,10 +78,6 @@ def gpu_state() -> list[StateStore]:
     return [link, cost]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the GPU cost job keeps schemas.records:GpuCall and schemas.gpu:GpuSample in keyed "
-    "state and udfs.pickle_paths.PINNED does not list them yet: add them there and drop "
-    "this marker"))
 def test_every_class_the_gpu_cost_state_names_is_pinned():
     """The GPU cost job keeps its samples and calls (schemas classes) in state as they
     are: pickled by Flink's PICKLED_BYTE_ARRAY coder, they name their classes too."""

@@ -4,7 +4,7 @@ actions, and the verification of what an action changed.
 
 from __future__ import annotations
 
-from udfs.control.pressure import (
+from udfs.control.pool_pressure import (
     MEMORY_WEIGHT,
     QUEUE_WEIGHT,
     UTIL_SATURATION_PCT,
@@ -20,7 +20,7 @@ from udfs.control.rules import (
     evaluate,
     parse_rules,
 )
-from udfs.control.verify import (
+from udfs.control.verification import (
     observed_after,
     verify,
 )
