@@ -3,7 +3,7 @@
 ShareIdleCost  keyed by GPU and UTC day: with `roi.compute_cost: fully_loaded`, the GPU-day's
                idle cost shared over its calls by their cost (udfs.roi.compute_loading), each
                share passed on as a cost of the call's trace; a GPU-day without calls keeps
-               its idle cost (idle_gpu, unallocated under the GPU's id)
+               its idle cost (ItemKind.UNSHARED_IDLE, unallocated under the GPU's id)
 LinkTraceCosts keyed by trace: a trace's costs go to the conversion that claims it
 """
 
@@ -19,6 +19,7 @@ from pyflink.datastream.state import ListStateDescriptor, ValueStateDescriptor
 from pipelines.flink.roi.support import (
     DEAD_LETTERS,
     Item,
+    ItemKind,
     ending,
     retired_letter,
     schedule_report,
@@ -48,13 +49,13 @@ class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         kind, key, ts, payload = item
-        if kind not in ("gpu_call", "gpu_idle"):
+        if kind not in (ItemKind.GPU_CALL_COST, ItemKind.IDLE_TO_SHARE):
             yield item
             return
         if self.retired.value():
             yield DEAD_LETTERS, retired_letter(self.source, kind, key, payload)
             return
-        if kind == "gpu_call":
+        if kind == ItemKind.GPU_CALL_COST:
             trace, cost = payload
             self.calls.add((trace, ts, cost))
         else:
@@ -85,11 +86,11 @@ class ShareIdleCost(KeyedProcessFunction):  # type: ignore[misc]
         before = before + [0.0] * (len(calls) - len(before))
         for (trace, ts, _), share, old in zip(calls, shares, before, strict=True):
             if share != old:
-                yield ("cost", trace, ts, share - old) if trace \
-                    else ("unlinked", day_of(ts), ts, share - old)
+                yield (ItemKind.TRACE_COST, trace, ts, share - old) if trace \
+                    else (ItemKind.UNLINKED, day_of(ts), ts, share - old)
         unshared = idle if sum(cost for _, _, cost in calls) <= 0 else 0.0
         if unshared != unshared_before:
-            yield "idle_gpu", day, end, (gpu, unshared - unshared_before)
+            yield ItemKind.UNSHARED_IDLE, day, end, (gpu, unshared - unshared_before)
         self.emitted.update((shares, unshared))
 
 
@@ -120,13 +121,13 @@ class LinkTraceCosts(KeyedProcessFunction):  # type: ignore[misc]
 
     def process_element(self, item: Item, ctx: KeyedProcessFunction.Context) -> Iterator[Item]:
         kind, _, ts, payload = item
-        if kind in ("unlinked", "idle_gpu"):  # keyed by day: nothing to wait for
+        if kind in (ItemKind.UNLINKED, ItemKind.UNSHARED_IDLE):  # keyed by day: no wait
             yield item
             return
         timers = ctx.timer_service()
         claim = self.claim.value()
         costs = self.costs.value() or []
-        if kind == "claim":
+        if kind == ItemKind.TRACE_CLAIM:
             order_id, day = payload
             if claim is not None and (claim[2], claim[0]) <= (ts, order_id):
                 return  # an earlier (or the same) conversion holds the trace already
@@ -176,5 +177,5 @@ class LinkTraceCosts(KeyedProcessFunction):  # type: ignore[misc]
 def _placed_item(placed: tuple[Any, ...], ts: int, cost: float) -> Item:
     if placed[0] == "order":
         _, order_id, day, claim_ts = placed
-        return "compute", day, claim_ts, (order_id, cost)
-    return "unlinked", placed[1], ts, cost
+        return ItemKind.ORDER_COMPUTE, day, claim_ts, (order_id, cost)
+    return ItemKind.UNLINKED, placed[1], ts, cost

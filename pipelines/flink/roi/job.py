@@ -56,6 +56,7 @@ from pipelines.flink.roi.segments import ORDER_HISTORY, order_items, segmented
 from pipelines.flink.roi.support import (
     DEAD_LETTERS,
     Item,
+    ItemKind,
     ending,
     retired_letter,
     schedule_report,
@@ -118,7 +119,7 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             if spend.currency != self.currency:
                 raise SpendError(f"currency {spend.currency} is not the reporting currency "
                                  f"{self.currency} (convert before sending)")
-            yield ("spend", spend.day, spend.day_start_ms,
+            yield (ItemKind.SPEND, spend.day, spend.day_start_ms,
                    (spend.platform, spend.account, spend.campaign, spend.amount))
             return
         if self.kind == "credit":
@@ -126,7 +127,7 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             # (pipelines/codec/credit_messages.py)
             for (model, order), group in credit_messages.conversion_groups(value).items():
                 ts = int(group[0]["conversion_ts_ms"])
-                yield "credit", day_of(ts), ts, (model, order, [
+                yield ItemKind.CREDIT, day_of(ts), ts, (model, order, [
                     (model, order, int(row["touch_index"]), row["channel"], row["campaign"],
                      row.get("stage", "unknown"), float(row["credit"]), float(row["revenue"]))
                     for row in group])
@@ -137,7 +138,7 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             for row in rows:
                 ts = int(row["conversion_ts_ms"])
                 for trace in row["trace_ids"]:
-                    yield "claim", trace, ts, (row["order_id"], day_of(ts))
+                    yield ItemKind.TRACE_CLAIM, trace, ts, (row["order_id"], day_of(ts))
             for item in orders:
                 yield ORDER_HISTORY, item
             return
@@ -151,15 +152,15 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
         gpu_day = f"{row.get('gpu_uuid') or ''}\t{day_of(ts)}"
         if row["kind"] == "idle":
             if self.fully_loaded:
-                yield "gpu_idle", gpu_day, ts, cost
+                yield ItemKind.IDLE_TO_SHARE, gpu_day, ts, cost
             return
         trace = row.get("trace_id") or ""
         if trace:
-            yield "cost", trace, ts, cost
+            yield ItemKind.TRACE_COST, trace, ts, cost
         else:
-            yield "unlinked", day_of(ts), ts, cost
+            yield ItemKind.UNLINKED, day_of(ts), ts, cost
         if self.fully_loaded:
-            yield "gpu_call", gpu_day, ts, (trace, cost)
+            yield ItemKind.GPU_CALL_COST, gpu_day, ts, (trace, cost)
 
 
 class ItemTime(TimestampAssigner):  # type: ignore[misc]
@@ -222,20 +223,21 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         if self.retired.value():
             yield DEAD_LETTERS, retired_letter(self.source, kind, day, payload)
             return
-        if kind == "credit":
+        if kind == ItemKind.CREDIT:
             model, order, credits = payload
             self.credit_groups.put(f"{model}\t{order}", credits)
-        elif kind == "compute":
+        elif kind == ItemKind.ORDER_COMPUTE:
             self.compute.add(payload)
-        elif kind in ("unlinked", "idle_gpu"):  # by key: '' outside journeys, or the GPU
-            key, amount = ("", payload) if kind == "unlinked" else payload
+        elif kind in (ItemKind.UNLINKED, ItemKind.UNSHARED_IDLE):
+            # by key: '' outside journeys, or the GPU whose idle no call shared
+            key, amount = ("", payload) if kind == ItemKind.UNLINKED else payload
             unlinked = _by_key(self.unlinked.value())
             unlinked[key] = unlinked.get(key, 0.0) + amount
             self.unlinked.update(unlinked)
-        elif kind == "spend":
+        elif kind == ItemKind.SPEND:
             platform, account, campaign, amount = payload
             self.spend.put(f"{platform}\t{account}\t{campaign}", amount)  # restated: replaced
-        elif kind == "segment":  # (order, segment, value, user)
+        elif kind == ItemKind.ORDER_SEGMENT:  # (order, segment, value, user)
             self.segments.put(payload[0], payload[1:])
         schedule_close(ctx.timer_service(), day, self.link_window_ms)
         if schedule_report(ctx.timer_service(), day_end_ms(day), self.retention_ms):

@@ -5,9 +5,9 @@ on to the day's ROI.
 A user's orders are kept in keyed state (order id -> (ts_ms, revenue); a later version of
 an order replaces it). When an order comes, the segments of the user's orders from its day
 on are worked out again (`udfs.ltv.allocation.OrderSegmenter`: an earlier order that came
-late changes the later ones), and each that changed is sent as a ("segment", day, ts,
-(order id, segment, value, user)) item to the day's RoiPerDay, which reports the day again
-(and the order's order_segment row). No timers:
+late changes the later ones), and each that changed is sent as an ItemKind.ORDER_SEGMENT
+item (day, ts, (order id, segment, value, user)) to the day's RoiPerDay, which reports the
+day again (and the order's order_segment row). No timers:
 what is sent depends on the user's orders alone, so the stream's segments are the
 backfill's (pipelines/backfill/roi.py order_segments).
 """
@@ -22,11 +22,12 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedProcessFunction, OutputTag, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor
 
-from pipelines.flink.roi.support import Item
+from pipelines.flink.roi.support import Item, ItemKind
 from udfs.ltv import OrderSegmenter, day_number
 from udfs.periods import day_of
 
-# the conversions decoder's orders, for the segments: ("order", user, ts, (order, ts, revenue))
+# the conversions decoder's orders, for the segments: ItemKind.ORDER items (user, ts,
+# (order, ts, revenue))
 ORDER_HISTORY = OutputTag("order-history", Types.PICKLED_BYTE_ARRAY())
 
 
@@ -43,7 +44,7 @@ def order_items(rows: list[dict[str, Any]]) -> list[Item]:
                 raise ValueError(f"order {row['order_id']}: revenue is not a number: "
                                  f"{value!r}")
             ts, revenue = int(row["conversion_ts_ms"]), float(value)
-            items.append(("order", user, ts, (str(row["order_id"]), ts, revenue)))
+            items.append((ItemKind.ORDER, user, ts, (str(row["order_id"]), ts, revenue)))
     return items
 
 
@@ -72,7 +73,7 @@ class SegmentOrders(KeyedProcessFunction):  # type: ignore[misc]
             if self.sent.get(order) != sent:
                 self.sent.put(order, sent)
                 at = orders[order][0]
-                yield "segment", day_of(at), at, (order, segment, value, user)
+                yield ItemKind.ORDER_SEGMENT, day_of(at), at, (order, segment, value, user)
 
 
 def segmented(history: DataStream, segmenter: OrderSegmenter) -> DataStream:

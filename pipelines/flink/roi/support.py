@@ -6,7 +6,7 @@ udfs.periods'."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
@@ -17,17 +17,47 @@ from pipelines.flink.runtime.watermarks import MAX_WATERMARK
 # dead letters as every job writes them (pipelines/codec/dead_letters.py)
 DEAD_LETTERS = OutputTag("roi-dead-letters", Types.STRING())
 
-# Records between the operators: (kind, key, timestamp_ms, payload)
-#   credit   day          conv ts    (model, order, touch, channel, campaign, stage, credit,
-#                                     revenue)
-#   claim    trace id     conv ts    (order_id, day)
-#   cost     trace id     interval   cost_usd (a call's own cost, or its share of idle)
-#   spend    day          day start  (platform, account, campaign, amount)
-#   gpu_call gpu \t day   interval   (trace id or '', cost_usd)   (fully loaded compute)
-#   gpu_idle gpu \t day   interval   cost_usd                     (fully loaded compute)
-#   compute  day          conv ts    (order_id, cost)       (from the link step)
-#   unlinked day          interval   cost_usd               (from the link step)
-#   idle_gpu day          day end    (gpu, cost_usd)   idle of a GPU-day without calls
+
+class ItemKind:
+    """The kinds of item the ROI job's operators pass (an Item's first field), each named
+    once here. The values are plain strings (no Enum: what is pickled stays a str): records in
+    flight in a checkpoint and the dead letters of retired state hold them, so a value
+    never changes, only these names.
+    Two read alike and differ: IDLE_TO_SHARE is an idle interval's cost of a GPU-day on its
+    way to be shared over the day's calls; UNSHARED_IDLE is what a GPU-day without calls
+    kept of it, on its way to the day's unallocated compute under the GPU's id.
+
+    kind            key           timestamp  payload
+    CREDIT          day           conv ts    (model, order, rows: (model, order, touch,
+                                              channel, campaign, stage, credit, revenue))
+    TRACE_CLAIM     trace id      conv ts    (order_id, day)
+    TRACE_COST      trace id      interval   cost_usd (a call's own cost, or its share of
+                                             idle)
+    SPEND           day           day start  (platform, account, campaign, amount)
+    GPU_CALL_COST   gpu \t day    interval   (trace id or '', cost_usd)  (fully loaded)
+    IDLE_TO_SHARE   gpu \t day    interval   cost_usd                    (fully loaded)
+    ORDER_COMPUTE   day           conv ts    (order_id, cost)   (from the link step)
+    UNLINKED        day           interval   cost_usd           (from the link step)
+    UNSHARED_IDLE   day           day end    (gpu, cost_usd)    idle of a GPU-day without
+                                                                calls
+    ORDER           user          conv ts    (order_id, ts, revenue)  (to the segments)
+    ORDER_SEGMENT   day           order ts   (order_id, segment, value, user)
+    """
+
+    CREDIT: Final = "credit"
+    TRACE_CLAIM: Final = "claim"
+    TRACE_COST: Final = "cost"
+    SPEND: Final = "spend"
+    GPU_CALL_COST: Final = "gpu_call"
+    IDLE_TO_SHARE: Final = "gpu_idle"
+    ORDER_COMPUTE: Final = "compute"
+    UNLINKED: Final = "unlinked"
+    UNSHARED_IDLE: Final = "idle_gpu"
+    ORDER: Final = "order"
+    ORDER_SEGMENT: Final = "segment"
+
+
+# Records between the operators: (kind, key, timestamp_ms, payload), as ItemKind lists
 Item = tuple[str, str, int, Any]
 
 
