@@ -2,7 +2,8 @@
 
 The jobs write these rows to the result topics, the loader and the backfill store them in
 the warehouse (schemas/sql/*.sql, whose tables must have exactly these columns: a unit test
-compares them), the dashboard reads them back. Consumers derive what they need from a
+compares them; the LTV rows are in schemas/ltv_rows.py, the reconciliation's in
+schemas/reconcile_rows.py), the dashboard reads them back. Consumers derive what they need from a
 declaration -- a tuple of names, a Spark DDL string, pandas dtypes -- instead of keeping
 a copy of the layout (schemas/row_layout.py says how).
 """
@@ -16,6 +17,7 @@ from schemas.ltv_rows import (  # noqa: F401
     LTV_ROWS,
     ORDER_SEGMENT,
 )
+from schemas.reconcile_rows import RECONCILE_ROWS
 from schemas.row_layout import (  # noqa: F401 (Column and Row are part of this module's API)
     PANDAS_DTYPES,
     SPARK_TYPES,
@@ -389,5 +391,5 @@ ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSIO
                          LOAD_REJECT, ORDER_COST,
                          EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
                          CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
-                         CONTROL_VERIFICATION, *LTV_ROWS)
+                         CONTROL_VERIFICATION, *LTV_ROWS, *RECONCILE_ROWS)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

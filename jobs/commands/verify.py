@@ -54,8 +54,8 @@ def verify_warehouse(url: str, currency: str, first: str | None = None,
     returns the number of broken ties."""
     from pipelines.reconcile.alerts import dispatch
     from pipelines.reconcile.config import AlertsSection
-    from pipelines.reconcile.store import AlertSinks, ReconcileStore
-    from pipelines.store.verify import closed_days, internal_ties, store_ties
+    from pipelines.reconcile.store import AlertSinks, ReconcileStore, store_ties
+    from pipelines.store.verify import closed_days, internal_ties
     from pipelines.store.warehouse import redacted_url
     from udfs.reconcile import ALL_DAYS, breaks, still_open
 

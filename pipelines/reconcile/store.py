@@ -1,8 +1,12 @@
-"""Every SQL statement of the reconciliation, on the dialect-neutral Warehouse API.
+"""Every SQL statement of the reconciliation, on the dialect-neutral Warehouse API, and the
+one writer of its tables (schemas/reconcile_rows.py: billing_ad_rows, billing_cloud_costs,
+reconciliation_daily, alerts, reconciliation_runs), for `seedance reconcile` and
+`seedance verify` alike.
 
 Stages billing data (latest restatement wins), reads both sides for a date range, writes a
-day's results and alert events in one transaction, and keeps the alert outbox (what still
-has to reach the log, Kafka and the webhook). Works on SQLite and PostgreSQL alike.
+day's results and alert events in one transaction (`write_day`; the internal ties of
+`seedance verify`: `store_ties`), and keeps the alert outbox (what still has to reach the
+log, Kafka and the webhook). Works on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
@@ -10,33 +14,33 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pipelines.reconcile.billing.records import AdReportRow, BillingBatch, CloudCostRow
 from pipelines.settings.paths import PROJECT_ROOT
+from pipelines.store.loading import store_offsets, stored_offsets
+from pipelines.store.verify import day_filter
 from pipelines.store.warehouse import Warehouse
+from schemas.reconcile_rows import (
+    ALERT,
+    BILLING_AD_ROW,
+    BILLING_CLOUD_COST,
+    RECONCILIATION_DAILY,
+    RECONCILIATION_RUN,
+)
 from udfs.periods import parse_day
-from udfs.reconcile import Comparison, Key, Transition
+from udfs.reconcile import ALL_DAYS, SCOPE, Comparison, Key, Transition, decide, state_of
 
 DDL = PROJECT_ROOT / "schemas" / "sql" / "reconciliation.sql"
 
-AD_COLUMNS = ("platform", "account", "campaign", "day", "currency", "spend", "conversions",
-              "revenue", "time_zone", "attribution_window", "date_basis", "source",
-              "reported_at")
-CLOUD_COLUMNS = ("billing_account", "billing_period_start", "resource_id", "day",
-                 "charge_category", "source", "currency", "cost", "correction_cost", "lines",
-                 "provider", "reported_at")
-DAILY_COLUMNS = ("scope", "platform", "account", "entity", "day", "metric", "currency", "ours",
-                 "theirs", "difference", "drift", "threshold", "min_volume", "status",
-                 "contributors", "billing_source", "reported_at")
-ALERT_COLUMNS = ("alert_id", "kind", "scope", "platform", "account", "entity", "day", "metric",
-                 "seq", "currency", "ours", "theirs", "drift", "threshold", "min_volume",
-                 "contributors", "run_id", "raised_at", "log_status", "kafka_status",
-                 "webhook_status", "webhook_attempts", "last_error")
-KEY_COLUMNS = ("scope", "platform", "account", "entity", "day", "metric")
+AD_COLUMNS = BILLING_AD_ROW.names
+CLOUD_COLUMNS = BILLING_CLOUD_COST.names
+DAILY_COLUMNS = RECONCILIATION_DAILY.names
+ALERT_COLUMNS = ALERT.names
+KEY_COLUMNS = RECONCILIATION_DAILY.key
 
 
 @dataclass
@@ -144,22 +148,18 @@ class ReconcileStore:
                     result.periods_stale += 1
                     result.stale.append(f"{batch.source}: billing period {period} of {account} "
                                         "is older than the export already staged")
-            for consumer, topic, partition, next_offset in offsets:
-                wh.execute(
-                    "INSERT INTO kafka_offsets (consumer, topic, partition, next_offset) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (consumer, topic, partition) "
-                    "DO UPDATE SET next_offset = excluded.next_offset",
-                    (consumer, topic, partition, next_offset))
+            store_offsets(wh, offsets)
         return result
 
     def _stage_ad_row(self, row: AdReportRow) -> bool:
         values = tuple(getattr(row, c) for c in AD_COLUMNS)
         updates = ", ".join(f"{c} = excluded.{c}" for c in AD_COLUMNS[4:])
+        table, key = BILLING_AD_ROW.table, ", ".join(BILLING_AD_ROW.key)
         changed = self.warehouse.execute(
-            f"INSERT INTO billing_ad_rows ({', '.join(AD_COLUMNS)}) "
+            f"INSERT INTO {table} ({', '.join(AD_COLUMNS)}) "
             f"VALUES ({', '.join('?' for _ in AD_COLUMNS)}) "
-            f"ON CONFLICT (platform, account, campaign, day) DO UPDATE SET {updates} "
-            "WHERE excluded.reported_at >= billing_ad_rows.reported_at", values)
+            f"ON CONFLICT ({key}) DO UPDATE SET {updates} "
+            f"WHERE excluded.reported_at >= {table}.reported_at", values)
         return changed > 0
 
     def _stage_period(self, account: str, period: str, rows: list[CloudCostRow],
@@ -174,24 +174,20 @@ class ReconcileStore:
             return False
         if stored is not None and stored < reported_at:
             # a newer export of the period: it replaces every earlier row of it
-            wh.execute("DELETE FROM billing_cloud_costs WHERE billing_account = ? "
-                       "AND billing_period_start = ?", (account, period))
+            wh.delete(BILLING_CLOUD_COST, ("billing_account", "billing_period_start"),
+                      (account, period))
         else:
             # the same export again (a rerun) replaces its own rows only: other messages
             # of one export (same reported_at) add up
-            wh.execute("DELETE FROM billing_cloud_costs WHERE billing_account = ? AND "
-                       "billing_period_start = ? AND source = ?", (account, period, source))
+            wh.delete(BILLING_CLOUD_COST, ("billing_account", "billing_period_start", "source"),
+                      (account, period, source))
         if not rows:
             return True
-        wh.executemany(f"INSERT INTO billing_cloud_costs ({', '.join(CLOUD_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in CLOUD_COLUMNS)})",
-                       [tuple(getattr(r, c) for c in CLOUD_COLUMNS) for r in rows])
+        wh.insert(BILLING_CLOUD_COST, [tuple(getattr(r, c) for c in CLOUD_COLUMNS) for r in rows])
         return True
 
     def kafka_offsets(self, consumer: str, topic: str) -> dict[int, int]:
-        return dict(self.warehouse.query(
-            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
-            (consumer, topic)))
+        return stored_offsets(self.warehouse, consumer, topic)
 
     # -- reading both sides for a range -----------------------------------------------------
     def our_spend(self, first: str, last: str) -> list[tuple[Any, ...]]:
@@ -255,21 +251,27 @@ class ReconcileStore:
                   alerts: Iterable[tuple[object, ...]]) -> tuple[int, int]:
         """Replace the day's reconciliation rows and add its new alert events, together.
         Returns (rows written, alert events added)."""
-        wh = self.warehouse
         rows = sorted(daily_row(c) for c in comparisons)
+        return len(rows), self._replace_rows("day = ?", [day], rows, alerts)
+
+    def _replace_rows(self, where: str, params: Sequence[object], rows: list[tuple[object, ...]],
+                      alerts: Iterable[tuple[object, ...]]) -> int:
+        """Replace the reconciliation_daily rows `where` selects by `rows` and add the alert
+        events, in one transaction; returns the alert events added."""
+        wh = self.warehouse
         alerts = list(alerts)
         with wh.transaction():
-            wh.execute("DELETE FROM reconciliation_daily WHERE day = ?", (day,))
-            wh.executemany(f"INSERT INTO reconciliation_daily ({', '.join(DAILY_COLUMNS)}) "
-                           f"VALUES ({', '.join('?' for _ in DAILY_COLUMNS)})", rows)
+            wh.execute(f"DELETE FROM {RECONCILIATION_DAILY.table} WHERE {where}", params)
+            if rows:
+                wh.insert(RECONCILIATION_DAILY, rows)
             added = 0
             for alert in alerts:
                 # a concurrent run that raised the same event first wins; ours is a no-op
                 added += wh.execute(
-                    f"INSERT INTO alerts ({', '.join(ALERT_COLUMNS)}) "
+                    f"INSERT INTO {ALERT.table} ({', '.join(ALERT_COLUMNS)}) "
                     f"VALUES ({', '.join('?' for _ in ALERT_COLUMNS)}) ON CONFLICT DO NOTHING",
                     alert)
-        return len(rows), added
+        return added
 
     def daily_rows(self, first: str, last: str) -> list[tuple[Any, ...]]:
         return self.warehouse.query(
@@ -280,17 +282,14 @@ class ReconcileStore:
     # -- runs -------------------------------------------------------------------------------
     def start_run(self, run_id: str, started_at: str, first: str, last: str,
                   runner: str) -> None:
-        self.warehouse.execute(
-            "INSERT INTO reconciliation_runs (run_id, started_at, finished_at, day_from, "
-            "day_to, runner, status, rows_written, breaches, opened, resolved, detail) "
-            "VALUES (?, ?, '', ?, ?, ?, 'running', 0, 0, 0, 0, '')",
-            (run_id, started_at, first, last, runner))
+        self.warehouse.insert(RECONCILIATION_RUN, [
+            (run_id, started_at, "", first, last, runner, "running", 0, 0, 0, 0, "")])
 
     def finish_run(self, run_id: str, finished_at: str, status: str, rows: int, breaches: int,
                    opened: int, resolved: int, detail: str) -> None:
         self.warehouse.execute(
-            "UPDATE reconciliation_runs SET finished_at = ?, status = ?, rows_written = ?, "
-            "breaches = ?, opened = ?, resolved = ?, detail = ? WHERE run_id = ?",
+            f"UPDATE {RECONCILIATION_RUN.table} SET finished_at = ?, status = ?, "
+            "rows_written = ?, breaches = ?, opened = ?, resolved = ?, detail = ? WHERE run_id = ?",
             (finished_at, status, rows, breaches, opened, resolved, detail, run_id))
 
     # -- the alert outbox -------------------------------------------------------------------
@@ -311,5 +310,33 @@ class ReconcileStore:
         if not set(columns) <= allowed:
             raise ValueError(f"not an alert delivery column: {sorted(set(columns) - allowed)}")
         sets = ", ".join(f"{c} = ?" for c in columns)
-        self.warehouse.execute(f"UPDATE alerts SET {sets} WHERE alert_id = ?",
+        self.warehouse.execute(f"UPDATE {ALERT.table} SET {sets} WHERE alert_id = ?",
                                (*columns.values(), alert))
+
+
+def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
+               sinks: AlertSinks, first: str | None = None,
+               last: str | None = None, unjudged: Collection[Key] = ()) -> int:
+    """`seedance verify`'s comparisons (pipelines/store/verify.py internal_ties) stored beside
+    the billing drift (reconciliation_daily, scope 'internal'): replace the internal rows of
+    the checked days and add the alert events the ties' breaks and repairs call for
+    (udfs.reconcile.drift.decide: open on a break, resolve once it ties again), so the
+    dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift.
+    `unjudged`: keys of open ties, whose alerts stay as they are. Returns the alert events
+    added."""
+    where, params = day_filter("day", first, last)
+    where, params = f"scope = ? AND ({where} OR day = ?)", [SCOPE, *params, ALL_DAYS]
+    events: dict[Key, list[tuple[str, int]]] = {}
+    for row in store.warehouse.query(
+            f"SELECT {', '.join(KEY_COLUMNS)}, kind, seq FROM {ALERT.table} WHERE {where}",
+            params):
+        events.setdefault(Key(*row[:6]), []).append((row[6], int(row[7])))
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    current = {c.key: c for c in comparisons}
+    alerts = []
+    for key in sorted((current.keys() | events.keys()) - set(unjudged)):
+        transition = decide(state_of(events.get(key, [])), current.get(key))
+        if transition is not None:
+            alerts.append(alert_row(key, transition, current.get(key), run_id, now, sinks))
+    return store._replace_rows(where, params, sorted(daily_row(c) for c in comparisons),
+                               alerts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,6 +60,19 @@ def reject(warehouse: Warehouse, consumer: str, topic: str, partition: int, offs
                     [reject_row(consumer, topic, partition, offset, reason, payload)])
 
 
+def stored_offsets(warehouse: Warehouse, consumer: str, topic: str) -> dict[int, int]:
+    """The next offset to read of each partition of `topic`, as `consumer` stored them."""
+    return dict(warehouse.query(
+        "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
+        (consumer, topic)))
+
+
+def store_offsets(warehouse: Warehouse, offsets: Iterable[tuple[object, ...]]) -> None:
+    """Store (consumer, topic, partition, next offset) rows (kafka_offsets' one writer: the
+    loader's and the reconciliation's billing consumers store theirs through it)."""
+    warehouse.store(rows.KAFKA_OFFSET, offsets)
+
+
 class TopicLoader:
     """Writes the result topics' messages into a warehouse's tables, each topic through its
     sink; `client`: kafka-python settings of its consumers (security:
@@ -99,9 +112,7 @@ class TopicLoader:
         offsets stored under `consumer`; `idle_timeout_s`: the TopicReader's stop rule
         (pipelines/kafka/reader.py), a load gives up only after that long without progress."""
         warehouse = self.warehouse
-        stored = dict(warehouse.query(
-            "SELECT partition, next_offset FROM kafka_offsets WHERE consumer = ? AND topic = ?",
-            (consumer, topic)))
+        stored = stored_offsets(warehouse, consumer, topic)
         loaded = 0
 
         def write(batch: Batch) -> None:
@@ -112,7 +123,7 @@ class TopicLoader:
             try:
                 with warehouse.transaction():  # rows and offsets commit together
                     apply([r.value for r in records])
-                    warehouse.store(rows.KAFKA_OFFSET, offsets)
+                    store_offsets(warehouse, offsets)
             except UNSTORABLE:
                 self._load_one_by_one(records, apply, consumer, offsets)
             loaded += len(records)
@@ -141,7 +152,7 @@ class TopicLoader:
                                                record.offset, f"{type(error).__name__}: "
                                                f"{error}", record.value))
             warehouse.store(rows.LOAD_REJECT, rejected)
-            warehouse.store(rows.KAFKA_OFFSET, offsets)
+            store_offsets(warehouse, offsets)
         for row in rejected:
             log.warning("set aside %s[%s]@%s in load_rejects: %s", row[1], row[2], row[3],
                         row[4])

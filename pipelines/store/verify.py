@@ -1,46 +1,27 @@
-"""`seedance verify`'s reading and writing: the sums each tie compares
-(udfs/reconcile/conservation.py)
-from the warehouse's result tables, and the comparisons stored beside the billing drift
-(reconciliation_daily, scope 'internal') with their alert events (table alerts), so the
-dashboard's Reconciliation page and the alert sinks treat a broken tie as a drift; and
-which days the ROI job has closed (roi_days_closed), so a day still filling is told from a
-break."""
+"""`seedance verify`'s reading: the sums each tie compares (udfs/reconcile/conservation.py)
+from the warehouse's result tables, and which days the ROI job has closed (roi_days_closed),
+so a day still filling is told from a break. The comparisons are stored, with their alert
+events, by the reconciliation's tables' writer (pipelines/reconcile/store.py store_ties)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
 from typing import NamedTuple
 
-from pipelines.reconcile.store import (
-    ALERT_COLUMNS,
-    DAILY_COLUMNS,
-    KEY_COLUMNS,
-    AlertSinks,
-    ReconcileStore,
-    alert_row,
-    daily_row,
-)
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.reconcile import (
-    ALL_DAYS,
-    SCOPE,
     Comparison,
-    Key,
     compute_ties,
-    decide,
     gpu_ties,
     ltv_return_ties,
     revenue_ties,
     spend_ties,
-    state_of,
 )
 from udfs.roi import DIMENSIONS
 
 
-def _day_filter(column: str, first: str | None, last: str | None) -> tuple[str, list[str]]:
+def day_filter(column: str, first: str | None, last: str | None) -> tuple[str, list[str]]:
     clauses, params = [], []
     if first:
         clauses.append(f"{column} >= ?")
@@ -81,11 +62,11 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
     """Every tie of udfs/reconcile/conservation.py over the days [first, last] (all by default);
     `fully_loaded`: ROI's compute covers the GPUs' idle cost too (roi.compute_cost)."""
     q = warehouse.query
-    where, params = _day_filter("day", first, last)
+    where, params = day_filter("day", first, last)
     roi = {(m, str(d), dim): (float(c), float(r)) for m, d, dim, c, r in q(
         f"SELECT model, day, dimension, SUM(conversions), SUM(revenue) FROM roi_daily "
         f"WHERE {where} GROUP BY model, day, dimension", params)}
-    credit_where, credit_params = _day_filter("conversion_date", first, last)
+    credit_where, credit_params = day_filter("conversion_date", first, last)
     credits = {(m, str(d)): (float(c), float(r)) for m, d, c, r in q(
         f"SELECT model, conversion_date, SUM(credit), SUM(revenue) FROM attribution_credits "
         f"WHERE {credit_where} GROUP BY model, conversion_date", credit_params)}
@@ -173,38 +154,3 @@ def ltv_ties(warehouse: Warehouse, first: str | None = None,
     first_orders = {model: (*credited.get(model, (0.0, 0.0)), costs.get(model, 0.0))
                     for model in credited.keys() | costs.keys()}
     return ltv_return_ties(reported, first_orders, as_of, str(currency or ""))
-
-
-def store_ties(store: ReconcileStore, comparisons: Sequence[Comparison], run_id: str,
-               sinks: AlertSinks, first: str | None = None,
-               last: str | None = None, unjudged: Collection[Key] = ()) -> int:
-    """Replace the internal rows of the checked days and add the alert events the ties'
-    breaks and repairs call for (udfs.reconcile.drift.decide: open on a break, resolve once it ties
-    again). `unjudged`: keys of open ties, whose alerts stay as they are. Returns the alert
-    events added."""
-    wh = store.warehouse
-    where, params = _day_filter("day", first, last)
-    events: dict[Key, list[tuple[str, int]]] = {}
-    for row in wh.query(f"SELECT {', '.join(KEY_COLUMNS)}, kind, seq FROM alerts "
-                        f"WHERE scope = ? AND ({where} OR day = ?)",
-                        [SCOPE, *params, ALL_DAYS]):
-        events.setdefault(Key(*row[:6]), []).append((row[6], int(row[7])))
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    current = {c.key: c for c in comparisons}
-    alerts = []
-    for key in sorted((current.keys() | events.keys()) - set(unjudged)):
-        transition = decide(state_of(events.get(key, [])), current.get(key))
-        if transition is not None:
-            alerts.append(alert_row(key, transition, current.get(key), run_id, now, sinks))
-    added = 0
-    with wh.transaction():
-        wh.execute(f"DELETE FROM reconciliation_daily WHERE scope = ? AND ({where} OR day = ?)",
-                   [SCOPE, *params, ALL_DAYS])
-        wh.executemany(f"INSERT INTO reconciliation_daily ({', '.join(DAILY_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' for _ in DAILY_COLUMNS)})",
-                       sorted(daily_row(c) for c in comparisons))
-        for alert in alerts:
-            added += wh.execute(f"INSERT INTO alerts ({', '.join(ALERT_COLUMNS)}) VALUES "
-                                f"({', '.join('?' for _ in ALERT_COLUMNS)}) "
-                                f"ON CONFLICT DO NOTHING", alert)
-    return added
