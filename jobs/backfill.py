@@ -37,7 +37,15 @@ from pipelines.backfill.roi import (
 from pipelines.kafka.address import resolve_bootstrap
 from pipelines.kafka.security import for_python
 from pipelines.settings.job_config import ConfigError, StreamingJobConfig
-from pipelines.store.backfill import finished_days, forget_run, write_day
+from pipelines.store.backfill import (
+    call_cost_rows,
+    finished_days,
+    forget_run,
+    idle_cost_rows,
+    spend_rows,
+    stored_orders,
+    write_day,
+)
 from pipelines.store.warehouse import Warehouse, redacted_url
 from udfs.ltv import OrderScore
 from udfs.periods import DAY_MS
@@ -83,9 +91,7 @@ def day_range(date_from: str, date_to: str) -> list[str]:
 
 
 def read_spend(warehouse: Warehouse, days: list[str], currency: str) -> pd.DataFrame:
-    rows = warehouse.query(
-        "SELECT platform, account, campaign, day, amount FROM ad_spend WHERE currency = ? "
-        "AND day >= ? AND day <= ?", (currency, days[0], days[-1]))
+    rows = spend_rows(warehouse, currency, days[0], days[-1])
     return pd.DataFrame(rows, columns=SPEND_COLUMNS).astype({"amount": float})
 
 
@@ -96,17 +102,13 @@ def read_costs(warehouse: Warehouse, window: BackfillWindow) -> pd.DataFrame:
     GPU-days without calls under the GPU's key (udfs/roi/compute_loading.py)."""
     first = window.claims_from_ms // DAY_MS * DAY_MS
     until = (window.claims_until_ms // DAY_MS + 1) * DAY_MS - 1
-    calls = pd.DataFrame(warehouse.query(
-        "SELECT gpu_uuid, trace_id, interval_end_ms, cost_usd FROM gpu_call_costs "
-        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first, until)),
-        columns=["gpu_uuid", "trace_id", "ts_ms", "cost"]).astype(
+    calls = pd.DataFrame(call_cost_rows(warehouse, first, until),
+                         columns=["gpu_uuid", "trace_id", "ts_ms", "cost"]).astype(
         {"ts_ms": "int64", "cost": float})
     if not window.settings.fully_loaded:
         return loaded_costs(calls, None)
-    idle = pd.DataFrame(warehouse.query(
-        "SELECT gpu_uuid, interval_end_ms, cost_usd FROM gpu_idle_costs "
-        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first, until)),
-        columns=IDLE_COLUMNS).astype({"ts_ms": "int64", "cost": float})
+    idle = pd.DataFrame(idle_cost_rows(warehouse, first, until),
+                        columns=IDLE_COLUMNS).astype({"ts_ms": "int64", "cost": float})
     return loaded_costs(calls, idle)
 
 
@@ -227,12 +229,8 @@ def window_scores(warehouse: Warehouse, computed: ComputedDays, todo: list[str],
         return None
     window = pd.concat([orders_of_credits(computed.credits_of(day)) for day in todo],
                        ignore_index=True)
-    stored = pd.DataFrame(warehouse.query(
-        "SELECT order_id, user_id, conversion_ts_ms, SUM(revenue), conversion_date FROM "
-        "attribution_credits WHERE model = ? AND conversion_date <= ? AND user_id <> '' "
-        "GROUP BY order_id, user_id, conversion_ts_ms, conversion_date",
-        (min(settings.models), todo[-1])),
-        columns=["order_id", "user_id", "ts_ms", "revenue", "day"])
+    stored = pd.DataFrame(stored_orders(warehouse, min(settings.models), todo[-1]),
+                          columns=["order_id", "user_id", "ts_ms", "revenue", "day"])
     stored = stored[~stored.day.astype(str).isin(set(todo))]
     orders = pd.concat([stored.drop(columns="day"), window], ignore_index=True)
     return order_scores(orders, settings, of=window)

@@ -68,9 +68,7 @@ def print_roi_summary(warehouse: Warehouse, models: tuple[str, ...] = ("last_cli
         roi, roas, margin_roi = ratios.cost_ratios(rev, spend, compute, gross_margin, min_cost)
         print(f"{channel:16}{rev:12,.2f}{spend:12,.2f}{compute:10,.2f}{_ratio(roi, 14)}"
               f"{_ratio(roas, 8)}{_ratio(margin_roi, 14)}")
-    unallocated = warehouse.query(
-        "SELECT cost_kind, SUM(amount) FROM roi_unallocated WHERE model = ? GROUP BY cost_kind "
-        "ORDER BY cost_kind", (models[0],))
+    unallocated = summaries.unallocated_by_kind(warehouse, models[0])
     if unallocated:
         print(f"Unallocated under {models[0]}: " + ", ".join(
             f"{kind} ${amount:,.2f}" for kind, amount in unallocated)

@@ -42,6 +42,7 @@ from pipelines.settings.sections import Secret
 from pipelines.sources.ad_spend import SpendRecord
 from pipelines.sources.expected import valid_events
 from pipelines.sources.generator import GPU_MODELS, Plan
+from pipelines.store.control import verification_outcomes
 from pipelines.store.warehouse import Warehouse
 from schemas.gpu import GpuSample
 from schemas.records import Conversion, Touchpoint
@@ -172,10 +173,7 @@ def run_control_loop(bootstrap: str, config: StreamingJobConfig, warehouse: Ware
         _send(bootstrap, config.gpu.metrics_topic, _pool_metrics(later, 45.0, 40_000.0, 0.0))
         inputs.poll()
         print(f"    step 2 ({SETTLE_S + 1} s later): " + service.step(later).line())
-        for row in warehouse.query(
-                "SELECT d.rule, d.target, v.status, v.baseline, v.observed FROM "
-                "control_verifications v JOIN control_actions a USING (action_id) "
-                "JOIN control_decisions d USING (decision_id) ORDER BY d.rule"):
+        for row in verification_outcomes(warehouse):
             rule, target, status, baseline, observed = row
             moved = "" if baseline is None or observed is None \
                 else f" ({baseline:.2f} -> {observed:.2f})"

@@ -51,6 +51,7 @@ from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
 from pipelines.store.loading import TopicLoader
 from pipelines.store.ltv import ltv_return_frame
+from pipelines.store.summaries import credit_row_count
 from pipelines.store.warehouse import Warehouse
 
 # What the demo says it runs each streaming job for (after "Running the Flink <title> job").
@@ -165,7 +166,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         warehouse = Warehouse(config.warehouse.url)
         loader = TopicLoader(warehouse)
         loader.load_credits(info.bootstrap, topics.credits)
-        (rows,), = warehouse.query("SELECT COUNT(*) FROM attribution_credits")
+        rows = credit_row_count(warehouse)
         loader.load_gpu_costs(info.bootstrap, gpu.costs_topic)
         loader.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
         loader.load_roi(info.bootstrap, topics.roi)

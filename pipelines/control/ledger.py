@@ -3,7 +3,7 @@ CONTROL_*) upserted into the warehouse by key AND published to the `control_acti
 as JSON with a `kind` field (decision | action | verification), so every step is auditable
 and feeds back into the stream. The warehouse is also the loop's memory: which decisions
 exist, which actions ran (the limits' history, the idempotency check), what awaits
-verification.
+verification (its reads: pipelines/store/control.py).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from pipelines.store import control
 from pipelines.store.warehouse import Warehouse
 from schemas.rows import CONTROL_ACTION, CONTROL_DECISION, CONTROL_VERIFICATION, Row
 from udfs.control import ActionRecord
@@ -79,32 +80,20 @@ class Ledger:
             self.publisher.publish(KINDS[row.name], str(values[row.key[0]]), values)
         return inserted
 
-    def _rows(self, row: Row, where: str = "", params: tuple[object, ...] = (),
-              order: str = "") -> list[dict[str, Any]]:
-        sql = f"SELECT {', '.join(row.names)} FROM {row.table} {where} {order}"
-        return [dict(zip(row.names, found, strict=True))
-                for found in self.warehouse.query(sql, params)]
-
     def decision(self, decision_id: str) -> dict[str, Any] | None:
-        found = self._rows(CONTROL_DECISION, "WHERE decision_id = ?", (decision_id,))
-        return found[0] if found else None
+        return control.decision(self.warehouse, decision_id)
 
     def action(self, action_id: str) -> dict[str, Any] | None:
-        found = self._rows(CONTROL_ACTION, "WHERE action_id = ?", (action_id,))
-        return found[0] if found else None
+        return control.action(self.warehouse, action_id)
 
     def actions_of(self, decision_id: str) -> list[dict[str, Any]]:
         """Every action of one decision (a retry adds one), oldest first."""
-        return self._rows(CONTROL_ACTION, "WHERE decision_id = ?", (decision_id,),
-                          "ORDER BY executed_at, action_id")
+        return control.actions_of(self.warehouse, decision_id)
 
     def history(self) -> list[ActionRecord]:
         """Every action that ran (succeeded), as the rules' limits count them."""
         records = []
-        for found in self.warehouse.query(
-                "SELECT d.rule, d.target, d.action, a.executed_at, d.parameters "
-                "FROM control_actions a JOIN control_decisions d "
-                "ON a.decision_id = d.decision_id WHERE a.status = 'succeeded'"):
+        for found in control.succeeded_actions(self.warehouse):
             rule, target, action, executed_at, parameters = found
             applied = json.loads(parameters)
             change = applied.get("percent") if action == "budget_change" else \
@@ -115,23 +104,8 @@ class Ledger:
 
     def unverified(self) -> list[dict[str, Any]]:
         """Succeeded actions without a verification yet, with their decision's columns."""
-        names = ("action_id", "decision_id", "executed_at", "verify_after", "rule", "target",
-                 "baseline")
-        found = self.warehouse.query(
-            "SELECT a.action_id, a.decision_id, a.executed_at, a.verify_after, d.rule, "
-            "d.target, d.baseline FROM control_actions a "
-            "JOIN control_decisions d ON a.decision_id = d.decision_id "
-            "LEFT JOIN control_verifications v ON v.action_id = a.action_id "
-            "WHERE a.status = 'succeeded' AND v.action_id IS NULL ORDER BY a.executed_at")
-        return [dict(zip(names, row, strict=True)) for row in found]
+        return control.unverified(self.warehouse)
 
     def recent(self, limit: int = 20) -> dict[str, list[dict[str, Any]]]:
         """The newest decisions, actions and verifications (for `seedance control status`)."""
-        return {
-            "decisions": self._rows(CONTROL_DECISION, order=f"ORDER BY decided_at DESC, "
-                                                            f"decision_id LIMIT {int(limit)}"),
-            "actions": self._rows(CONTROL_ACTION, order=f"ORDER BY executed_at DESC, "
-                                                        f"action_id LIMIT {int(limit)}"),
-            "verifications": self._rows(CONTROL_VERIFICATION,
-                                        order=f"ORDER BY verified_at DESC, action_id "
-                                              f"LIMIT {int(limit)}")}
+        return control.recent(self.warehouse, limit)

@@ -27,7 +27,6 @@ from pipelines.dashboard.tables import (
     margin_in_force,
     number_or_none,
     ratio_note,
-    table_exists,
 )
 from pipelines.settings.job_config import AttributionConfig
 from pipelines.store.warehouse import Warehouse
@@ -78,7 +77,7 @@ def resolve_model(warehouse: Warehouse, filters: Filters) -> Filters:
 def options(warehouse: Warehouse) -> dict[str, list[str]]:
     """Values for the filter form's lists."""
     platforms = {r[0] for r in warehouse.query("SELECT DISTINCT platform FROM ad_spend")}
-    if table_exists(warehouse, "reconciliation_daily"):
+    if warehouse.has_table("reconciliation_daily"):
         platforms |= {r[0] for r in warehouse.query(
             "SELECT DISTINCT platform FROM reconciliation_daily WHERE scope = 'campaign'")}
     # a list past OPTIONS_SHOWN is cut there (the form then takes the campaign typed)
@@ -280,7 +279,7 @@ RECON_ORDER = "day DESC, scope, platform, account, entity, metric"  # its key: a
 def reconciliation_view(warehouse: Warehouse, filters: Filters,
                         paging: Paging = EVERY_ROW) -> View:
     view = View("reconciliation", "Reconciliation against billing")
-    if not table_exists(warehouse, "reconciliation_daily"):
+    if not warehouse.has_table("reconciliation_daily"):
         view.notice = ("No reconciliation yet: `seedance reconcile` creates its tables on its "
                        "first run.")
         return view
@@ -328,7 +327,7 @@ ALERT_KEY = ("scope", "platform", "account", "entity", "day", "metric", "seq")
 
 def alerts_view(warehouse: Warehouse, filters: Filters, paging: Paging = EVERY_ROW) -> View:
     view = View("alerts", "Drift alerts")
-    if not table_exists(warehouse, "alerts"):
+    if not warehouse.has_table("alerts"):
         view.notice = "No alerts yet: `seedance reconcile` raises them when drift leaves the band."
         return view
     where, params = _recon_where(filters, "o.")

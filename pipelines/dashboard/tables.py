@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.store.warehouse import Warehouse
 from udfs import ratios
 
 # How a column's values are shown: text as is; money and number with 2 decimals and
@@ -132,15 +131,6 @@ def format_interval(value: tuple[Any, Any, Any], kind: str) -> str:
     else:
         bounds = [format_value(b, kind) for b in (low, high)]
     return f"{text} [{bounds[0]}, {bounds[1]}]"
-
-
-def table_exists(warehouse: Warehouse, name: str) -> bool:
-    """Whether the warehouse has the table (the reconciliation tables appear only once
-    `seedance reconcile` has run; the dashboard shows an empty state until then)."""
-    if warehouse.dialect == "sqlite":
-        return bool(warehouse.query(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
-    return warehouse.query("SELECT to_regclass(?)", (name,))[0][0] is not None
 
 
 @dataclass(frozen=True)

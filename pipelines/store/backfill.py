@@ -48,3 +48,37 @@ def write_day(warehouse: Warehouse, day: str, credits: Rows, roi: Rows, unalloca
         warehouse.store(rows.BACKFILL_RUN, [progress_row])
         if before_commit:
             before_commit(day)  # tests simulate a crash here: the day must roll back
+
+
+# -- what the backfill reads of the warehouse (jobs/backfill.py) -------------------------------
+def spend_rows(warehouse: Warehouse, currency: str, first: str, last: str) -> Rows:
+    """(platform, account, campaign, day, amount) of the ad spend in `currency` over the days
+    [first, last]."""
+    return warehouse.query(
+        "SELECT platform, account, campaign, day, amount FROM ad_spend WHERE currency = ? "
+        "AND day >= ? AND day <= ?", (currency, first, last))
+
+
+def call_cost_rows(warehouse: Warehouse, first_ms: int, until_ms: int) -> Rows:
+    """(gpu_uuid, trace_id, interval end, cost) of the GPU calls whose interval ends in
+    [first_ms, until_ms] (gpu_call_costs)."""
+    return warehouse.query(
+        "SELECT gpu_uuid, trace_id, interval_end_ms, cost_usd FROM gpu_call_costs "
+        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first_ms, until_ms))
+
+
+def idle_cost_rows(warehouse: Warehouse, first_ms: int, until_ms: int) -> Rows:
+    """(gpu_uuid, interval end, cost) of the idle GPU time whose interval ends in
+    [first_ms, until_ms] (gpu_idle_costs)."""
+    return warehouse.query(
+        "SELECT gpu_uuid, interval_end_ms, cost_usd FROM gpu_idle_costs "
+        "WHERE interval_end_ms >= ? AND interval_end_ms <= ?", (first_ms, until_ms))
+
+
+def stored_orders(warehouse: Warehouse, model: str, through: str) -> Rows:
+    """(order_id, user_id, order time, revenue, day) of every order of a known user up to the
+    day `through`, from its credits under `model` (a model's credits of an order sum to 1)."""
+    return warehouse.query(
+        "SELECT order_id, user_id, conversion_ts_ms, SUM(revenue), conversion_date FROM "
+        "attribution_credits WHERE model = ? AND conversion_date <= ? AND user_id <> '' "
+        "GROUP BY order_id, user_id, conversion_ts_ms, conversion_date", (model, through))

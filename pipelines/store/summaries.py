@@ -86,3 +86,16 @@ def totals(warehouse: Warehouse) -> list[tuple[str, int, float, float]]:
     return warehouse.query(
         "SELECT model, COUNT(DISTINCT order_id), SUM(credit), SUM(revenue) "
         "FROM attribution_credits GROUP BY model ORDER BY model")
+
+
+def unallocated_by_kind(warehouse: Warehouse, model: str) -> list[tuple[str, float]]:
+    """(cost kind, amount) no conversion took under `model` (roi_unallocated), by kind."""
+    return warehouse.query(
+        "SELECT cost_kind, SUM(amount) FROM roi_unallocated WHERE model = ? GROUP BY cost_kind "
+        "ORDER BY cost_kind", (model,))
+
+
+def credit_row_count(warehouse: Warehouse) -> int:
+    """The rows of attribution_credits."""
+    (count,), = warehouse.query("SELECT COUNT(*) FROM attribution_credits")
+    return int(count)

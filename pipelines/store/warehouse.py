@@ -265,6 +265,14 @@ class Warehouse:
             for statement in split_statements(Path(path).read_text()):
                 self.execute(statement)
 
+    def has_table(self, name: str) -> bool:
+        """Whether the table is there (the reconciliation's appear only once `seedance
+        reconcile` has run: the dashboard shows an empty state until then)."""
+        if self.dialect == "sqlite":
+            return bool(self.query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
+        return self.query("SELECT to_regclass(?)", (name,))[0][0] is not None
+
     def close(self) -> None:
         self._conn.close()
 
