@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
+from pipelines.codec import roi_messages
 from pipelines.codec.metrics import decode_samples
 from pipelines.control.config import ControlConfig
 from schemas.gpu import GpuSample
@@ -82,19 +83,13 @@ class ControlState:
     def add_roi(self, message: bytes) -> None:
         """One roi_daily row; raises ValueError naming what is wrong with one that is not a
         row of numbers and names (the caller skips it, saying where it was)."""
-        try:
-            row = json.loads(message)
-            if not isinstance(row, dict):
-                raise ValueError(f"not a JSON object: {type(row).__name__}")
-            if row.get("kind", "roi") != "roi":
-                return  # unallocated cost and order costs are not metrics of a target
-            # (ratios absent from rows written before they existed)
-            values = tuple(row.get(name) if name in _OPTIONAL else row[name]
-                           for name in ROI_DAILY.names)
-        except KeyError as error:
-            raise ValueError(f"a roi_daily row without {error}") from None
+        # pipelines/codec/roi_messages.py (a message without a kind: a roi row)
+        row = roi_messages.decode(message, default_kind=roi_messages.ROI)
+        if row.kind != roi_messages.ROI:
+            return  # unallocated cost and order costs are not metrics of a target
+        values = roi_messages.row(row)  # (ratios absent from rows before them: None)
         _check_roi_row(values)
-        if row.get("withdrawn"):  # the key has no row any more (a corrected conversion)
+        if row.withdrawn:  # the key has no row any more (a corrected conversion)
             self.roi.pop(values[:_KEYS], None)
             return
         self.roi[values[:_KEYS]] = values

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pipelines.codec import credit_messages, table_messages
+from pipelines.codec import credit_messages, gpu_cost_messages, roi_messages, table_messages
 from pipelines.sources.ad_spend import SpendError
 from pipelines.sources.ad_spend import parse_message as parse_spend
 from pipelines.store.warehouse import Warehouse
@@ -24,7 +24,6 @@ from schemas.rows import Row
 from udfs.periods import day_of
 
 Rows = list[tuple[object, ...]]
-_RATIOS = ("roas", "margin_roi")
 _CASTS: dict[str, Callable[[Any], Any]] = {"bigint": int, "double": float}
 _CREDIT_CASTS = [(c.name, _CASTS.get(c.type)) for c in rows.ATTRIBUTION_CREDITS.columns]
 
@@ -54,6 +53,23 @@ class TableSink:
 
     def write(self, batch: Rows) -> None:
         self.warehouse.store(self.row, batch)
+
+    def replace_all(self, batch: Rows) -> int:
+        """Replace the whole table by `batch`, in one transaction (a reader sees the old
+        table or the new one); the number of rows."""
+        with self.warehouse.transaction():
+            self.warehouse.execute(f"DELETE FROM {self.row.table}")
+            if batch:
+                self.write(batch)
+        return len(batch)
+
+    def replace_where(self, column: str, value: object, batch: Rows) -> None:
+        """Replace the rows whose `column` holds `value` (a day's partition) by `batch`,
+        inserted: a key given twice is an error."""
+        with self.warehouse.transaction():
+            self.warehouse.delete(self.row, (column,), (value,))
+            if batch:
+                self.warehouse.insert(self.row, batch)
 
     def withdraw(self, keys: Rows) -> None:
         """Delete the rows of these keys (the key columns' values)."""
@@ -121,6 +137,11 @@ class CreditsSink:
             {key: [credit_row(row) for row in group]
              for key, group in credit_messages.latest_groups(messages).items()})
 
+    def replace_day(self, day: str, credits: Rows) -> None:
+        """The backfill's day (pipelines/store/backfill.py): the credits of the orders of
+        `day` replaced by `credits`."""
+        self.credits.replace_where("conversion_date", day, credits)
+
 
 class GpuCostsSink:
     """The gpu_costs topic: kind call and idle rows (the rest, e.g. unobserved, skipped)."""
@@ -130,13 +151,12 @@ class GpuCostsSink:
         self.idle = TableSink(warehouse, rows.GPU_IDLE_COST)
 
     def write(self, messages: list[bytes]) -> None:
-        calls, idle = [], []
-        for message in messages:
-            row = json.loads(message)
-            if row["kind"] == "call":
-                calls.append(tuple(row[c] for c in rows.GPU_CALL_COST.names))
-            elif row["kind"] == "idle":
-                idle.append(tuple(row[c] for c in rows.GPU_IDLE_COST.names))
+        found: dict[str, Rows] = {gpu_cost_messages.CALL: [], gpu_cost_messages.IDLE: []}
+        for value in messages:
+            message = gpu_cost_messages.decode(value)  # pipelines/codec/gpu_cost_messages.py
+            if message.kind in found:
+                found[message.kind].append(gpu_cost_messages.row(message))
+        calls, idle = found[gpu_cost_messages.CALL], found[gpu_cost_messages.IDLE]
         self.calls.write(calls)
         self.idle.write(idle)
 
@@ -154,21 +174,16 @@ class RoiSink:
         self.closed = TableSink(warehouse, rows.ROI_DAY_CLOSED)
 
     def write(self, messages: list[bytes]) -> None:
-        roi, unallocated, orders, segments, closed = [], [], [], [], []
-        for message in messages:
-            row = json.loads(message)
-            if row["kind"] == "roi":
-                # (ratios absent from rows written before they existed)
-                roi.append((*(row[c] if c not in _RATIOS else row.get(c)
-                              for c in rows.ROI_DAILY.names), bool(row.get("withdrawn"))))
-            elif row["kind"] == "unallocated":
-                unallocated.append(tuple(row[c] for c in rows.ROI_UNALLOCATED.names))
-            elif row["kind"] == "order_cost":
-                orders.append(tuple(row[c] for c in rows.ORDER_COST.names))
-            elif row["kind"] == "order_segment":
-                segments.append(tuple(row[c] for c in rows.ORDER_SEGMENT.names))
-            elif row["kind"] == "day_closed":
-                closed.append(tuple(row[c] for c in rows.ROI_DAY_CLOSED.names))
+        found: dict[str, Rows] = {kind: [] for kind in roi_messages.ROWS}
+        for value in messages:
+            message = roi_messages.decode(value)  # pipelines/codec/roi_messages.py
+            if message.kind in found:
+                found[message.kind].append(
+                    (*roi_messages.row(message), message.withdrawn)
+                    if message.kind == roi_messages.ROI else roi_messages.row(message))
+        roi, unallocated, orders, segments, closed = (found[kind] for kind in (
+            roi_messages.ROI, roi_messages.UNALLOCATED, roi_messages.ORDER_COST,
+            roi_messages.ORDER_SEGMENT, roi_messages.DAY_CLOSED))
         self.orders.write(last_per_key(orders, len(rows.ORDER_COST.key)))
         self.segments.write(last_per_key(segments, len(rows.ORDER_SEGMENT.key)))
         self.closed.write(last_per_key(closed, len(rows.ROI_DAY_CLOSED.key)))
@@ -183,6 +198,17 @@ class RoiSink:
         self.unallocated.write([row for row in latest if row[amount] != 0])
         # amount 0: a day reported again withdrew that key (its cost found a conversion)
         self.unallocated.withdraw([row[:keys] for row in latest if row[amount] == 0])
+
+    def replace_day(self, day: str, roi: Rows, unallocated: Rows, orders: Rows,
+                    segments: Rows | None = None) -> None:
+        """The backfill's day (pipelines/store/backfill.py): the day's rows of roi_daily,
+        roi_unallocated and order_costs replaced by these; of order_segments too unless
+        `segments` is None."""
+        for sink, batch in ((self.orders, orders), (self.roi, roi),
+                            (self.unallocated, unallocated)):
+            sink.replace_where("day", day, batch)
+        if segments is not None:
+            self.segments.replace_where("day", day, segments)
 
 
 class SpendSink:
@@ -230,9 +256,12 @@ class ExperimentsSink:
 
 
 class CustomerLtvSink:
-    """The customer_ltv topic (the ltv job's, pipelines/flink/ltv/job.py): a customer's row
-    replaces the one it had; of a batch, the last row per customer, as in the topic (a
-    customer's rows are keyed by it: all in one partition, in order)."""
+    """customer_ltv's one writer, keyed by user_id: a customer's row is its latest score.
+    `write`, the customer_ltv topic (the ltv job's, pipelines/flink/ltv/job.py): a
+    customer's row replaces the one it had; of a batch, the last row per customer, as in
+    the topic (a customer's rows are keyed by it: all in one partition, in order).
+    `replace_all`, a batch refresh (pipelines/ltv/report.py): every customer scored as of
+    one day replaces the whole table; the stream's later scores replace its rows again."""
 
     def __init__(self, warehouse: Warehouse) -> None:
         self.customers = TableSink(warehouse, rows.CUSTOMER_LTV)
@@ -241,3 +270,6 @@ class CustomerLtvSink:
         found = [tuple(row[c] for c in rows.CUSTOMER_LTV.names)
                  for message in messages for row in table_messages.decode(message)]
         self.customers.write(last_per_key(found, len(rows.CUSTOMER_LTV.key)))
+
+    def replace_all(self, batch: Rows) -> int:
+        return self.customers.replace_all(batch)

@@ -35,6 +35,7 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
+from pipelines.codec import gpu_cost_messages
 from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.frame import unframe
 from pipelines.codec.metrics import decode_samples
@@ -50,7 +51,6 @@ from pipelines.flink.runtime.kafka import (
     stay_active,
 )
 from pipelines.settings.job_config import StreamingJobConfig
-from schemas import rows
 from schemas.gpu import GpuSample, load_catalog, sample_problem
 from schemas.records import DeadLetter, GpuCall
 from udfs.roi import allocate_intervals
@@ -284,21 +284,18 @@ class CostPerGpu(KeyedProcessFunction):  # type: ignore[misc]
                       "interval_cost_usd": interval.cost_usd,
                       "price_known": interval.price_known}
             for share in interval.calls:
-                values = {**common, **share._asdict()}
-                yield keyed_line((interval.gpu_uuid,), json.dumps(
-                    {"kind": "call", **{name: values[name] for name in
-                                        rows.GPU_CALL_COST.names}}, separators=(",", ":")))
+                yield keyed_line((interval.gpu_uuid,), gpu_cost_messages.encode(
+                    gpu_cost_messages.CALL, {**common, **share._asdict()}))
             if interval.idle is not None:
-                values = {**common, "idle_seconds": interval.idle.idle_seconds,
-                          "cost_usd": interval.idle.cost_usd}
-                yield keyed_line((interval.gpu_uuid,), json.dumps(
-                    {"kind": "idle", **{name: values[name] for name in
-                                        rows.GPU_IDLE_COST.names}}, separators=(",", ":")))
+                yield keyed_line((interval.gpu_uuid,), gpu_cost_messages.encode(
+                    gpu_cost_messages.IDLE, {**common,
+                                             "idle_seconds": interval.idle.idle_seconds,
+                                             "cost_usd": interval.idle.cost_usd}))
         if unobserved:
-            yield keyed_line((ready[0].gpu_uuid,), json.dumps(
-                {"kind": "unobserved", "gpu_uuid": ready[0].gpu_uuid,
-                 "until_ms": min(s.ts_ms for s in ready), "unobserved_ms": unobserved},
-                separators=(",", ":")))
+            yield keyed_line((ready[0].gpu_uuid,), gpu_cost_messages.encode(
+                gpu_cost_messages.UNOBSERVED, {
+                    "gpu_uuid": ready[0].gpu_uuid, "until_ms": min(s.ts_ms for s in ready),
+                    "unobserved_ms": unobserved}))
         newest = max(s.ts_ms for s in ready)
         self.last_ts.update(newest)
         self.active.update([c for c in calls if c.end_ms > newest])

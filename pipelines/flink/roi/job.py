@@ -26,7 +26,6 @@ write    one JSON row per (model, day, dimension, key), per unallocated cost and
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -46,7 +45,7 @@ from pyflink.datastream.state import (
     ValueStateDescriptor,
 )
 
-from pipelines.codec import credit_messages, table_messages
+from pipelines.codec import credit_messages, gpu_cost_messages, roi_messages, table_messages
 from pipelines.codec.dead_letters import dead_letter
 from pipelines.codec.frame import unframe
 from pipelines.flink.jobs import ROI
@@ -142,15 +141,18 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             for item in orders:
                 yield ORDER_HISTORY, item
             return
-        row = json.loads(value)
-        if self.kind != "gpu" or row.get("kind") not in ("call", "idle"):
+        if self.kind != "gpu":
             return
+        message = gpu_cost_messages.decode(value)  # pipelines/codec/gpu_cost_messages.py
+        if message.kind not in (gpu_cost_messages.CALL, gpu_cost_messages.IDLE):
+            return
+        row = message.values
         ts = int(row["interval_end_ms"])
         cost = float(row["cost_usd"])
         if not math.isfinite(cost):
             raise ValueError(f"cost_usd is not a number: {row['cost_usd']!r}")
         gpu_day = f"{row.get('gpu_uuid') or ''}\t{day_of(ts)}"
-        if row["kind"] == "idle":
+        if message.kind == gpu_cost_messages.IDLE:
             if self.fully_loaded:
                 yield ItemKind.IDLE_TO_SHARE, gpu_day, ts, cost
             return
@@ -281,12 +283,12 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
             for ratio in ("roi", "roas", "margin_roi"):  # NaN: under the cost floor
                 values[ratio] = None if math.isnan(values[ratio]) else values[ratio]
             roi_keys.append((values["model"], values["dimension"], values["key"]))
-            yield keyed_row("roi", rows.ROI_DAILY, values)
+            yield keyed_row(roi_messages.ROI, values)
         # a channel, campaign or stage reported before but without credit now (a corrected
         # conversion moved it): withdrawn, so the changelog's latest row is not stale
         stored = self.reported_roi.value() or []
         for model, dimension, key in sorted(set(map(tuple, stored)) - set(roi_keys)):
-            yield keyed_row("roi", rows.ROI_DAILY, {
+            yield keyed_row(roi_messages.ROI, {
                 **dict.fromkeys(rows.ROI_DAILY.names, None), "model": model, "day": day,
                 "dimension": dimension, "key": key, "conversions": 0.0, "revenue": 0.0,
                 "ad_spend": 0.0, "compute_cost": 0.0, "currency": self.currency},
@@ -299,16 +301,16 @@ class RoiPerDay(KeyedProcessFunction):  # type: ignore[misc]
         for model, kind, key, amount in with_withdrawn(self.reported.value(), left):
             values = {"model": model, "day": day, "cost_kind": kind, "key": key,
                       "amount": amount, "currency": self.currency}
-            yield keyed_row("unallocated", rows.ROI_UNALLOCATED, values)
+            yield keyed_row(roi_messages.UNALLOCATED, values)
         self.reported.update(sorted({row[:3] for row in left}))
         for order, (segment, value, user) in sorted(scored.items()):
-            yield keyed_row("order_segment", rows.ORDER_SEGMENT, {
+            yield keyed_row(roi_messages.ORDER_SEGMENT, {
                 "day": day, "order_id": order, "user_id": user, "predicted_ltv": value,
                 "segment": segment})
         orders = result.orders[result.orders.model == self.order_cost_model]
         for row in orders.itertuples(index=False):
             values = {**row._asdict(), "day": day, "currency": self.currency}
-            yield keyed_row("order_cost", rows.ORDER_COST, values)
+            yield keyed_row(roi_messages.ORDER_COST, values)
 
 
 def _by_key(unlinked: Any) -> dict[str, float]:

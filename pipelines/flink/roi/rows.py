@@ -10,28 +10,23 @@ day, as before; a closed day is one whose figures are expected to tie."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
+from pipelines.codec import roi_messages
 from pipelines.flink.roi.support import ending
 from pipelines.flink.runtime.kafka import keyed_line
-from schemas import rows
-from schemas.row_layout import Row
 from udfs.periods import day_end_ms
 
 ROWS, COMPUTE = "rows", "compute"
 
 
-def keyed_row(kind: str, row: Row, values: dict[str, Any], withdrawn: bool = False) -> str:
-    """One result row for the keyed roi sink: its key (kind and the row's key columns) and
-    its JSON, so every version of one row goes to one partition, in order. `withdrawn`: the
-    key has no row any more (a reader deletes it)."""
-    body = {"kind": kind, **{name: values[name] for name in row.names}}
-    if withdrawn:
-        body["withdrawn"] = True
-    return keyed_line((kind, *(values[name] for name in row.key)),
-                      json.dumps(body, separators=(",", ":")))
+def keyed_row(kind: str, values: dict[str, Any], withdrawn: bool = False) -> str:
+    """One result row of `kind` (pipelines/codec/roi_messages.py) for the keyed roi sink:
+    its key (kind and the row's key columns) and its message, so every version of one row
+    goes to one partition, in order. `withdrawn`: the key has no row any more (a reader
+    deletes it)."""
+    return keyed_line(*roi_messages.encode(kind, values, withdrawn))
 
 
 def schedule_close(timers: Any, day: str, link_window_ms: int) -> None:
@@ -51,5 +46,5 @@ def closed_rows(timers: Any, day: str, timestamp: int, link_window_ms: int,
     end = day_end_ms(day)
     for part, at in ((ROWS, end), (COMPUTE, end + link_window_ms)):
         if timestamp == at and link_window_ms > 0:
-            yield keyed_row("day_closed", rows.ROI_DAY_CLOSED,
+            yield keyed_row(roi_messages.DAY_CLOSED,
                             {"day": day, "part": part, "watermark_ms": timestamp})
