@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pipelines.store.sinks import CreditsSink, RoiSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 
@@ -34,17 +35,9 @@ def write_day(warehouse: Warehouse, day: str, credits: Rows, roi: Rows, unalloca
     row), atomically. `segments`: the order_segments rows of the day (costs shared by LTV
     segment); None leaves that table alone."""
     with warehouse.transaction():
-        warehouse.delete(rows.ATTRIBUTION_CREDITS, ("conversion_date",), (day,))
-        warehouse.delete(rows.ROI_DAILY, ("day",), (day,))
-        warehouse.delete(rows.ROI_UNALLOCATED, ("day",), (day,))
-        warehouse.delete(rows.ORDER_COST, ("day",), (day,))
-        if segments is not None:
-            warehouse.delete(rows.ORDER_SEGMENT, ("day",), (day,))
-        for row, values in ((rows.ORDER_COST, orders), (rows.ATTRIBUTION_CREDITS, credits),
-                            (rows.ROI_DAILY, roi), (rows.ROI_UNALLOCATED, unallocated),
-                            (rows.ORDER_SEGMENT, segments)):
-            if values:
-                warehouse.insert(row, values)
+        # through the tables' one writer, the loader's sinks
+        RoiSink(warehouse).replace_day(day, roi, unallocated, orders or [], segments)
+        CreditsSink(warehouse).replace_day(day, credits)
         warehouse.store(rows.BACKFILL_RUN, [progress_row])
         if before_commit:
             before_commit(day)  # tests simulate a crash here: the day must roll back

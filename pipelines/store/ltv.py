@@ -1,6 +1,6 @@
 """The warehouse side of lifetime value: the orders, costs and spend the LTV report reads,
-and the sinks of its tables (customer_ltv, ltv_return, ltv_calibration), each replaced
-whole by a refresh, in one transaction.
+and the writers of its tables (ltv_return, ltv_calibration; customer_ltv through its owner,
+the loader's CustomerLtvSink), each replaced whole by a refresh, in one transaction.
 
 Frames come back in the column layouts of udfs/ltv/channel_return.py, days as whole UTC day
 numbers (days since the epoch).
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.store.sinks import TableSink
+from pipelines.store.sinks import CustomerLtvSink, TableSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from schemas.rows import Row
@@ -72,33 +72,21 @@ def _plain(value: Any, kind: str) -> object:
     return str(value)
 
 
-class ReplacedTable(TableSink):
-    """A table a refresh replaces whole: `replace_all(batch)` deletes every row and writes
-    the batch, in one transaction (a reader sees the old table or the new one)."""
-
-    def replace_all(self, batch: list[tuple[object, ...]]) -> int:
-        with self.warehouse.transaction():
-            self.warehouse.execute(f"DELETE FROM {self.row.table}")
-            if batch:
-                self.write(batch)
-        return len(batch)
-
-
 def write_customer_ltv(warehouse: Warehouse, frame: pd.DataFrame) -> int:
-    """customer_ltv := the frame (the CUSTOMER_LTV columns); the number of rows."""
-    return ReplacedTable(warehouse, rows.CUSTOMER_LTV).replace_all(
-        plain_rows(rows.CUSTOMER_LTV, frame))
+    """customer_ltv := the frame (the CUSTOMER_LTV columns), through the table's one writer
+    (the loader's CustomerLtvSink, which keeps the rule); the number of rows."""
+    return CustomerLtvSink(warehouse).replace_all(plain_rows(rows.CUSTOMER_LTV, frame))
 
 
 def write_ltv_return(warehouse: Warehouse, frame: pd.DataFrame) -> int:
     """ltv_return := the frame (the LTV_RETURN columns); the number of rows."""
-    return ReplacedTable(warehouse, rows.LTV_RETURN).replace_all(
+    return TableSink(warehouse, rows.LTV_RETURN).replace_all(
         plain_rows(rows.LTV_RETURN, frame))
 
 
 def write_ltv_calibration(warehouse: Warehouse, frame: pd.DataFrame) -> int:
     """ltv_calibration := the frame (the LTV_CALIBRATION columns); the number of rows."""
-    return ReplacedTable(warehouse, rows.LTV_CALIBRATION).replace_all(
+    return TableSink(warehouse, rows.LTV_CALIBRATION).replace_all(
         plain_rows(rows.LTV_CALIBRATION, frame))
 
 
