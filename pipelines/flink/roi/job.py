@@ -108,9 +108,8 @@ class DecodeInputs(ProcessFunction):  # type: ignore[misc]
             yield DEAD_LETTERS, dead_letter(self.topic, "unusable_input", str(error), value,
                                             partition, offset)
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
-            yield DEAD_LETTERS, dead_letter(self.topic, "unreadable_message",
-                                            f"unreadable row: {error!r}", value, partition,
-                                            offset)
+            yield DEAD_LETTERS, dead_letter(self.topic, "unreadable_message", "unreadable "
+                                            f"row: {error!r}", value, partition, offset)
 
     def _items(self, value: bytes) -> Iterator[Item]:
         if self.kind == "spend":
