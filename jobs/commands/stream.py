@@ -154,30 +154,22 @@ def cmd_load(args: argparse.Namespace) -> int:
     warehouse = Warehouse(config.warehouse.url)
     loader = TopicLoader(warehouse, for_python(dict(config.kafka.properties)))
 
-    def load_all() -> tuple[int, int, int, int, int, int]:
-        topics = config.topics
-        return (loader.load_credits(bootstrap, topics.credits),
-                loader.load_gpu_costs(bootstrap, config.gpu.costs_topic),
-                loader.load_roi(bootstrap, topics.roi),
-                loader.load_spend(bootstrap, topics.ad_spend, config.roi.currency),
-                sum(loader.load_experiments(bootstrap, topic) for topic in (
-                    topics.experiment_exposures, topics.experiment_conversions)),
-                loader.load_customer_ltv(bootstrap, topics.customer_ltv))
-
     try:
         if args.follow:
             print(f"loading every result topic into {redacted_url(warehouse.url)} as it "
                   "arrives (Ctrl-C to stop)")
             while True:  # each pass reads every topic to its end, offsets with the rows
-                if any(load_all()):
+                if any(n for _, n in loader.load_all(bootstrap, config)):
                     print(f"{time.strftime('%H:%M:%S')} loaded new results", flush=True)
                 time.sleep(FOLLOW_POLL_S)
-        rows, gpu_rows, roi_rows, spend_rows, experiment_rows, ltv_rows = load_all()
+        loaded = loader.load_all(bootstrap, config)
     finally:
         warehouse.close()
-    print(f"loaded {rows} credit messages (tables of credit rows), {gpu_rows} GPU cost rows, "
-          f"{roi_rows} ROI rows, {spend_rows} spend records, {experiment_rows} experiment "
-          f"rows and {ltv_rows} customer LTV rows into {redacted_url(warehouse.url)}")
+    counts: dict[str, int] = {}  # per kind of message (both experiment topics: one)
+    for load, n in loaded:
+        counts[load.what] = counts.get(load.what, 0) + n
+    parts = [f"{n} {what}" for what, n in counts.items()]
+    print(f"loaded {', '.join(parts[:-1])} and {parts[-1]} into {redacted_url(warehouse.url)}")
     return 0
 
 

@@ -162,16 +162,11 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
             if report:
                 print("    " + format_report(report, topics.dead_letter, topics.late))
 
-        t = _step("Loading credits, GPU costs, spend, ROI and experiments into the warehouse")
+        t = _step("Loading credits, GPU costs, ROI, spend, experiments and customer LTV into "
+                  "the warehouse")
         warehouse = Warehouse(config.warehouse.url)
-        loader = TopicLoader(warehouse)
-        loader.load_credits(info.bootstrap, topics.credits)
+        TopicLoader(warehouse).load_all(info.bootstrap, config)  # what `seedance load` loads
         rows = credit_row_count(warehouse)
-        loader.load_gpu_costs(info.bootstrap, gpu.costs_topic)
-        loader.load_spend(info.bootstrap, topics.ad_spend, config.roi.currency)
-        loader.load_roi(info.bootstrap, topics.roi)
-        for topic in (topics.experiment_exposures, topics.experiment_conversions):
-            loader.load_experiments(info.bootstrap, topic)
         _done(t)
         dead = count_messages(info.bootstrap, topics.dead_letter)
         late = count_messages(info.bootstrap, topics.late)

@@ -1,7 +1,8 @@
 """The streaming jobs, in one registry: each job's name (`seedance run --job`, `seedance
 cluster submit --job`, `flink_entry.py --streaming-job`), its builder, its Flink job name
 (which also names its checkpoint folder), the topics it reads and writes and the uids of
-its operators (what its savepoints are keyed by).
+its operators (what its savepoints are keyed by); and beside them `LOADS`, which sink
+loads which topic into which tables of the warehouse.
 
 Every command that lists, submits or runs jobs reads them here. Nothing heavy is imported:
 a job's module (PyFlink and all) is imported when its builder is asked for.
@@ -169,11 +170,48 @@ LTV = StreamingJob(
     group_suffix="-ltv",
     state="each customer's order history and the model in force")
 
+@dataclass(frozen=True)
+class Load:
+    """A topic the warehouse keeps (`seedance load`, the demo): the topic (a job config
+    attribute), the sink of pipelines/store/sinks.py that writes its messages, the tables
+    that sink fills, how `seedance load` counts its messages, and the config attributes the
+    sink takes after the warehouse."""
+
+    topic: str
+    sink: str
+    tables: tuple[str, ...]
+    what: str
+    options: tuple[str, ...] = ()
+
+
+# topic -> sink -> tables: every topic the loader loads, in loading order
+# (pipelines.store.loading.TopicLoader.load_all reads it)
+LOADS: tuple[Load, ...] = (
+    Load("topics.credits", "CreditsSink", ("attribution_credits",),
+         "credit messages (tables of credit rows)"),
+    Load("gpu.costs_topic", "GpuCostsSink", ("gpu_call_costs", "gpu_idle_costs"),
+         "GPU cost rows"),
+    Load("topics.roi", "RoiSink", ("roi_daily", "roi_unallocated", "order_costs",
+                                   "order_segments", "roi_days_closed"), "ROI rows"),
+    # not a job's: `seedance spend publish` writes it, the ROI job reads it
+    Load("topics.ad_spend", "SpendSink", ("ad_spend",), "spend records",
+         options=("roi.currency",)),
+    *(Load(topic, "ExperimentsSink", ("experiment_exposures", "experiment_conversions"),
+           "experiment rows")
+      for topic in ("topics.experiment_exposures", "topics.experiment_conversions")),
+    Load("topics.customer_ltv", "CustomerLtvSink", ("customer_ltv",), "customer LTV rows"),
+)
+# the topics jobs write that no table keeps: dead letters and late events (for people), the
+# conversions (read by other jobs) and the run accounting (read by `seedance run`)
+NOT_LOADED = ("topics.dead_letter", "topics.late", "topics.conversions", "topics.accounting",
+              "gpu.metrics_dead_letter", "topics.roi_dead_letter", "topics.ltv_dead_letter")
+
 # in the order commands list them and the demo runs them (each after the jobs it reads from)
 STREAMING_JOBS: dict[str, StreamingJob] = {
     job.name: job for job in (ATTRIBUTION, GPU_COST, ROI, EXPERIMENTS, LTV)}
 DEFAULT_JOB = ATTRIBUTION.name
 
 
-__all__ = ["ATTRIBUTION", "COMPACTED", "DEFAULT_JOB", "EXPERIMENTS", "GPU_COST", "LTV", "ROI",
-           "STREAMING_JOBS", "StreamingJob", "topic_settings", "unique"]
+__all__ = ["ATTRIBUTION", "COMPACTED", "DEFAULT_JOB", "EXPERIMENTS", "GPU_COST", "LOADS", "LTV",
+           "NOT_LOADED", "ROI", "STREAMING_JOBS", "Load", "StreamingJob", "topic_settings",
+           "unique"]

@@ -2,12 +2,14 @@
 table (schemas/rows.py), read from Kafka up to the end (or followed) with exactly-once
 effect.
 
-`TopicLoader(warehouse, client)` reads with read_committed and stores the next Kafka offset
-in the same database transaction as the rows (the kafka_offsets table), so a crash never
-loses or doubles; rows are upserted by key, so loading again changes nothing. Each topic's
-batch is written by its sink (pipelines/store/sinks.py) in that transaction. A message that
-cannot be stored is set aside in load_rejects (`reject`, which the control loop's inputs
-use too).
+Which sink loads which topic into which tables is the registry's LOADS (pipelines/flink/
+jobs.py, beside the jobs' `writes`); `TopicLoader.load_all` loads them all, the `load_*`
+methods one topic. `TopicLoader(warehouse, client)` reads with read_committed and stores
+the next Kafka offset in the same database transaction as the rows (the kafka_offsets
+table), so a crash never loses or doubles; rows are upserted by key, so loading again
+changes nothing. Each topic's batch is written by its sink (pipelines/store/sinks.py) in
+that transaction. A message that cannot be stored is set aside in load_rejects (`reject`,
+which the control loop's inputs use too).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from pipelines.flink.jobs import LOADS, Load
 from pipelines.kafka.reader import Batch, Offsets, TopicReader
+from pipelines.store import sinks
 from pipelines.store.sinks import (
     CreditsSink,
     CustomerLtvSink,
@@ -32,6 +37,9 @@ from pipelines.store.sinks import (
 )
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
+
+if TYPE_CHECKING:
+    from pipelines.settings.job_config import StreamingJobConfig
 
 LOADER = "warehouse-loader"  # the consumer name kafka_offsets keeps the offsets under
 
@@ -81,6 +89,19 @@ class TopicLoader:
     def __init__(self, warehouse: Warehouse, client: dict[str, Any] | None = None) -> None:
         self.warehouse = warehouse
         self.client: dict[str, Any] = dict(client or {})
+
+    def load_all(self, bootstrap: str, config: StreamingJobConfig,
+                 follow: bool = False) -> list[tuple[Load, int]]:
+        """Every topic of the registry's LOADS (pipelines/flink/jobs.py) to its end, each
+        through its sink; the messages loaded of each."""
+        return [(load, self.load(bootstrap, attrgetter(load.topic)(config),
+                                 self.sink(load, config).write, follow=follow))
+                for load in LOADS]
+
+    def sink(self, load: Load, config: StreamingJobConfig) -> Any:
+        """The sink of pipelines/store/sinks.py `load` names, on this warehouse."""
+        options = [attrgetter(option)(config) for option in load.options]
+        return getattr(sinks, load.sink)(self.warehouse, *options)
 
     def load_credits(self, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load(bootstrap, topic, CreditsSink(self.warehouse).write, follow=follow)
