@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError
 
-from jobs import backfill, dashboard, reconcile
+from jobs import backfill, dashboard, demo, reconcile
 from jobs.commands import (
     attribute,
     cluster,
@@ -39,7 +39,7 @@ __all__ = ["CliError", "build_parser", "main"]
 USER_ERRORS = (CliError, ConfigError, StackError, OSError, ValueError)
 
 # in the order `seedance --help` lists them
-COMMANDS = (stack.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
+COMMANDS = (demo.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
             inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
             stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
             ltv.add_ltv, cluster.add_cluster, add_control,

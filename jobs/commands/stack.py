@@ -1,5 +1,5 @@
-"""`seedance stack up|down|status`, the local Kafka broker, and `seedance demo`, which runs
-everything on it once."""
+"""`seedance stack up|down|status`, the local Kafka broker (`seedance demo`, which runs
+everything on it once, is the demo's own command: jobs/demo/command.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,6 @@ import argparse
 import time
 
 from pipelines.stack.local_kafka import default_broker
-
-
-def add_demo(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    demo = sub.add_parser("demo", help="stack up, sample telemetry, run the job, print results")
-    demo.add_argument("--users", type=int, default=2000)
-    demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--keep-stack", action="store_true",
-                      help="leave the Kafka broker running afterwards")
-    demo.set_defaults(func=cmd_demo)
 
 
 def add_stack(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -43,9 +34,3 @@ def cmd_stack(args: argparse.Namespace) -> int:
         print(f"Kafka broker: running, bootstrap {info.bootstrap}, pid {info.pid}, "
               f"up {time.time() - info.started_at:.0f}s\n  data {info.data_dir}")
     return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from jobs.demo import run_demo
-
-    return run_demo(users=args.users, seed=args.seed, keep_stack=args.keep_stack)

@@ -20,15 +20,11 @@ from jobs.commands.report import (
 )
 from jobs.commands.verify import verify_warehouse
 from jobs.demo.loop import run_control_loop, runaway_bid
+from jobs.demo.steps import DEMO_STEPS, demo_job_name
 from pipelines.control.config import OutputsSection
 from pipelines.flink.jobs import (
-    ATTRIBUTION,
-    EXPERIMENTS,
-    GPU_COST,
     LTV,
-    ROI,
     STREAMING_JOBS,
-    StreamingJob,
     topic_settings,
     unique,
 )
@@ -54,12 +50,6 @@ from pipelines.store.ltv import ltv_return_frame
 from pipelines.store.summaries import credit_row_count
 from pipelines.store.warehouse import Warehouse
 
-# What the demo says it runs each streaming job for (after "Running the Flink <title> job").
-DEMO_STEPS = {ATTRIBUTION.name: " until the sample is consumed",
-              GPU_COST.name: " over the GPU samples and GPU-backed spans",
-              ROI.name: ": spend and GPU cost allocated to the conversions",
-              EXPERIMENTS.name: ": each user's first variant, their orders",
-              LTV.name: ": each customer scored with the model fitted on the orders"}
 CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
@@ -75,11 +65,6 @@ def _step(text: str) -> float:
 
 def _done(started: float) -> None:
     print(f"    done in {time.monotonic() - started:.1f}s", flush=True)
-
-
-def demo_job_name(job: StreamingJob) -> str:
-    """The Flink job name of `job` in the demo (its checkpoints apart from a real run's)."""
-    return "seedance-demo" if job is ATTRIBUTION else f"seedance-demo-{job.name}"
 
 
 def print_ltv(warehouse: Warehouse) -> None:
