@@ -102,10 +102,11 @@ ATTRIBUTION = StreamingJob(
             "topics.accounting"),
     flow="{topics.spans} -> {topics.credits} (dead letters: {topics.dead_letter}, late: "
          "{topics.late})",
-    uids=("source-otlp-spans", "decode-otlp", "dedup-orders-by-order-id",
-          "attribute-journeys-by-bucket", "fit-data-driven-models-by-period", "count-late",
-          "count-duplicate-orders", "run-accounting", "credits-sink", "dead-letter-sink",
-          "late-events-sink", "conversions-sink", "accounting-sink"),
+    uids=("source-otlp-spans", "source-otlp-spans-groups", "decode-otlp",
+          "dedup-orders-by-order-id", "attribute-journeys-by-bucket",
+          "fit-data-driven-models-by-period", "count-late", "count-duplicate-orders",
+          "run-accounting", "credits-sink", "dead-letter-sink", "late-events-sink",
+          "conversions-sink", "accounting-sink"),
     state="the journeys in progress (touches waiting for a conversion), the order ids already "
           "credited and the journeys the data-driven models are fitted on")
 
@@ -196,9 +197,11 @@ LOADS: tuple[Load, ...] = (
     # not a job's: `seedance spend publish` writes it, the ROI job reads it
     Load("topics.ad_spend", "SpendSink", ("ad_spend",), "spend records",
          options=("roi.currency",)),
-    *(Load(topic, "ExperimentsSink", ("experiment_exposures", "experiment_conversions"),
-           "experiment rows")
-      for topic in ("topics.experiment_exposures", "topics.experiment_conversions")),
+    # either experiments topic: the sink tells exposures from conversions by their fields
+    Load("topics.experiment_exposures", "ExperimentsSink",
+         ("experiment_exposures", "experiment_conversions"), "experiment rows"),
+    Load("topics.experiment_conversions", "ExperimentsSink",
+         ("experiment_exposures", "experiment_conversions"), "experiment rows"),
     Load("topics.customer_ltv", "CustomerLtvSink", ("customer_ltv",), "customer LTV rows"),
 )
 # the topics jobs write that no table keeps: dead letters and late events (for people), the

@@ -283,6 +283,213 @@ def test_the_sql_write_check_finds_what_it_is_for() -> None:
     assert [use.split(":")[0] for use in sql_writes(tree)] == ["1", "2", "3", "4", "5"]
 
 
+# --- the warehouse's edges: who reads SQL, who writes each table, what the loader loads --
+
+# SQL that reads (SELECT ... FROM, COPY) is in the store, the reconciliation's store and the
+# dashboard's query modules (its views as SQL, and the filters and paging they are built
+# with); the dashboard's pages, charts, server and app read through those
+SQL_READERS = ("pipelines/store/", "pipelines/reconcile/store.py",
+               "pipelines/dashboard/queries.py", "pipelines/dashboard/filters.py",
+               "pipelines/dashboard/paging.py")
+SQL_READER_SUFFIX = "_views.py"  # pipelines/dashboard/*_views.py: a page's queries
+# (module, why) reading SQL that is not the warehouse's
+SQL_READS_ELSEWHERE = {
+    ("pipelines/stack/postgres.py", "the local PostgreSQL server's catalog (pg_database)"),
+    ("bench/backfill.py", "the totals of a bench run's own scratch SQLite file"),
+}
+SQL_READ = re.compile(r"\bSELECT\s.*?\bFROM\b|\bCOPY\s+\w+\s+(FROM|TO)\b", re.S)
+
+
+def sql_reads(tree: ast.AST) -> Iterator[str]:
+    """Where a module's string literals (f-strings' literal parts joined) read SQL (SELECT
+    ... FROM in capitals, as the project writes SQL, or COPY)."""
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+             for v in node.values}
+    for node in ast.walk(tree):
+        if id(node) in parts:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            text = "{}".join(v.value for v in node.values
+                             if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if SQL_READ.search(text):
+            yield f"{node.lineno}: {text[:60]!r}"
+
+
+def test_sql_reads_only_in_the_store_and_the_dashboard_queries() -> None:
+    allowed = {name for name, _ in SQL_READS_ELSEWHERE}
+    found = [f"{name}:{use}" for name, path in python_files(SIZE_CHECKED).items()
+             if not name.startswith(SQL_READERS) and name not in allowed
+             and not (name.startswith("pipelines/dashboard/")
+                      and name.endswith(SQL_READER_SUFFIX))
+             for use in sql_reads(ast.parse(path.read_text(), name))]
+    assert found == [], "read the warehouse through a function of pipelines/store/"
+
+
+def test_the_sql_read_check_finds_what_it_is_for() -> None:
+    tree = ast.parse("a = 'SELECT x FROM t'\nb = f'SELECT {c} FROM {t} WHERE x = ?'\n"
+                     "c = ('SELECT COUNT(*) '\n     'FROM t')\nd = 'COPY t FROM STDIN'\n"
+                     "e = 'select the rows from the file'\nf = 'SELECT 1'\n")
+    assert [use.split(":")[0] for use in sql_reads(tree)] == ["1", "2", "3", "5"]
+
+
+# every table of schemas/sql/*.sql -> the one module that writes it (others go through it)
+TABLE_WRITERS = {
+    **dict.fromkeys(
+        ("attribution_credits", "gpu_call_costs", "gpu_idle_costs", "ad_spend", "roi_daily",
+         "roi_unallocated", "roi_days_closed", "order_costs", "order_segments",
+         "experiment_exposures", "experiment_conversions",
+         # the stream's scores upserted by user, a refresh's replacing the table
+         "customer_ltv"),
+        "pipelines/store/sinks.py"),  # the loader's sinks; the backfill's days through them
+    "kafka_offsets": "pipelines/store/loading.py",
+    "load_rejects": "pipelines/store/loading.py",
+    "backfill_runs": "pipelines/store/backfill.py",
+    "experiment_results": "pipelines/store/experiments.py",
+    "credit_intervals": "pipelines/store/intervals.py",
+    "ltv_return": "pipelines/store/ltv.py",
+    "ltv_calibration": "pipelines/store/ltv.py",
+    **dict.fromkeys(("control_decisions", "control_actions", "control_verifications"),
+                    "pipelines/control/ledger.py"),
+    **dict.fromkeys(("billing_ad_rows", "billing_cloud_costs", "reconciliation_daily",
+                     "alerts", "reconciliation_runs"), "pipelines/reconcile/store.py"),
+}
+# what writes a table given its declaration (schemas/*rows.py): a class made for it (a
+# sink), or a Warehouse write (on a receiver named like a warehouse) given it
+WAREHOUSE_WRITES = {"store", "insert", "claim", "delete", "upsert"}
+SQL_WRITE_TABLE = re.compile(r"\b(?:INSERT\s+INTO|DELETE\s+FROM|UPDATE(?=\s+\w+\s+SET\b))\s+(\w+)",
+                             re.I)
+
+
+def ddl_tables() -> set[str]:
+    return {table for path in sorted((ROOT / "schemas" / "sql").glob("*.sql"))
+            for table in re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", path.read_text(),
+                                    re.I)}
+
+
+def declared_tables() -> dict[str, str]:
+    """{declaration's name: its table} of the Row declarations in schemas/ (`X = Row(...,
+    table="t")` or `X = Y.derive(..., table="t")`)."""
+    found = {}
+    for path in sorted((ROOT / "schemas").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                for keyword in node.value.keywords:
+                    if keyword.arg == "table" and isinstance(keyword.value, ast.Constant):
+                        found.update({t.id: keyword.value.value for t in node.targets
+                                      if isinstance(t, ast.Name)})
+    return found
+
+
+def table_writes(tree: ast.AST, declared: dict[str, str]) -> Iterator[str]:
+    """The tables a module writes: by SQL naming them (an f-string's `{X.table}` read as X's
+    table) or by handing their declaration to a sink or a Warehouse write."""
+    def declaration(node: ast.AST) -> str | None:
+        name = node.attr if isinstance(node, ast.Attribute) else \
+            node.id if isinstance(node, ast.Name) else None
+        return declared.get(name) if name else None
+
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+             for v in node.values}
+    for node in ast.walk(tree):
+        text = None
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(
+                v.value if isinstance(v, ast.Constant) else
+                (declaration(v.value.value) or "{}") if isinstance(v, ast.FormattedValue)
+                and isinstance(v.value, ast.Attribute) and v.value.attr == "table" else "{}"
+                for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in parts:
+            text = node.value
+        if text:
+            yield from SQL_WRITE_TABLE.findall(text)
+        if isinstance(node, ast.Call):
+            func = node.func
+            # a class made for the table (a sink: TableSink(warehouse, rows.X), ...)
+            writes = (isinstance(func, ast.Name) and func.id[:1].isupper()) or (
+                isinstance(func, ast.Attribute) and func.attr in WAREHOUSE_WRITES
+                and ast.unparse(func.value).split(".")[-1] in ("warehouse", "wh"))
+            if writes:
+                yield from (t for t in map(declaration, node.args) if t)
+
+
+def test_every_table_has_one_writer() -> None:
+    tables = ddl_tables()
+    assert set(TABLE_WRITERS) == tables, "name the one writer of each table in TABLE_WRITERS"
+    declared = declared_tables()
+    writers: dict[str, set[str]] = {table: set() for table in tables}
+    for name, path in python_files(("jobs", "pipelines")).items():
+        for table in table_writes(ast.parse(path.read_text(), name), declared):
+            writers.setdefault(table, set()).add(name)
+    extra = {table: sorted(found - {TABLE_WRITERS.get(table)})
+             for table, found in writers.items() if found - {TABLE_WRITERS.get(table)}}
+    assert extra == {}, "write a table through its one writer (TABLE_WRITERS)"
+    by_name = {v: k for k, v in declared.items()}
+    silent = [table for table, owner in TABLE_WRITERS.items()
+              if table not in (ROOT / owner).read_text()
+              and by_name.get(table, table) not in (ROOT / owner).read_text()]
+    assert silent == []
+
+
+def test_the_table_write_check_finds_what_it_is_for() -> None:
+    tree = ast.parse("a = 'INSERT INTO t1 VALUES (?)'\nb = f'DELETE FROM {T2.table} WHERE x'\n"
+                     "ReplacedTable(warehouse, rows.T3)\nself.warehouse.store(T4, [])\n"
+                     "ledger.claim(T5, row)\nc = f'UPDATE {self.row.table} SET x = 1'\n"
+                     "d = 'SELECT x FROM t6'\ne = 'ON CONFLICT (k) DO UPDATE SET x = 1'\n")
+    declared = {f"T{i}": f"t{i}" for i in range(2, 6)}
+    assert sorted(table_writes(tree, declared)) == ["t1", "t2", "t3", "t4"]
+
+
+def registry_loads() -> tuple[dict[str, tuple[str, tuple[str, ...]]], set[str], set[str]]:
+    """From the registry's source: {topic: (sink, tables)} of LOADS, NOT_LOADED, and the
+    topics the jobs write (config attributes)."""
+    tree = ast.parse((ROOT / JOB_REGISTRY).read_text())
+    loads, not_loaded, written = {}, set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "Load":
+                topic, sink, tables = (ast.literal_eval(a) for a in node.args[:3])
+                loads[topic] = (sink, tables)
+            elif node.func.id == "StreamingJob":
+                written |= {t for k in node.keywords if k.arg == "writes"
+                            for t in ast.literal_eval(k.value)}
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "NOT_LOADED" for t in node.targets):
+            not_loaded = set(ast.literal_eval(node.value))
+    return loads, not_loaded, written
+
+
+def sink_tables(declared: dict[str, str]) -> dict[str, set[str]]:
+    """{sink class of pipelines/store/sinks.py: the tables of the declarations it names}."""
+    tree = ast.parse((ROOT / "pipelines/store/sinks.py").read_text())
+    return {node.name: {declared[n.attr] for n in ast.walk(node)
+                        if isinstance(n, ast.Attribute) and n.attr in declared}
+            for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def test_the_loader_map_covers_every_topic_jobs_write_to_tables() -> None:
+    loads, not_loaded, written = registry_loads()
+    assert written - not_loaded <= set(loads), "a written topic needs its Load (or NOT_LOADED)"
+    assert not set(loads) & not_loaded
+    assert not_loaded <= written
+    sinks = sink_tables(declared_tables())
+    tables = ddl_tables()
+    for topic, (sink, loaded) in loads.items():
+        assert set(loaded) <= tables, topic
+        assert sink in sinks and sinks[sink] == set(loaded), (topic, sink, sinks.get(sink))
+
+
+def test_commands_do_not_import_the_demo() -> None:
+    wrong = [f"{imp.source}:{imp.line} imports {imp.target}" for imp in all_imports()
+             if imp.source.startswith("jobs.commands")
+             and (imp.target == "jobs.demo" or imp.target.startswith("jobs.demo."))]
+    assert wrong == [], "a command the demo needs lives in jobs/commands/ or pipelines/"
+
+
 if __name__ == "__main__":
     for label, only in (("module level", True), ("with imports inside functions", False)):
         found = cycles(import_graph(top_level_only=only))
