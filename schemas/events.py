@@ -163,12 +163,50 @@ def _unpack_column(packed: bytes | str | list[str], dtype: type, rows: int) -> n
     return object_array(packed.split(_SEPARATOR) if isinstance(packed, str) else packed)
 
 
+PackedParts = tuple[int, int, list, list]
+"""`pack`'s form before pickling: the touch and order counts, then each kind's packed
+columns (the decoder's C scanner makes this form too)."""
+
+
+def packed_parts(events: EventColumns) -> PackedParts:
+    touches, orders = events
+    return (len(touches.ts_ms), len(orders.ts_ms), [_pack_column(c) for c in touches],
+            [_pack_column(c) for c in orders])
+
+
 def pack(events: EventColumns) -> bytes:
     """A batch as bytes (`unpack` gives it back)."""
-    touches, orders = events
-    return pickle.dumps((len(touches.ts_ms), len(orders.ts_ms),
-                         [_pack_column(c) for c in touches],
-                         [_pack_column(c) for c in orders]), 5)
+    return pickle.dumps(packed_parts(events), 5)
+
+
+def merged_parts(parts: Sequence[PackedParts]) -> PackedParts:
+    """Several batches in packed form as one, each kind's rows in the order given, without
+    unpacking them (numbers' bytes and strings' texts are joined)."""
+    if len(parts) == 1:
+        return parts[0]
+    touch_rows, order_rows_ = [p[0] for p in parts], [p[1] for p in parts]
+    return (sum(touch_rows), sum(order_rows_),
+            [_merged_column([p[2][i] for p in parts], touch_rows)
+             for i in range(len(parts[0][2]))],
+            [_merged_column([p[3][i] for p in parts], order_rows_)
+             for i in range(len(parts[0][3]))])
+
+
+def _merged_column(columns: list[bytes | str | list[str]], rows: list[int]
+                   ) -> bytes | str | list[str]:
+    kept = [column for column, n in zip(columns, rows, strict=True) if n]
+    if not kept:
+        return columns[0]
+    if all(isinstance(column, bytes) for column in kept):
+        return b"".join(kept)  # type: ignore[arg-type]
+    if all(isinstance(column, str) for column in kept):
+        return _SEPARATOR.join(kept)  # type: ignore[arg-type]
+    values: list[str] = []  # a value held the separator: as lists
+    for column in kept:
+        if isinstance(column, bytes):
+            raise TypeError("a column packed as numbers in one batch and strings in another")
+        values += column.split(_SEPARATOR) if isinstance(column, str) else column
+    return values
 
 
 def unpack(data: bytes) -> EventColumns:

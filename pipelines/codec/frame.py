@@ -52,6 +52,45 @@ def unframe(record: bytes) -> Framed:
                   NEVER if newest == NO_TIME else max(newest, NEVER), value)
 
 
+# --- groups of records: io.seedance.flink.FrameBatches joins consecutive framed records
+# into one element (the decoder is then called once per group, and sends one batch per
+# user bucket per group); a group of one is the record itself
+
+GROUP = 2
+_COUNT = struct.Struct(">i")
+
+
+def group_frames(records: list[bytes]) -> bytes:
+    """Framed records as FrameBatches joins them (tests and benchmarks use this)."""
+    if len(records) == 1:
+        return records[0]
+    return bytes([GROUP]) + _COUNT.pack(len(records)) + b"".join(
+        _COUNT.pack(len(record)) + record for record in records)
+
+
+def ungroup(element: bytes) -> list[bytes]:
+    """The framed records of an element: those of a group, or the element itself."""
+    if not element or element[0] != GROUP:
+        return [element]
+    if len(element) < 1 + _COUNT.size:
+        raise ValueError(f"a group of framed records is cut short at {len(element)} bytes")
+    (count,), at, out = _COUNT.unpack_from(element, 1), 1 + _COUNT.size, []
+    for _ in range(count):
+        if at + _COUNT.size > len(element):
+            raise ValueError(f"a group of {count} framed records is cut short after "
+                             f"{len(out)}")
+        (size,) = _COUNT.unpack_from(element, at)
+        at += _COUNT.size
+        if size < 0 or at + size > len(element):
+            raise ValueError(f"record {len(out)} of a group of {count} is cut short")
+        out.append(element[at:at + size])
+        at += size
+    if at != len(element):
+        raise ValueError(f"a group of {count} framed records has {len(element) - at} bytes "
+                         "after its last record")
+    return out
+
+
 # --- the event time the source stamps a record with (io.seedance.flink.OtlpEventTime, the
 # one the job runs; this is its reference, for tests and for driving the operators without
 # a JVM)

@@ -73,6 +73,11 @@ class AttributionConfig:
     refit_every_s: float = 86400.0
 
 
+# records the attribution job's source hands its decoder in one call, at most (each an
+# OTLP request of up to a few MiB: a group stays well inside a Python worker's memory)
+MAX_BATCH_RECORDS = 4096
+
+
 @dataclass(frozen=True)
 class FlinkConfig:
     parallelism: int = 1
@@ -83,6 +88,8 @@ class FlinkConfig:
     resume: bool = True
     accounting_every_s: float = 30.0
     user_buckets: int = 4
+    batch_records: int = 64
+    batch_linger_ms: int = 200
     restart_attempts: int = 3
     restart_delay_s: float = 2.0
 
@@ -175,6 +182,9 @@ class StreamingJobConfig:
             (self.flink.user_buckets >= self.flink.parallelism, "flink.user_buckets",
              f"({self.flink.user_buckets}) must be at least flink.parallelism "
              f"({self.flink.parallelism}): a bucket is the smallest unit of work"),
+            (1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
+             f"must be between 1 and {MAX_BATCH_RECORDS}"),
+            (self.flink.batch_linger_ms >= 0, "flink.batch_linger_ms", "must not be negative"),
             (self.flink.python_execution_mode in ("thread", "process"),
              "flink.python_execution_mode", "must be thread or process"),
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pipelines.codec import credit_messages, table_messages
-from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
+from pipelines.codec.frame import NO_TIME, frame, group_frames, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
@@ -99,6 +99,7 @@ class Job:
         self.dead = 0
         self.duplicates: list[dict[str, Any]] = []
         self.counts = [0] * len(COUNTS)
+        self.batches = 0  # bucket batches from the decoder to the journeys
 
     def checkpoint(self) -> dict[str, Any]:
         return copy.deepcopy({"store": self.store, "fit_state": self.fit_state,
@@ -109,14 +110,22 @@ class Job:
     def feed(self, message: bytes | None, partition: int = 0) -> None:
         """One message of `partition`; the watermark follows the newest of all partitions
         (as when the others are idle: the adversary's watermark)."""
-        event_time = newest_start_ms(message, 2**62)
-        before = self.newest_of.get(partition, NO_TIME)
-        framed = frame(message, partition, self.offset, stamp_of(message) or 0, event_time,
-                       before)
-        self.offset += 1
-        self.newest_of[partition] = max(before, event_time)
+        self.feed_group([message], partition)
+
+    def feed_group(self, messages: list[bytes | None], partition: int = 0) -> None:
+        """Messages of `partition` grouped as io.seedance.flink.FrameBatches groups them:
+        one call of the decoder, the watermark moved on after the group."""
+        framed = []
+        for message in messages:
+            event_time = newest_start_ms(message, 2**62)
+            before = self.newest_of.get(partition, NO_TIME)
+            framed.append(frame(message, partition, self.offset, stamp_of(message) or 0,
+                                event_time, before))
+            self.offset += 1
+            self.newest_of[partition] = max(before, event_time)
         self.partition_newest = max(self.newest_of.values())
-        for out in self.decode.process_element(framed, FakeContext(self.timers)):
+        for out in self.decode.process_element(group_frames(framed),
+                                               FakeContext(self.timers)):
             if out[0] is DEAD_LETTERS:
                 self.dead += 1
             elif out[0] is LATE_EVENTS:
@@ -127,6 +136,7 @@ class Job:
                 self._collect_dedup(self.deduping.process(out[1], key=out[1][0]))
             else:
                 bucket, _, _ = out
+                self.batches += 1
                 self._collect(self.attributing.process(out, key=bucket))
         if self.partition_newest != NO_TIME:
             self.advance(self.partition_newest - SLACK_MS - 1)
@@ -195,9 +205,9 @@ def stream() -> tuple[Any, list[bytes]]:
     return plan, stamped(sink)
 
 
-def run(job: Job, messages: list[bytes]) -> Job:
-    for message in messages:
-        job.feed(message)
+def run(job: Job, messages: list[bytes], group: int = 1) -> Job:
+    for at in range(0, len(messages), group):
+        job.feed_group(messages[at:at + group])
     return job
 
 
@@ -237,6 +247,21 @@ def test_the_operators_give_the_batch_reference_credits(stream, correction_days)
     assert {c["stage"] for c in job.credits} >= {"new", "repeat"}
     assert len({c["order_id"] for c in job.credits}) == len(reference_journeys(
         plan, correction_ms=horizon))
+
+
+@pytest.mark.parametrize("group", [3, 17, 1000])
+def test_records_grouped_by_the_source_give_the_credits_of_one_at_a_time(stream, group):
+    """FrameBatches groups consecutive records (a watermark only between groups): one batch
+    per bucket per group reaches the journeys, and the credits, late events and counts are
+    those of the records taken one at a time."""
+    _, messages = stream
+    single = finish(run(Job(), messages))
+    grouped = finish(run(Job(), messages, group))
+    assert keyed(grouped.credits) == keyed(single.credits)
+    assert (grouped.late, grouped.dead, grouped.counts) == (single.late, single.dead,
+                                                            single.counts)
+    groups = -(-len(messages) // group)
+    assert grouped.batches <= groups * BUCKETS < single.batches
 
 
 @pytest.mark.parametrize("cut", [0.2, 0.5, 0.85])

@@ -115,8 +115,8 @@ def test_run_ensures_the_topics_it_always_did() -> None:
 
 
 def _uids_in(module: str) -> tuple[set[str], list[re.Pattern[str]]]:
-    """The uids a job module gives its operators: `.uid(...)` and from_kafka's last
-    argument, constants as they are and f-strings as patterns."""
+    """The uids a job module gives its operators: `.uid(...)` and from_kafka's and
+    grouped's last argument, constants as they are and f-strings as patterns."""
     path = ROOT / (module.replace(".", "/") + ".py")
     constants, patterns = set(), []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -127,6 +127,8 @@ def _uids_in(module: str) -> tuple[set[str], list[re.Pattern[str]]]:
             arg = node.args[0]
         elif isinstance(func, ast.Name) and func.id == "from_kafka" and len(node.args) == 5:
             arg = node.args[4]
+        elif isinstance(func, ast.Name) and func.id == "grouped" and len(node.args) == 4:
+            arg = node.args[3]
         else:
             continue
         if isinstance(arg, ast.Constant):

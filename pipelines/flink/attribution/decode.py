@@ -1,6 +1,6 @@
-"""The attribution job's first operator: each Kafka record (an OTLP batch, framed by the
-source) -> touches and orders as columns, in batches per user bucket; late events, dead
-letters and the accounting of every span on side outputs."""
+"""The attribution job's first operator: each group of Kafka records (OTLP batches, framed
+and grouped by the source) -> touches and orders as columns, in one batch per user bucket;
+late events, dead letters and the accounting of every span on side outputs."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ from pipelines.codec.events import (
     decode_events,
     decode_message,
 )
-from pipelines.codec.frame import Framed, unframe
+from pipelines.codec.frame import Framed, unframe, ungroup
 from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.attribution.support import (
     ACCOUNTING,
     ARRIVED_LATE,
+    COUNTS,
     DEAD_LETTERS,
     LATE_EVENTS,
     ORDERS,
@@ -36,10 +37,12 @@ from pipelines.flink.attribution.support import (
 )
 from schemas.events import (
     EventColumns,
+    PackedParts,
+    merged_parts,
     newest,
     order_rows,
     order_rows_of_parts,
-    pack,
+    packed_parts,
     records_of,
     take,
 )
@@ -47,6 +50,49 @@ from schemas.records import DeadLetter
 from udfs.journeys import arrival_bound, arrived_in_time
 
 log = logging.getLogger(__name__)
+
+
+class GroupOutput:
+    """What one call sends on: the outputs of a group's records, one batch per user bucket
+    and one list of orders per order bucket for the whole group (so the records crossing
+    to the journeys do not multiply with the records of a group), one accounting record;
+    dead letters and late events as they come."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []  # dead letters, late events
+        self.buckets: dict[int, tuple[int, list[PackedParts]]] = {}
+        self.orders: dict[tuple[int, int], list[tuple]] = {}
+        self.counts = [0] * len(COUNTS)
+
+    def batch(self, bucket: int, batch_newest: int, parts: PackedParts) -> None:
+        if bucket in self.buckets:
+            known, kept = self.buckets[bucket]
+            kept.append(parts)
+            self.buckets[bucket] = (max(known, batch_newest), kept)
+        else:
+            self.buckets[bucket] = (batch_newest, [parts])
+
+    def count(self, counts: tuple[int, ...]) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
+
+    def absorb(self, other: GroupOutput) -> None:
+        """`other`'s outputs (one record's, whole) after those taken so far."""
+        self.items += other.items
+        for bucket, (batch_newest, parts) in other.buckets.items():
+            for part in parts:
+                self.batch(bucket, batch_newest, part)
+        for key, rows in other.orders.items():
+            self.orders.setdefault(key, []).extend(rows)
+        self.count(tuple(other.counts))
+
+    def emit(self) -> Iterator[Any]:
+        yield from self.items
+        for bucket, (batch_newest, parts) in self.buckets.items():
+            yield bucket, batch_newest, pickle.dumps(merged_parts(parts), PICKLE_PROTOCOL)
+        for (key, held), rows in self.orders.items():
+            yield ORDERS, (key, held, rows)
+        if any(self.counts):
+            yield ACCOUNTING, tuple(self.counts)
 
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
@@ -82,37 +128,54 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         collect_garbage_rarely()
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
+        group = GroupOutput()
+        try:
+            elements = ungroup(value)
+        except ValueError as error:
+            self._dead(group, DeadLetter("unreadable_record", str(error), bytes(value)), None)
+            yield from group.emit()
+            return
+        # the watermark cannot move within a call: every record of the group is judged
+        # against the same one, as when they came one by one before it
+        watermark = ctx.timer_service().current_watermark()
+        for element in elements:
+            group.absorb(self._one(element, watermark))
+        yield from group.emit()
+
+    def _one(self, value: bytes, watermark: int) -> GroupOutput:
+        """One framed record's outputs: all of them, or only its dead letter."""
+        out = GroupOutput()
         try:
             record = unframe(value)
         except ValueError as error:
-            yield from self._dead(DeadLetter("unreadable_record", str(error), bytes(value)),
-                                  None)
-            return
+            self._dead(out, DeadLetter("unreadable_record", str(error), bytes(value)), None)
+            return out
         if record.value is None:
-            yield from self._dead(DeadLetter(
+            self._dead(out, DeadLetter(
                 "null_value", "the record's value is null (a tombstone or a producer "
                 "error): no spans", b""), record)
-            return
+            return out
         try:
-            yield from self._decode(record, ctx.timer_service().current_watermark())
+            self._decode(record, watermark, out)
         except Exception as error:  # noqa: BLE001 - one record must never stop the job
             log.exception("decoding record %s:%s failed", record.partition, record.offset)
-            yield from self._dead(DeadLetter(
+            out = GroupOutput()  # nothing of it but its dead letter
+            self._dead(out, DeadLetter(
                 "decoder_error", f"{type(error).__name__}: {error}", record.value), record)
+        return out
 
-    def _dead(self, letter: DeadLetter, record: Framed | None) -> Iterator[Any]:
-        yield DEAD_LETTERS, dead_letter_json(letter, self.source,
-                                             None if record is None else record.partition,
-                                             None if record is None else record.offset)
-        yield ACCOUNTING, counted(messages=1, records_in=1, dead_lettered=1)
+    def _dead(self, out: GroupOutput, letter: DeadLetter, record: Framed | None) -> None:
+        out.items.append((DEAD_LETTERS, dead_letter_json(
+            letter, self.source, None if record is None else record.partition,
+            None if record is None else record.offset)))
+        out.count(counted(messages=1, records_in=1, dead_lettered=1))
 
-    def _decode(self, record: Framed, watermark: int) -> Iterator[Any]:
+    def _decode(self, record: Framed, watermark: int, out: GroupOutput) -> None:
         # GPU calls feed the cost job; this job attributes touches and orders: it checks
         # them (dead-letters the invalid ones) but does not build them
         value, arrival = record.value, record.kafka_timestamp_ms
         assert value is not None
         decoded = decode_message(value, self.buckets, self.encoding, self.max_future_s)
-        out: list[Any] = []
         if isinstance(decoded, PackedMessage):
             if self._none_late(decoded.ts_ms, arrival) and (
                     not len(decoded.ts_ms) or int(decoded.ts_ms.min()) > watermark):
@@ -120,22 +183,21 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                 # the scanner's buckets as they are
                 orders: list[tuple] = []
                 for bucket, (batch_newest, events) in decoded.buckets.items():
-                    out.append((bucket, batch_newest, pickle.dumps(events, PICKLE_PROTOCOL)))
+                    out.batch(bucket, batch_newest, events)
                     orders += order_rows_of_parts(events)
-                out.extend(self._orders(orders, record))
+                self._orders(out, orders, record)
                 used = len(decoded.ts_ms)
-                out.append((ACCOUNTING, counted(
+                out.count(counted(
                     messages=1, records_in=decoded.spans, used=used,
                     other=decoded.spans - used, other_gpu_calls=decoded.unbuilt_gpu_calls,
-                    other_tracing_spans=decoded.ignored)))
-                yield from out
+                    other_tracing_spans=decoded.ignored))
                 return
             # to set some apart
             decoded = decode_events(value, self.buckets, self.encoding,
                                     max_future_s=self.max_future_s)
         for letter in decoded.dead_letters:
-            out.append((DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
-                                                       record.offset)))
+            out.items.append((DEAD_LETTERS, dead_letter_json(letter, self.source,
+                                                             record.partition, record.offset)))
         touches, orders = decoded.touches, decoded.orders
         used = len(touches.ts_ms) + len(orders.ts_ms)
         late_count = 0
@@ -143,33 +205,33 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             late_touches, late_orders = self._late(decoded, arrival)
             late_count = int(late_touches.sum() + late_orders.sum())
             if late_count:
-                out.extend(self._late_json(decoded, late_touches, late_orders, arrival))
+                out.items.extend(self._late_json(decoded, late_touches, late_orders, arrival))
             held = ~late_orders & (orders.ts_ms <= watermark)
             if late_count or held.any():
                 batches = by_bucket(decoded, ~late_touches, ~late_orders & ~held)
             else:
                 batches = by_bucket(decoded)
             for bucket, events in batches.items():
-                out.append((bucket, newest(events), pack(events)))
-            out.extend(self._orders(order_rows(take(orders, ~late_orders & ~held)), record))
-            out.extend(self._orders(order_rows(take(orders, held)), record, held=True))
+                out.batch(bucket, newest(events), packed_parts(events))
+            self._orders(out, order_rows(take(orders, ~late_orders & ~held)), record)
+            self._orders(out, order_rows(take(orders, held)), record, held=True)
         records_in = decoded.records_in
         dead = len(decoded.dead_letters)
-        out.append((ACCOUNTING, counted(
+        # emitted only once the whole record is decoded (the caller drops `out` on a
+        # failure half-way): nothing of it is left behind but its dead letter
+        out.count(counted(
             messages=1, records_in=records_in, used=used, other=records_in - used - dead,
             dead_lettered=dead, late=late_count, other_gpu_calls=decoded.unbuilt_gpu_calls,
-            other_tracing_spans=decoded.ignored)))
-        # emitted only once the whole record is decoded: a failure half-way leaves nothing
-        # of it behind but its dead letter
-        yield from out
+            other_tracing_spans=decoded.ignored))
 
-    def _orders(self, orders: list[tuple], record: Framed, held: bool = False) -> Iterator[Any]:
+    def _orders(self, out: GroupOutput, orders: list[tuple], record: Framed,
+                held: bool = False) -> None:
         """Orders to the duplicate check, by the bucket of their order id, each with the
         partition and offset of its record (a duplicate's dead letter names them);
         `held`: orders their journeys get only once the check admits them."""
         place = (record.partition, record.offset)
         for key, part in by_order_bucket(orders, self.buckets).items():
-            yield ORDERS, (key, int(held), [row + place for row in part])
+            out.orders.setdefault((key, int(held)), []).extend(row + place for row in part)
 
     def _none_late(self, ts: np.ndarray, arrival: int) -> bool:
         """True when none of these times is late by arrival."""

@@ -53,6 +53,7 @@ from pipelines.flink.runtime.kafka import (
     build_sink,
     build_source,
     from_kafka,
+    grouped,
     otlp_event_time,
     run_pipeline,
     stay_active,
@@ -70,6 +71,9 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                                            config.event_time.max_future_s * 1000)),
                      otlp_event_time(config, bootstrap, config.topics.spans),
                      "otlp-spans", "source-otlp-spans")
+    # the decoder is called once per group of records, and sends one batch per bucket per
+    # group: what reaches the journeys does not multiply with the bucket count
+    raw = grouped(raw, config, "otlp-spans-groups", "source-otlp-spans-groups")
     write(transform(raw, config), config, bootstrap)
 
 

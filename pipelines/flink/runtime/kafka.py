@@ -138,6 +138,20 @@ def from_kafka(env: StreamExecutionEnvironment, source: KafkaSource,
     return DataStream(final).uid(f"{uid}-final-watermark")
 
 
+# a group's bytes at most, whatever its record count (a Python worker holds it whole)
+MAX_BATCH_BYTES = 64 * 1024 * 1024
+
+
+def grouped(stream: DataStream, config: StreamingJobConfig, name: str, uid: str) -> DataStream:
+    """Framed records grouped for one Python call each (io.seedance.flink.FrameBatches:
+    up to `flink.batch_records` records or MAX_BATCH_BYTES, `flink.batch_linger_ms` at
+    most, closed before every watermark and checkpoint barrier; it keeps no state)."""
+    j_stream = stream._j_data_stream
+    batches = _job_classes().io.seedance.flink.FrameBatches(
+        config.flink.batch_records, MAX_BATCH_BYTES, config.flink.batch_linger_ms)
+    return DataStream(j_stream.transform(name, j_stream.getType(), batches)).uid(uid)
+
+
 def stay_active(stream: DataStream, name: str, uid: str) -> DataStream:
     """`stream` through io.seedance.flink.StayActive: its output is never announced idle,
     so the operator it feeds waits for its watermarks (behind a key-by, where an idle
