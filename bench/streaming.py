@@ -26,6 +26,9 @@ the same topic:
             unbounded over the topic published beforehand, stopped once its committed
             offsets reach the end, as a restarted `seedance run` catches up. It exits 1
             when the digests differ or a run could not be measured
+  buckets   (--buckets 4,32,256) every shape (1x1 without --shapes) at each user bucket
+            count, against the first: what a bucket costs per span; the credits must be
+            the same at every count
   latency   (--latency-s N) the job running unbounded while telemetry stamped with the
             current time is published at --rate spans/s for N seconds: p50/p99 of the
             time from an order's event time to its first credits being readable with
@@ -37,6 +40,7 @@ the same topic:
     .venv/bin/python bench/streaming.py [--users 200000] [--mode thread|process]
     .venv/bin/python bench/streaming.py --shapes 1x1,4x1,1x2,4x2 --cluster
     .venv/bin/python bench/streaming.py --shapes 1x1,4x1,8x1 --catch-up --rounds 3
+    .venv/bin/python bench/streaming.py --buckets 4,32,256 --publish unkeyed
     .venv/bin/python bench/streaming.py --users 0 --latency-s 60 --rate 2000
 """
 
@@ -170,7 +174,8 @@ def decode_only(bootstrap: str, topic: str, buckets: int) -> tuple[float, float,
     return seconds, events_s, time.perf_counter() - started, spans
 
 
-def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | None]]) -> bool:
+def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | None]],
+               bucket_counts: list[int]) -> bool:
     """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
     with --cluster), bounded (and caught up with --catch-up), interleaved; spans/s on the
     data against the first shape. Whether every run was measured and the credits agree."""
@@ -198,13 +203,14 @@ def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | Non
     try:
         for round_ in range(args.rounds):
             for engine, where in engines:
-                for (partitions, parallelism), mode, how in itertools.product(
-                        shapes, modes, runs):
+                for (partitions, parallelism), buckets, mode, how in itertools.product(
+                        shapes, bucket_counts, modes, runs):
                     name = (f"r{round_}_{engine}_{partitions}x{parallelism}_{mode}"
+                            f"{f'_b{buckets}' if buckets else ''}"
                             f"{'_c' if how == 'catch-up' else ''}").lower()
                     done.append(measure(Run(engine, partitions, parallelism, mode, how,
-                                            round_), base, info.bootstrap, spans, where,
-                                        name))
+                                            round_, buckets), base, info.bootstrap, spans,
+                                        where, name))
     finally:
         if cluster is not None:
             cluster.down()
@@ -226,8 +232,10 @@ def main() -> int:
                         help="comma-separated attribution models (default: the config's)")
     parser.add_argument("--refit-s", type=float, default=0.0,
                         help="refit period of the data-driven models (default: the config's)")
-    parser.add_argument("--buckets", type=int, default=0,
-                        help="user buckets (default: the config's flink.user_buckets)")
+    parser.add_argument("--buckets", default="",
+                        help="user buckets (default: the config's flink.user_buckets); "
+                             "several, e.g. 4,32,256: each shape at each count, side by "
+                             "side against the first (the credits must not differ)")
     parser.add_argument("--parallelism", type=int, default=0,
                         help="job parallelism (default: the config's; the topic gets as "
                              "many partitions)")
@@ -273,8 +281,11 @@ def main() -> int:
                             python_execution_mode=args.mode)
         if args.models:
             base = base.replace("attribution", models=tuple(args.models.split(",")))
-        if args.buckets:
-            base = base.replace("flink", user_buckets=args.buckets)
+        bucket_counts = [int(n) for n in args.buckets.split(",")] if args.buckets else []
+        if len(bucket_counts) == 1:
+            base = base.replace("flink", user_buckets=bucket_counts[0])
+        elif bucket_counts and not args.shapes:
+            args.shapes = f"{max(1, args.parallelism)}x{max(1, args.parallelism)}"
         if args.parallelism:
             base = base.replace("flink", parallelism=args.parallelism)
         if args.refit_s:
@@ -283,7 +294,8 @@ def main() -> int:
             base = base.replace("journey", correction_days=args.correction_days)
         values = cached_messages(args.users, seed=11)
         if args.shapes:
-            return 0 if run_shapes(args, base, info, home, values) else 1
+            return 0 if run_shapes(args, base, info, home, values,
+                                   bucket_counts if len(bucket_counts) > 1 else [0]) else 1
         ensure_topics(info.bootstrap, ["bench_spans", "bench_empty"],
                       partitions=max(1, args.parallelism), config=SAMPLE_SPANS_TOPIC)
         publish(info.bootstrap, "bench_spans", values)

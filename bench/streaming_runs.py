@@ -54,6 +54,7 @@ class Run:
     publish: str
     mode: str  # bounded or catch-up
     round: int
+    buckets: int = 0  # user buckets; 0: the config's (at least the parallelism)
     rate: float | None = None  # spans/s on the data; None: not measured
     late: int | None = None
     expired: int | None = None  # of the late, lost behind the job's state (an alarm)
@@ -66,7 +67,8 @@ class Run:
 
     @property
     def shape(self) -> str:
-        return f"{self.partitions}x{self.parallelism}"
+        return f"{self.partitions}x{self.parallelism}" + (f"/{self.buckets}b" if self.buckets
+                                                           else "")
 
 
 def _config_file(config, name: str) -> Path:
@@ -166,7 +168,8 @@ def measure(run: Run, base, bootstrap: str, spans: int, where: StandaloneFlink |
             name: str) -> Run:
     """One run of `run`'s shape, publishing and mode, its figures filled in."""
     config = base.replace("flink", parallelism=run.parallelism,
-                          user_buckets=max(base.flink.user_buckets, run.parallelism))
+                          user_buckets=run.buckets or max(base.flink.user_buckets,
+                                                          run.parallelism))
 
     def shaped(topic: str, name: str):
         return config.replace("topics", spans=topic, credits=f"{name}_credits",
@@ -233,13 +236,13 @@ def report(runs: list[Run]) -> bool:
           "this job): the run accounting's; corrected: conversions written again because late "
           "events changed them (counted on the conversions topic; the run accounting has "
           "no such count)")
-    print(f"{'round':>5} {'engine':12}{'shape':>6}{'publish':>9}{'mode':>10}{'late':>7}"
+    print(f"{'round':>5} {'engine':12}{'shape':>10}{'publish':>9}{'mode':>10}{'late':>7}"
           f"{'expired':>8}{'processed':>11}{'corrected':>10}{'state MB':>9}{'credits':>9}  "
           f"{'digest':12}{'spans/s':>11}{'vs first':>9}")
     for r in runs:
         rate = f"{r.rate:,.0f}" if r.rate else "-"
         ratio = f"{r.rate / baseline:.2f}" if r.rate and baseline else "-"
-        print(f"{r.round:>5} {r.engine:12}{r.shape:>6}{r.publish:>9}{r.mode:>10}"
+        print(f"{r.round:>5} {r.engine:12}{r.shape:>10}{r.publish:>9}{r.mode:>10}"
               f"{_n(r.late):>7}{_n(r.expired):>8}{_n(r.processed):>11}{_n(r.corrected):>10}"
               f"{r.state / 1e6:>9.0f}"
               f"{r.credit_rows:>9,}  {r.digest or '-':12}{rate:>11}{ratio:>9}")
