@@ -41,19 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Settings a cluster owns: the job's configuration is merged over the cluster's (Flink's
-# StateBackendLoader), so a value the job set would override the deployment's choice, e.g.
-# RocksDB with incremental checkpoints in deploy/k8s. docker-compose.yml's cluster sets the
-# heap backend itself, Flink's default.
-CLUSTER_OWNED = ("state.backend.type",)
-
-
 def cluster_configuration(config: StreamingJobConfig, job_name: str) -> Configuration:
-    """The job's settings for a `flink run` on a cluster, less those the cluster owns."""
-    conf = flink_configuration(config, local=False, job_name=job_name)
-    for key in CLUSTER_OWNED:
-        conf.remove_config(key)
-    return conf
+    """The job's settings for a `flink run` on a cluster: the state backend only when the
+    job config names one (`flink.state_backend`), else the cluster's own (the job's
+    configuration is merged over the cluster's, so a value set here would override the
+    deployment's choice, e.g. RocksDB with incremental checkpoints in deploy/k8s)."""
+    return flink_configuration(config, local=False, job_name=job_name)
 
 
 def main() -> None:

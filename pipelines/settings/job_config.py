@@ -76,6 +76,7 @@ class AttributionConfig:
 # records the attribution job's source hands its decoder in one call, at most (each an
 # OTLP request of up to a few MiB: a group stays well inside a Python worker's memory)
 MAX_BATCH_RECORDS = 4096
+STATE_BACKENDS = ("", "hashmap", "rocksdb")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class FlinkConfig:
     user_buckets: int = 4
     batch_records: int = 64
     batch_linger_ms: int = 200
+    state_backend: str = ""  # hashmap | rocksdb; empty: a cluster's own, hashmap in-process
     restart_attempts: int = 3
     restart_delay_s: float = 2.0
 
@@ -185,6 +187,8 @@ class StreamingJobConfig:
             (1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
              f"must be between 1 and {MAX_BATCH_RECORDS}"),
             (self.flink.batch_linger_ms >= 0, "flink.batch_linger_ms", "must not be negative"),
+            (self.flink.state_backend in STATE_BACKENDS, "flink.state_backend",
+             "must be hashmap or rocksdb (or empty: the cluster's own)"),
             (self.flink.python_execution_mode in ("thread", "process"),
              "flink.python_execution_mode", "must be thread or process"),
             (self.event_time.max_out_of_orderness_s >= 0, "event_time.max_out_of_orderness_s",

@@ -148,17 +148,21 @@ def checkpointed(cluster: StandaloneFlink, job: str, count: int,
         time.sleep(1)
 
 
-@pytest.mark.parametrize("seed", [3, 8])
+@pytest.mark.parametrize(("seed", "backend"), [(3, "hashmap"), (8, "rocksdb")])
 def test_a_taskmanager_killed_at_a_random_point_beside_a_cpu_hog_loses_and_repeats_nothing(
-        kafka, cluster, job_config, topic, tmp_path, telemetry, seed):
+        kafka, cluster, job_config, topic, tmp_path, telemetry, seed, backend):
     """A busy-loop process per core beside the cluster; while the input still arrives, a
     TaskManager chosen at random is killed with SIGKILL at a random moment (a seed per
     run), a replacement starts as a supervisor would start one, and the job restarts from
     its last checkpoint: its committed credits, after a drain, are the batch reference's row
-    for row -- none lost, none repeated, none changed."""
+    for row -- none lost, none repeated, none changed. On the heap and on RocksDB with
+    incremental checkpoints (flink.state_backend), whose checkpoints hold its files."""
     plan, values = telemetry
     rng = random.Random(seed)
-    config, config_file = streaming_config(job_config, topic, tmp_path, parallelism=2)
+    config, _ = streaming_config(job_config, topic, tmp_path, parallelism=2)
+    config = config.replace("flink", state_backend=backend,
+                            checkpoint_dir=str(tmp_path / "checkpoints"))
+    config_file = write_config(config, tmp_path / f"job-{backend}.yaml")
     with cpu_hog():
         job = cluster.submit("attribution", config_file, kafka)
         cluster.wait_for_job(job, ("RUNNING",))
@@ -172,10 +176,13 @@ def test_a_taskmanager_killed_at_a_random_point_beside_a_cpu_hog_loses_and_repea
             time.sleep(1)
         assert cluster.restarts(job) >= 1, "the job never noticed the lost TaskManager"
         cluster.wait_for_job(job, ("RUNNING",))
+        ran_on = cluster.state_backend(job)
         checkpointed(cluster, job, cluster.completed_checkpoints(job) + 2)  # running again
         wait_until_consumed(kafka, config, timeout_s=WAIT_S)
         drain(cluster, job, tmp_path / "final")
     assert_reference_results(kafka, config, plan)
+    assert ran_on.lower().startswith({"hashmap": "hashmap", "rocksdb": "embeddedrocksdb"}[
+        backend]), ran_on
 
 
 def test_a_drain_after_every_partition_went_idle_commits_what_the_final_watermark_releases(

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from jobs.cli import build_parser
-from jobs.flink_entry import CLUSTER_OWNED, cluster_configuration
 from jobs.flink_entry import build_parser as entry_parser
+from jobs.flink_entry import cluster_configuration
 from pipelines.flink.jobs import STREAMING_JOBS
 from pipelines.settings.job_config import load_config
 
@@ -237,13 +237,19 @@ def test_upgrades_go_through_savepoints_on_rocksdb(
 
 def test_the_cluster_chooses_the_state_backend() -> None:
     """The job's configuration is merged over the cluster's: jobs/flink_entry.py leaves the
-    state backend out, or the FlinkDeployments' RocksDB would never be used."""
+    state backend out unless the job config names one (flink.state_backend), or the
+    FlinkDeployments' RocksDB would never be used."""
     config = load_config(ROOT / "jobs" / "config" / "cluster.yaml")
+    assert config.flink.state_backend == ""
     conf = cluster_configuration(config, "seedance-attribution").to_dict()
-    assert not set(CLUSTER_OWNED) & set(conf), conf
+    assert "state.backend.type" not in conf, conf
     assert conf["execution.checkpointing.dir"].startswith(config.flink.checkpoint_dir)
     assert conf["execution.checkpointing.interval"] == \
         f"{int(config.flink.checkpoint_interval_s * 1000)} ms"
+    named = cluster_configuration(config.replace("flink", state_backend="rocksdb"),
+                                  "seedance-attribution").to_dict()
+    assert (named["state.backend.type"], named["execution.checkpointing.incremental"]) == \
+        ("rocksdb", "true")
 
 
 def test_images_and_commands_are_the_compose_files(

@@ -266,7 +266,14 @@ def flink_configuration(config: StreamingJobConfig, local: bool = True,
     conf.set_string("execution.checkpointing.externalized-checkpoint-retention",
                     "RETAIN_ON_CANCELLATION")
     conf.set_string("execution.checkpointing.storage", "filesystem")
-    conf.set_string("state.backend.type", "hashmap")
+    # the state backend: the config's, else the cluster's own (a `flink run` leaves it out:
+    # jobs/flink_entry.py), else in-process the heap
+    backend = config.flink.state_backend or ("hashmap" if local else "")
+    if backend:
+        conf.set_string("state.backend.type", backend)
+    if backend == "rocksdb":
+        # a checkpoint writes the files that changed since the last one, not all state
+        conf.set_string("execution.checkpointing.incremental", "true")
     conf.set_string("restart-strategy.type", "fixed-delay")
     conf.set_string("restart-strategy.fixed-delay.attempts", str(config.flink.restart_attempts))
     conf.set_string("restart-strategy.fixed-delay.delay",

@@ -229,6 +229,12 @@ class StandaloneFlink:
         counts = self._get(self._require(), f"/jobs/{job_id}/checkpoints")["counts"]
         return int(counts["completed"])
 
+    def state_backend(self, job_id: str) -> str:
+        """The state backend the job runs with, as Flink names it (e.g.
+        EmbeddedRocksDBStateBackend)."""
+        config = self._get(self._require(), f"/jobs/{job_id}/checkpoints/config")
+        return str(config.get("state_backend", ""))
+
     def restarts(self, job_id: str) -> int:
         """How many times the job was restarted after a failure."""
         exceptions = self._get(self._require(), f"/jobs/{job_id}/exceptions")
