@@ -43,15 +43,20 @@ LOCAL = {
 }
 # A cluster: executors of 4 cores / 8 GB (+2 GB for the Python workers), the shuffle at
 # ~3 partitions per core; the project is shipped to the executors as a zip
-# (`cd $HOME && zip -r seedance.zip schemas udfs pipelines jobs`, after each deploy).
+# (`cd $HOME && zip -r seedance.zip schemas udfs pipelines jobs`, after each deploy),
+# unpacked in each executor's folder and first on its Python workers' path. Not with
+# --py-files: that puts the zip first on the driver's path too, and the driver reads
+# files of the checkout (schemas/sql, jobs/config) that a zip import cannot give it.
 CLUSTER = {
     "driver_memory": "4g",
     "executor_memory": "8g",
     "executor_cores": 4,
     "num_executors": 8,
     "conf": {"spark.executor.memoryOverhead": "2g", "spark.sql.shuffle.partitions": "96",
-             "spark.driver.maxResultSize": "2g", "spark.dynamicAllocation.enabled": "false"},
-    "py_files": f"{HOME}/seedance.zip",
+             "spark.driver.maxResultSize": "2g", "spark.dynamicAllocation.enabled": "false",
+             # --archives as a setting (the operator renders conf, not its archives)
+             "spark.archives": f"{HOME}/seedance.zip#seedance",
+             "spark.executorEnv.PYTHONPATH": "seedance"},
 }
 COMMON_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -159,7 +159,9 @@ def test_airflow_loads_both_dags_with_the_settings_they_document(airflow):
     on_cluster = cluster["dags"]["seedance_backfill"]["tasks"]["backfill"]
     assert (on_cluster["settings"]["executor_memory"], on_cluster["settings"]["executor_cores"],
             on_cluster["settings"]["num_executors"]) == ("8g", 4, 8)
-    assert on_cluster["templates"]["py_files"].endswith("/seedance.zip")
+    assert on_cluster["templates"]["conf"]["spark.archives"].endswith("/seedance.zip#seedance")
+    assert not on_cluster["templates"]["py_files"]  # the driver reads the checkout's files
+    assert on_cluster["templates"]["conf"]["spark.executorEnv.PYTHONPATH"] == "seedance"
     # a retry resumes the run; a run cleared in Airflow (clear_number > 0) recomputes
     assert "clear_number" in bag["dag_run_fields"]
     assert submit["restart_flag"] == {"0": "--no-restart", "1": "--restart"}

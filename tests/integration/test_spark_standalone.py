@@ -3,10 +3,9 @@ a master and two workers of 1 core and 1 GB, from the pyspark package, on loopba
 the backfill DAG runs it: `spark-submit ... jobs/backfill.py --from D1 --to D2 --run-id ID
 --config FILE --no-restart` (jobs/schedules/backfill_dag.py) with the project's Python on
 the driver and the executors (the DAG's cluster profile, sized down to the test's
-workers; without its `--py-files seedance.zip`: the driver then imports the project from
-the zip, where PROJECT_ROOT and the files under it -- schemas/sql/*.sql, jobs/config/ --
-are not found; here every node has the checkout's .venv, which holds the project, as
-docs/backfill.md requires anyway). The same command on local[2] beside it: both write the
+workers, with its archive: the project as a zip, unpacked in each executor's folder and
+first on its Python workers' path, the driver reading the checkout). The same command on
+local[2] beside it: both write the
 same rows to PostgreSQL, row for row, and those are the Flink jobs' rows of the same spans
 (tests/backfill_parity.py, as tests/integration/test_backfill.py checks local[*]); the
 master lists the finished application, and each worker ran an executor of it that
@@ -19,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +56,7 @@ COMMON = ["--conf", "spark.sql.execution.arrow.pyspark.enabled=true",
 LOCAL = ["--conf", "spark.sql.shuffle.partitions=8", "--driver-memory", "1g"]
 CLUSTER = ["--conf", "spark.sql.shuffle.partitions=6",
            "--conf", "spark.dynamicAllocation.enabled=false",
+           "--conf", "spark.executorEnv.PYTHONPATH=seedance",
            "--num-executors", "2", "--total-executor-cores", "2", "--executor-cores", "1",
            "--executor-memory", "512m", "--driver-memory", "1g"]
 
@@ -109,6 +110,16 @@ def deployment(streamed: Streamed, kafka: str, url: str, folder: Path) -> Path:
     return config
 
 
+def project_zip(path: Path) -> Path:
+    """`zip -r seedance.zip schemas udfs pipelines jobs`, as docs/backfill.md deploys it."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in ("schemas", "udfs", "pipelines", "jobs"):
+            for file in sorted((ROOT / package).rglob("*")):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    archive.write(file, file.relative_to(ROOT))
+    return path
+
+
 def submit(master: str, settings: list[str], config: Path, run_id: str,
            log: Path) -> tuple[str, float]:
     """The DAG's spark-submit of jobs/backfill.py for FIRST..LAST; its output and time."""
@@ -139,8 +150,9 @@ def test_the_backfill_on_a_standalone_cluster_writes_the_local_runs_rows(
     local, elapsed_local = submit(
         "local[2]", LOCAL, deployment(streamed, kafka, local_url, tmp_path / "local"),
         "local", tmp_path / "local.log")
+    shipped = project_zip(tmp_path / "seedance.zip")  # as the DAG's cluster profile
     on_cluster, elapsed_cluster = submit(
-        master, CLUSTER,
+        master, [*CLUSTER, "--conf", f"spark.archives={shipped}#seedance"],
         deployment(streamed, kafka, cluster_url, tmp_path / "cluster"), "standalone",
         tmp_path / "cluster.log")
     print(f"spark-submit: local[2] {elapsed_local:.1f}s, {master} {elapsed_cluster:.1f}s")
@@ -167,3 +179,5 @@ def test_the_backfill_on_a_standalone_cluster_writes_the_local_runs_rows(
         (executor,) = (Path(work_dir) / app["id"]).iterdir()
         stderr = (executor / "stderr").read_text()
         assert "Finished task" in stderr, f"{executor}/stderr ran no task"
+        assert (executor / "seedance" / "udfs" / "__init__.py").is_file(), \
+            f"{executor}: the project's archive was not unpacked"
