@@ -94,13 +94,17 @@ def spark_session(config: SparkConfig, jars: list[Path] | None = None,
     wins (master, memory and any --conf)."""
     # Python workers must run this interpreter (its packages), not the first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    submitted: set[str] = set()
+    submitted: dict[str, str] = {}
     if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit
         from pyspark import SparkConf, SparkContext
 
         SparkContext._ensure_initialized()  # the submit's JVM holds its --conf settings
-        submitted = {key for key, _ in SparkConf().getAll()}
-    builder = SparkSession.builder.appName(app_name)
+        submitted = dict(SparkConf().getAll())
+    # a --name given to spark-submit (the DAG's, with the day) is kept; without one
+    # spark-submit names the application after its file
+    named = submitted.get("spark.app.name", "")
+    builder = SparkSession.builder.appName(
+        named if named and not named.endswith(".py") else app_name)
     if "spark.master" not in submitted:
         builder = builder.master(config.master)
     for key, value in spark_settings(config, jars).items():

@@ -166,13 +166,12 @@ def test_the_backfill_on_a_standalone_cluster_writes_the_local_runs_rows(
     assert rows == table_rows(local_url)
     assert_same_rows(streamed, cluster_url)
 
-    # the work ran on the cluster: the master lists the finished application, and each
-    # worker ran one of its executors, whose log shows the tasks it finished
-    # (the job names its session `seedance-backfill` whatever --name says, and this
-    # cluster ran nothing else)
+    # the work ran on the cluster: the master lists the finished application under the
+    # DAG's --name, and each worker ran one of its executors, whose log shows the tasks it
+    # finished (this cluster ran nothing else)
     state = cluster.state()
     (app,) = state["completedapps"]
-    assert app["name"] == "seedance-backfill" and not state["activeapps"]
+    assert app["name"] == "seedance-backfill-standalone" and not state["activeapps"]
     assert app["state"] == "FINISHED" and app["cores"] == 2
     assert all(worker["state"] == "ALIVE" for worker in state["workers"])
     for work_dir in cluster.info.work_dirs:
