@@ -33,7 +33,7 @@ from pipelines.flink.attribution.support import (
     ORDERS,
 )
 from tests.flink_fakes import FakeContext, Harness, KeyState, StateStore, Timers
-from udfs.journeys.arrival import correction_reach_ms
+from udfs.journeys import correction_reach_ms
 
 BASE_USERS = 200_000
 STAGES = ("decode", "journeys", "dedup", "fit")
