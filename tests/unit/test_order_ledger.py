@@ -39,3 +39,38 @@ def test_copies_due_together_keep_the_earliest_whatever_their_arrival():
     assert keep == [False, False, True, True] and added == {"o1": 20, "o2": 30}
     keep, _ = ledger.admit([("o1", 10, "u0", "s0")])
     assert keep == [False]  # decided before: later copies are duplicates
+
+
+@pytest.mark.parametrize("restored", [False, True])
+def test_expiry_forgets_exactly_the_orders_behind_the_horizon_reading_only_their_hours(
+        restored: bool) -> None:
+    """Random orders admitted and expired as a watermark moves in uneven steps (some within
+    an hour, some over days): after every expiry the ledger holds exactly the orders at or
+    after the cutoff (what a walk over every order would keep), whether it was built by
+    admitting them or restored from the remembered ids, as an engine restores it."""
+    import random
+
+    rng = random.Random(7)
+    horizon = 2 * DAY_MS
+    ledger = OrderLedger(horizon)
+    expected: dict[str, int] = {}
+    watermark, last_walk = 0, -(2**62)
+    for step in range(300):
+        watermark += rng.choice([60_000, EXPIRE_EVERY_MS // 2, EXPIRE_EVERY_MS, DAY_MS // 3])
+        batch = [(f"o{rng.randrange(3000)}", watermark - rng.randrange(DAY_MS), "u", "s")
+                 for _ in range(rng.randrange(20))]
+        _, added = ledger.admit(batch)
+        for order_id, ts in added.items():
+            expected[order_id] = ts
+        if restored and step % 50 == 0:
+            ledger = OrderLedger(horizon, ledger.seen.items())  # as after a restart
+            ledger.expired_to = last_walk
+        gone = ledger.expire(watermark)
+        if watermark - last_walk >= EXPIRE_EVERY_MS:
+            last_walk = watermark
+            cutoff = watermark - horizon
+            assert sorted(gone) == sorted(k for k, ts in expected.items() if ts < cutoff)
+            expected = {k: ts for k, ts in expected.items() if ts >= cutoff}
+        else:
+            assert gone == []
+        assert ledger.seen == expected

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-# expiry walks every remembered order: at most once per this much event time
+# expiry runs at most once per this much event time, and the remembered orders are indexed
+# by it: an expiry reads the orders of the hours it passes, not every order remembered
 EXPIRE_EVERY_MS = 3_600_000
 
 
@@ -22,6 +23,9 @@ class OrderLedger:
             raise ValueError(f"the duplicate-order horizon must be positive, got {horizon_ms}")
         self.horizon_ms = horizon_ms
         self.seen: dict[str, int] = dict(seen)  # order id -> event time of its first copy
+        self.by_hour: dict[int, list[str]] = {}  # EXPIRE_EVERY_MS slot -> ids first seen in it
+        for order_id, ts in self.seen.items():
+            self.by_hour.setdefault(ts // EXPIRE_EVERY_MS, []).append(order_id)
         self.expired_to = -(2**62)
 
     def admit(self, copies: list[tuple[str, int, str, str]]) -> tuple[list[bool],
@@ -37,6 +41,7 @@ class OrderLedger:
             order_id, ts = copies[at][0], copies[at][1]
             if order_id not in self.seen:
                 self.seen[order_id] = added[order_id] = ts
+                self.by_hour.setdefault(ts // EXPIRE_EVERY_MS, []).append(order_id)
                 keep[at] = True
         return keep, added
 
@@ -48,7 +53,15 @@ class OrderLedger:
             return []
         self.expired_to = watermark
         cutoff = watermark - self.horizon_ms
-        gone = [order_id for order_id, ts in self.seen.items() if ts < cutoff]
-        for order_id in gone:
-            del self.seen[order_id]
+        gone: list[str] = []
+        for slot in sorted(slot for slot in self.by_hour if slot <= cutoff // EXPIRE_EVERY_MS):
+            kept = []
+            for order_id in self.by_hour.pop(slot):
+                if self.seen[order_id] < cutoff:
+                    del self.seen[order_id]
+                    gone.append(order_id)
+                else:  # the slot the cutoff falls in
+                    kept.append(order_id)
+            if kept:
+                self.by_hour[slot] = kept
         return gone
