@@ -250,22 +250,27 @@ SQL_WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|ON\s+
                        r"CREATE\s+(TEMP\w*\s+|UNIQUE\s+)?(TABLE|INDEX|VIEW))\b", re.I)
 
 
-def sql_writes(tree: ast.AST) -> Iterator[str]:
-    """Where a module's string literals (f-strings' literal parts joined) write SQL."""
+def string_literals(tree: ast.AST, between: str = "") -> Iterator[tuple[int, str]]:
+    """A module's string literals with their lines, an f-string as its literal parts joined
+    by `between` (what stood for the values)."""
     parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
              for v in node.values}
     for node in ast.walk(tree):
         if id(node) in parts:
             continue
         if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value for v in node.values
-                           if isinstance(v, ast.Constant) and isinstance(v.value, str))
+            yield node.lineno, between.join(
+                v.value for v in node.values
+                if isinstance(v, ast.Constant) and isinstance(v.value, str))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        else:
-            continue
+            yield node.lineno, node.value
+
+
+def sql_writes(tree: ast.AST) -> Iterator[str]:
+    """Where a module's string literals (f-strings' literal parts joined) write SQL."""
+    for line, text in string_literals(tree):
         if SQL_WRITE.search(text):
-            yield f"{node.lineno}: {text[:60]!r}"
+            yield f"{line}: {text[:60]!r}"
 
 
 def test_sql_writes_only_in_the_store() -> None:
@@ -303,20 +308,9 @@ SQL_READ = re.compile(r"\bSELECT\s.*?\bFROM\b|\bCOPY\s+\w+\s+(FROM|TO)\b", re.S)
 def sql_reads(tree: ast.AST) -> Iterator[str]:
     """Where a module's string literals (f-strings' literal parts joined) read SQL (SELECT
     ... FROM in capitals, as the project writes SQL, or COPY)."""
-    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
-             for v in node.values}
-    for node in ast.walk(tree):
-        if id(node) in parts:
-            continue
-        if isinstance(node, ast.JoinedStr):
-            text = "{}".join(v.value for v in node.values
-                             if isinstance(v, ast.Constant) and isinstance(v.value, str))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        else:
-            continue
+    for line, text in string_literals(tree, "{}"):
         if SQL_READ.search(text):
-            yield f"{node.lineno}: {text[:60]!r}"
+            yield f"{line}: {text[:60]!r}"
 
 
 def test_sql_reads_only_in_the_store_and_the_dashboard_queries() -> None:
