@@ -5,15 +5,19 @@ the project's span exporter, rows read back from the jobs' topics, and waiting f
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import PlannedEvent, emit
 from pipelines.sources.kafka_exporter import KafkaSpanExporter
+from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.spans import plain, stamp_of
 
 # times in ns since the epoch, the OpenTelemetry SDK's unit
@@ -135,3 +139,24 @@ def publishing_slowly(kafka: str, topic: str, values: list[bytes], partitions: i
     publisher = threading.Thread(target=publish_slowly)
     publisher.start()
     return publisher
+
+
+def assert_reference_credits(kafka: str, config: StreamingJobConfig, plan: Any,
+                             refit_s: float) -> None:
+    """The committed credits are the batch reference's for `plan`, row for row (none
+    missing, none extra, none repeated, none changed), and the late events as many as
+    the events beyond the test horizon."""
+    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
+                for c in reference_credits(plan, config.attribution.models, refit_s)}
+    rows = credit_rows(kafka, config.topics.credits)
+    got = {credit_key(r): r["revenue"] for r in rows}
+    assert len(rows) == len(got), f"{len(rows) - len(got)} credits are repeated"
+    missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
+    assert not missing and not extra, (
+        f"{len(missing)} credits missing (orders {sorted({k[1] for k in missing})[:8]}), "
+        f"{len(extra)} extra (orders {sorted({k[1] for k in extra})[:8]}) "
+        f"of {len(expected)}")
+    changed = [k for k in expected if not math.isclose(got[k], expected[k], rel_tol=1e-9)]
+    assert not changed, f"{len(changed)} credits changed, e.g. {changed[:3]}"
+    late = messages(kafka, config.topics.late)
+    assert len(late) == late_beyond(plan, TEST_HORIZON_MS), "late events"

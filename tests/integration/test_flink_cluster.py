@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import random
 import struct
 import threading
@@ -23,17 +22,15 @@ from pipelines.codec.events import decode_events
 from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
-from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import plan_events
 from tests.job_io import (
-    credit_key,
+    assert_reference_credits,
     credit_rows,
     messages,
     publishing_slowly,
     wait_for_credits,
     wait_until_consumed,
 )
-from tests.reference import TEST_HORIZON_MS, reference_credits
 from tests.roi_inputs import (
     MODELS,
     Inputs,
@@ -105,20 +102,7 @@ def publish(kafka: str, topic: str, values: list[bytes], first: int = 0) -> None
 
 
 def assert_reference_results(kafka: str, config: StreamingJobConfig, plan: Any) -> None:
-    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
-                for c in reference_credits(plan, config.attribution.models, REFIT_S)}
-    rows = credit_rows(kafka, config.topics.credits)
-    got = {credit_key(r): r["revenue"] for r in rows}
-    assert len(rows) == len(got), f"{len(rows) - len(got)} credits are repeated"
-    missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
-    assert not missing and not extra, (
-        f"{len(missing)} credits missing (orders {sorted({k[1] for k in missing})[:8]}), "
-        f"{len(extra)} extra (orders {sorted({k[1] for k in extra})[:8]}) "
-        f"of {len(expected)}")
-    changed = [k for k in expected if not math.isclose(got[k], expected[k], rel_tol=1e-9)]
-    assert not changed, f"{len(changed)} credits changed, e.g. {changed[:3]}"
-    late = messages(kafka, config.topics.late)
-    assert len(late) == late_beyond(plan, TEST_HORIZON_MS), "late events"
+    assert_reference_credits(kafka, config, plan, REFIT_S)
 
 
 def drain(cluster: StandaloneFlink, job: str, folder: Path) -> str:

@@ -12,7 +12,6 @@ import base64
 import dataclasses
 import gzip
 import json
-import math
 import shutil
 import time
 import urllib.request
@@ -26,10 +25,8 @@ import yaml
 from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, producer, recreate_topics
 from pipelines.settings.job_config import StreamingJobConfig
-from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent
-from tests.job_io import credit_key, credit_rows, messages, wait_until_consumed
-from tests.reference import TEST_HORIZON_MS, reference_credits
+from tests.job_io import assert_reference_credits, wait_until_consumed
 
 FIXTURE = (Path(__file__).resolve().parents[1] / "fixtures" / "savepoints"
            / "attribution-pre-move")
@@ -129,18 +126,4 @@ def test_a_savepoint_of_the_code_before_the_move_restores_and_loses_and_repeats_
     wait_until_consumed(kafka, config, timeout_s=WAIT_S)
     cluster.stop_with_savepoint(job, tmp_path / "final", drain=True)
 
-    plan = fixture_plan()
-    expected = {(c.model, c.order_id, c.touch_index, c.channel): c.revenue
-                for c in reference_credits(plan, config.attribution.models,
-                                           MANIFEST["refit_every_s"])}
-    rows = credit_rows(kafka, config.topics.credits)
-    got = {credit_key(r): r["revenue"] for r in rows}
-    assert len(rows) == len(got), f"{len(rows) - len(got)} credits are repeated"
-    missing, extra = expected.keys() - got.keys(), got.keys() - expected.keys()
-    assert not missing and not extra, (
-        f"{len(missing)} credits missing (orders {sorted({k[1] for k in missing})[:8]}), "
-        f"{len(extra)} extra (orders {sorted({k[1] for k in extra})[:8]}) "
-        f"of {len(expected)}")
-    changed = [k for k in expected if not math.isclose(got[k], expected[k], rel_tol=1e-9)]
-    assert not changed, f"{len(changed)} credits changed, e.g. {changed[:3]}"
-    assert len(messages(kafka, config.topics.late)) == late_beyond(plan, TEST_HORIZON_MS)
+    assert_reference_credits(kafka, config, fixture_plan(), MANIFEST["refit_every_s"])
