@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import struct
 import threading
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from pipelines.codec.events import decode_events
+from pipelines.flink.runtime.final_offsets import savepoint_offsets
 from pipelines.flink.runtime.standalone import StandaloneFlink
 from pipelines.kafka.io import consumer_lag, producer, read_all
 from pipelines.settings.job_config import StreamingJobConfig
@@ -210,25 +210,6 @@ def plan_read(plan: Any, values: list[bytes], committed: dict[int, int]) -> Any:
     return dataclasses.replace(plan, events=[e for e in plan.events if identity(e) in seen])
 
 
-def savepoint_offsets(savepoint: str, topic: str) -> dict[int, int]:
-    """Where the source stood at a savepoint: each partition's next offset, from its reader
-    state (the Kafka connector's split: the topic as Java's writeUTF, the partition, the
-    offset, the stopping offset; the enumerator's copies hold no offset yet, -2). The
-    group's committed offsets may trail it: the final savepoint's commit is not awaited."""
-    name = topic.encode()
-    marker = struct.pack(">H", len(name)) + name
-    offsets: dict[int, int] = {}
-    for path in Path(savepoint.removeprefix("file:")).iterdir():
-        data = path.read_bytes()
-        at = data.find(marker)
-        while at >= 0:
-            partition, offset = struct.unpack_from(">iq", data, at + len(marker))
-            if offset >= 0:
-                offsets[partition] = max(offsets.get(partition, 0), offset)
-            at = data.find(marker, at + 1)
-    return offsets
-
-
 @pytest.mark.parametrize("drain_after_s", [0.0, 4.0])
 def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
         kafka, cluster, job_config, topic, tmp_path, telemetry, drain_after_s):
@@ -252,7 +233,8 @@ def test_a_drain_mid_stream_commits_exactly_what_the_events_read_give(
     finally:
         stop.set()
         publisher.join()
-    read_to = savepoint_offsets(savepoint, config.topics.spans)
+    read_to = savepoint_offsets(savepoint, [config.topics.spans]).get(
+        config.topics.spans, {})
     assert sorted(read_to) == list(range(PARTITIONS))
     read = plan_read(plan, values, read_to)
     assert 0 < len(read.events) < len(plan.events), read_to  # a drain mid-stream
