@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         print("seedance: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - the one place errors become messages
-        _forget_a_dead_flink_jvm()
         if args.verbose:
             traceback.print_exc()
+        _forget_a_dead_flink_jvm()
         print(f"seedance: error: {error_line(error, args)}", file=sys.stderr)
         return 2 if isinstance(error, USER_ERRORS + KAFKA_ERRORS) else 1
 
@@ -103,6 +103,10 @@ def _forget_a_dead_flink_jvm() -> None:
         socket.create_connection((client.address, client.port), timeout=2).close()
     except OSError:
         client.is_connected = False
+        # with -v too: the trace was printed before; what py4j still logs from here on
+        # (objects released by other threads and at exit) would only follow the error line
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_py4j)
 
 
 KAFKA_ERRORS = (KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError)
