@@ -40,7 +40,7 @@ from pipelines.flink.attribution.support import (
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from schemas.events import records_of
+from schemas.events import records_of, unpack
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
@@ -536,3 +536,34 @@ def test_an_order_behind_the_watermark_is_credited_once_admitted_and_a_late_copy
     assert [json.loads(base64.b64decode(d["payload_base64"]))["user_id"]
             for d in job.duplicates] == ["bob"]
     assert job.late == 0
+
+
+def test_touches_behind_the_watermark_go_to_their_journeys_as_the_scanner_packed_them():
+    """Only an order behind the decoder's watermark is held for the duplicate check; a
+    message whose touches alone are behind it keeps the scanner's packed batches: the
+    same events, per bucket, as with no watermark at all, and its order is not held."""
+    t0 = 1_790_000_000 * 10**9
+    minute = 60 * 10**9
+    events = [PlannedEvent("touchpoint", f"user-{n}", t0 + n * minute, "email", "weekly")
+              for n in range(6)]
+    events.append(PlannedEvent("conversion", "user-2", t0 + 30 * minute, order_id="o-9",
+                               revenue=9.0))
+    framed = group_frames([frame(message, 0, offset, stamp_of(message) or 0,
+                                 newest_start_ms(message, 2**62), NO_TIME)
+                           for offset, message in enumerate(_messages(events))])
+
+    def decoded(watermark: int) -> tuple[dict[int, list], list]:
+        timers = Timers()
+        timers.watermark = watermark
+        out = list(DecodeOtlp("auto", "spans", 4).process_element(framed, FakeContext(timers)))
+        batches = {o[0]: records_of(unpack(o[2])) for o in out if isinstance(o[0], int)}
+        orders = [o[1] for o in out if o[0] is ORDERS]
+        return batches, orders
+
+    free, free_orders = decoded(-(2**62))
+    behind, behind_orders = decoded((t0 + 10 * minute) // 10**6)  # after every touch
+    assert behind == free and sum(map(len, free.values())) == len(events)
+    assert [(held, len(rows)) for _, held, rows in behind_orders] == [(0, 1)]
+    assert behind_orders == free_orders
+    _, held_orders = decoded((t0 + 40 * minute) // 10**6)  # after the order too
+    assert [(held, len(rows)) for _, held, rows in held_orders] == [(1, 1)]

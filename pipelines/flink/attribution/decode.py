@@ -37,6 +37,7 @@ from pipelines.flink.attribution.support import (
 )
 from schemas.events import (
     EventColumns,
+    OrderColumns,
     PackedParts,
     merged_parts,
     newest,
@@ -50,6 +51,7 @@ from schemas.records import DeadLetter
 from udfs.journeys import arrival_bound, arrived_in_time
 
 log = logging.getLogger(__name__)
+ORDER_TS = OrderColumns._fields.index("ts_ms")  # in a packed batch's order columns
 
 
 class GroupOutput:
@@ -177,10 +179,11 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         assert value is not None
         decoded = decode_message(value, self.buckets, self.encoding, self.max_future_s)
         if isinstance(decoded, PackedMessage):
-            if self._none_late(decoded.ts_ms, arrival) and (
-                    not len(decoded.ts_ms) or int(decoded.ts_ms.min()) > watermark):
-                # the common case, every span plain, none late or behind the watermark:
-                # the scanner's buckets as they are
+            if self._none_late(decoded.ts_ms, arrival) and _no_order_behind(decoded,
+                                                                            watermark):
+                # the common case, every span plain, none late, no order behind the
+                # watermark (touches behind it go to their journeys all the same): the
+                # scanner's buckets as they are
                 orders: list[tuple] = []
                 for bucket, (batch_newest, events) in decoded.buckets.items():
                     out.batch(bucket, batch_newest, events)
@@ -253,3 +256,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         bound = int(arrival_bound(arrival, self.correction_ms))
         for at in np.argsort(seq, kind="stable").tolist():  # message order
             yield LATE_EVENTS, event_json(records[at], bound, ARRIVED_LATE)
+
+
+def _no_order_behind(decoded: PackedMessage, watermark: int) -> bool:
+    """True when no order of the message is at or behind the watermark (read from each
+    bucket's packed order times: schemas.events.PackedParts)."""
+    for _, parts in decoded.buckets.values():
+        if parts[1] and int(np.frombuffer(parts[3][ORDER_TS], np.int64).min()) <= watermark:
+            return False
+    return True
