@@ -29,12 +29,16 @@ class Store:
 
     def __init__(self) -> None:
         self.snapshot: bytes | None = None
+        self.overlays: dict[int, bytes] = {}
         self.batches: dict[int, bytes] = {}
         self.progress = None
 
     def apply(self, changes: Changes) -> None:
         if changes.snapshot is not None:
             self.snapshot = pickle.dumps(changes.snapshot)
+            self.overlays.clear()
+        if changes.overlay is not None:
+            self.overlays[changes.overlay.seq] = pickle.dumps(changes.overlay)
         self.batches.update({k: pickle.dumps(v) for k, v in changes.batches.items()})
         for batch in changes.removed_batches:
             del self.batches[batch]
@@ -45,7 +49,8 @@ class Store:
                 config: JourneyConfig = CFG) -> JourneyBook:
         return JourneyBook.restore(
             config, self.progress, pickle.loads(self.snapshot) if self.snapshot else None,
-            [(k, pickle.loads(v)) for k, v in self.batches.items()], compact_every, log_ratio)
+            [(k, pickle.loads(v)) for k, v in self.batches.items()], compact_every, log_ratio,
+            overlays=[pickle.loads(v) for v in self.overlays.values()])
 
 
 def closed_of(advanced) -> list:

@@ -27,6 +27,7 @@ MOVED: dict[str, str] = {
 PINNED: frozenset[tuple[str, str]] = frozenset({
     ("udfs.journey_book", "Snapshot"),
     ("udfs.journey_book", "Progress"),
+    ("udfs.journey_book", "Overlay"),  # since the journeys store what changed
     ("udfs.journey_columns", "ConvertedJourneys"),
     ("udfs.journey_columns", "JourneyTouches"),
     ("schemas.events", "EventColumns"),

@@ -280,3 +280,57 @@ def test_the_final_watermark_closes_everything_and_empties_the_book():
     last = book.advance(2**63 - 1)
     assert [journey.user_id for journey in last.closed.lapsed_objects()] == ["c"]
     assert book.users == {} and book.next_due() is None
+
+
+def _state_by_user(book: JourneyBook) -> dict:
+    """Each user's row, last order and open touches (channels by name), comparable."""
+    snap = book.snapshot()
+    out, at = {}, 0
+    for user, row, last, count in zip(snap.users, snap.rows.tolist(), snap.last_order.tolist(),
+                                      snap.touch_counts.tolist(), strict=True):
+        touches = [(int(snap.touch_ts[i]), snap.channels[snap.touch_channel[i]],
+                    snap.campaigns[snap.touch_campaign[i]]) for i in range(at, at + count)]
+        out[user] = (row, last, touches)
+        at += count
+    return out
+
+
+def test_a_compaction_stores_only_the_users_that_changed_and_a_restore_equals_the_book():
+    """Many quiet users, a few busy ones: after the first full snapshot each compaction
+    stores an overlay of the users whose state changed and of those dropped, and the book
+    restored from the snapshot and its overlays at any point holds what the live one does,
+    row for row, and closes the same journeys after."""
+    short = JourneyConfig(lookback_days=30, history_days=40, winback_days=35)
+    start = 40 * DAY_MS
+    users = [f"quiet-{n:03d}" for n in range(120)]
+    early = [f"early-{n}" for n in range(3)]  # their journeys lapse during the test
+    store, book = Store(), JourneyBook(short, compact_every=1, log_ratio=0.0)
+    store.apply(add(book, [touch(user, start + n) for n, user in enumerate(users)]
+                    + [touch(user, start - 26 * DAY_MS + n * DAY_MS)
+                       for n, user in enumerate(early)], -1)[1])
+    store.apply(book.advance(start + DAY_MS).changes)
+    assert store.snapshot is not None and not store.overlays
+    overlays, dropped = [], []
+    for day in range(2, 12):
+        busy = [users[day], users[day + 50]]
+        now = start + day * DAY_MS
+        events = [touch(busy[0], now, "search"), order(busy[1], now + 1, f"o-{day}")]
+        if day == 6:
+            events.append(touch("newcomer", now + 2, "social"))
+        store.apply(add(book, events, -1)[1])
+        advanced = book.advance(now + 10)
+        store.apply(advanced.changes)
+        overlay = advanced.changes.overlay
+        assert overlay is not None  # a few users changed: never the whole book again
+        overlays.append(overlay)
+        assert set(overlay.changed.users) <= {*busy, "newcomer"} and busy[0] in \
+            overlay.changed.users
+        dropped += overlay.removed
+        restored = store.restore(compact_every=1, config=short)
+        assert _state_by_user(restored) == _state_by_user(book)
+        assert restored.next_due() == book.next_due()
+    assert sorted(dropped) == early and not set(early) & set(book.users)
+    assert sum(len(o.changed.users) for o in overlays) < len(users)  # not the whole book
+    end = 2**62
+    assert sorted(map(key, closed_of(restored.advance(end)))) == \
+        sorted(map(key, closed_of(book.advance(end))))

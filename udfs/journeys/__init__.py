@@ -47,6 +47,7 @@ from udfs.journeys.rules import (
 )
 from udfs.journeys.state import (
     Changes,
+    Overlay,
 )
 from udfs.journeys.table import (
     PATH_SEPARATOR,
@@ -59,6 +60,7 @@ from udfs.journeys.table import (
 
 __all__ = [
     "Changes",
+    "Overlay",
     "ClosedJourney",
     "ClosedJourneys",
     "ConvertedJourney",

@@ -16,14 +16,16 @@ last order, next wake-up and a block of open touches in a shared pool.
 
 An engine keeps a `JourneyBook` in memory and stores what each call reports (`Changes`) in
 its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same book.
-What is stored is a snapshot plus a log: the whole book as of the last compaction, every
-batch that arrived since (as it arrived) and the watermarks the book advanced to since.
-Restoring replays those advances, which is exact because an advance depends on nothing but
-the events and the watermark. The book compacts (reports a new snapshot and starts the log
-again) once the log has grown as large as the snapshot, and at least `compact_every`
-advances apart, so storing costs in proportion to what arrives. The stored forms
-(`Snapshot`, `Progress`, `Changes`) are defined in udfs/journeys/state.py and importable
-from here, the module that stored pickles of a Snapshot or Progress name.
+What is stored is a snapshot plus a log: the whole book as of a full compaction, an
+overlay per compaction since (only the users that changed, and those dropped), every batch
+that arrived since the last compaction (as it arrived) and the watermarks the book advanced
+to since. Restoring replays those advances, which is exact because an advance depends on
+nothing but the events and the watermark. The book compacts (reports an overlay, or a new
+snapshot when the overlays would hold more than the book, and starts the log again) once
+the log has grown as large as the book, and at least `compact_every` advances apart, so
+storing costs in proportion to what arrives and changes. The stored forms (`Snapshot`,
+`Overlay`, `Progress`, `Changes`) are defined in udfs/journeys/state.py and importable
+from here, the module that stored pickles of them name.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import heapq
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,11 +59,15 @@ from udfs.journeys.columns import (
     step_users,
 )
 from udfs.journeys.rules import JourneyConfig
-from udfs.journeys.state import NEVER, Changes, Progress, Snapshot, UserColumns
+from udfs.journeys.state import NEVER, Changes, Overlay, Progress, Snapshot, UserColumns
 from udfs.lifecycle import stages_of
 
 COMPACT_EVERY = 32
 MAX_LOGGED_ADVANCES = 1024  # bounds the replay after a restart in a quiet period
+# A compaction writes an overlay while the overlays since the snapshot hold fewer users
+# than the book (a restore then reads at most about twice the book) and this one changes
+# at most this share of them; otherwise a new snapshot.
+OVERLAY_SHARE = 0.5
 
 
 def bucket_of(user_id: str, buckets: int) -> int:
@@ -79,6 +86,8 @@ class JourneyBook(UserColumns):
     """The users of one bucket: their journeys in progress (the columns it inherits) and the
     events not yet stepped."""
 
+    overlay_share = OVERLAY_SHARE  # below 0: every compaction a whole snapshot
+
     def __init__(self, config: JourneyConfig, compact_every: int = COMPACT_EVERY,
                  log_ratio: float = 1.0, keeps_log: bool = True) -> None:
         super().__init__()
@@ -96,6 +105,8 @@ class JourneyBook(UserColumns):
         self._logged = 0  # events added since the last compaction
         self._finished_batches: set[int] = set()  # stored, but nothing left waiting
         self._cut_batches: set[int] = set()  # stored whole, partly stepped since
+        self._overlays = 0  # stored since the snapshot
+        self._overlay_users = 0  # the users they hold, together
 
     @property
     def watermark(self) -> int:
@@ -108,7 +119,7 @@ class JourneyBook(UserColumns):
     def restore(cls, config: JourneyConfig, progress: Progress | None,
                 snapshot: Snapshot | None, batches: list[tuple[int, EventColumns]],
                 compact_every: int = COMPACT_EVERY, log_ratio: float = 1.0,
-                keeps_log: bool = True) -> JourneyBook:
+                keeps_log: bool = True, overlays: Sequence[Overlay] = ()) -> JourneyBook:
         """The book whose state was stored: the snapshot, the stored batches and the
         progress; the advances since the snapshot are replayed (their journeys were
         emitted before the state was stored, so they are not returned again).
@@ -119,6 +130,11 @@ class JourneyBook(UserColumns):
         book = cls(config, compact_every, log_ratio, keeps_log)
         if snapshot is not None:
             book.load(snapshot)
+            for overlay in sorted(overlays, key=lambda overlay: overlay.seq):
+                book.apply(overlay)
+                book._overlays += 1
+                book._overlay_users += len(overlay.changed.users)
+            book.mark()
             book.wake = book._wake_of(np.arange(len(book.names)))
             book._next_wake = int(book.wake.min()) if len(book.names) else NEVER
         for batch_id, events in sorted(batches, key=lambda item: item[0]):
@@ -222,7 +238,7 @@ class JourneyBook(UserColumns):
             self._logged = sum(size(events) for events in self.batches.values())
             self.progress = Progress(watermark)
             return
-        changes.snapshot = self.snapshot()
+        self._snapshot_or_overlay(changes)
         changes.removed_batches.extend(self._finished_batches)
         for batch_id in self._cut_batches - self._finished_batches:
             changes.batches[batch_id] = self.batches[batch_id]
@@ -230,6 +246,25 @@ class JourneyBook(UserColumns):
         self._cut_batches.clear()
         self._logged = sum(size(events) for events in self.batches.values())
         self.progress = changes.progress = Progress(watermark)
+
+    def _snapshot_or_overlay(self, changes: Changes) -> None:
+        """What this compaction stores of the users: those that changed since the last
+        one, or all of them (see OVERLAY_SHARE)."""
+        since = self.changed_since_mark()
+        users = len(self.users)
+        if since is not None:
+            rows, removed = since
+            changed = len(rows) + len(removed)
+            if changed <= self.overlay_share * users and \
+                    self._overlay_users + changed <= users:
+                changes.overlay = self.overlay(self._overlays, rows, removed)
+                self._overlays += 1
+                self._overlay_users += changed
+                self.mark()
+                return
+        changes.snapshot = self.snapshot()
+        self._overlays = self._overlay_users = 0
+        self.mark()
 
     # --- stepping --------------------------------------------------------------------
 

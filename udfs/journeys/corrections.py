@@ -38,7 +38,7 @@ what they change, as they would have a moment earlier.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +53,7 @@ from udfs.journeys.columns import (
     LapsedJourneys,
 )
 from udfs.journeys.rules import JourneyConfig
-from udfs.journeys.state import Changes, Progress, Snapshot
+from udfs.journeys.state import Changes, Overlay, Progress, Snapshot
 
 END_OF_INPUT = 2**63 - 1  # the final watermark (Flink's Long.MAX_VALUE)
 
@@ -120,13 +120,15 @@ class CorrectingBook:
     @classmethod
     def restore(cls, config: JourneyConfig, horizon_ms: int, live_watermark: int | None,
                 progress: Progress | None, snapshot: Snapshot | None,
-                batches: list[tuple[int, EventColumns]]) -> CorrectingBook:
+                batches: list[tuple[int, EventColumns]],
+                overlays: Sequence[Overlay] = ()) -> CorrectingBook:
         """The book whose `settled` state was stored, and `live` replayed from it up to
         `live_watermark` (what it had reported is not reported again)."""
-        settled = JourneyBook.restore(config, progress, snapshot, batches)
+        settled = JourneyBook.restore(config, progress, snapshot, batches, overlays=overlays)
         if not horizon_ms:
             return cls(config, 0, settled, settled)
-        live = JourneyBook.restore(config, progress, snapshot, batches, keeps_log=False)
+        live = JourneyBook.restore(config, progress, snapshot, batches, keeps_log=False,
+                                   overlays=overlays)
         if live_watermark is not None and live_watermark > live.watermark:
             live.advance(live_watermark)
         return cls(config, horizon_ms, live, settled)
@@ -194,7 +196,7 @@ class CorrectingBook:
         if watermark < END_OF_INPUT and \
                 watermark - self.horizon_ms >= self.settled.watermark + self.settle_step_ms:
             changes = self.settled.advance(watermark - self.horizon_ms).changes
-            if changes.snapshot is not None:
+            if changes.compacted:
                 self._reindex()
             return Advanced(advanced.closed, changes)
         return Advanced(advanced.closed, Changes())

@@ -6,8 +6,12 @@ and campaigns as codes). `UserColumns` is that storage: rows for new users, the 
 as a `Snapshot` and back, and compaction of the rows and touches no user holds any more.
 
 What an engine stores is a snapshot plus a log (udfs/journeys/book.py says when the book
-compacts): `Snapshot` (the users at the last compaction), `Progress` (the watermarks the
-book advanced to since) and `Changes` (what one call of the book asks to store or delete).
+compacts): `Snapshot` (the users at a full compaction), `Overlay`s (at each compaction
+since, only the users that changed and those dropped: applied over the snapshot in order),
+`Progress` (the watermarks the book advanced to since the last compaction) and `Changes`
+(what one call of the book asks to store or delete). A compaction that writes an overlay
+writes what changed, not the whole book: in a live job most users are quiet between two
+compactions.
 
 `Snapshot` and `Progress` are stored pickled (a pickle names a class by its module), and
 were defined in udfs.journey_book before they moved here: their `__module__` stays
@@ -58,18 +62,33 @@ class Snapshot(NamedTuple):
     campaigns: list[str]
 
 
+class Overlay(NamedTuple):
+    """The users that changed since the previous compaction (`changed.rows`: their rows as
+    the book holds them, so that a restored book steps them in the same order) and the
+    users the book dropped; `seq` orders the overlays since the snapshot (0, 1, ...)."""
+
+    seq: int
+    changed: Snapshot
+    removed: list[str]
+
+
 # the name their pickles record (see the module docstring)
-Progress.__module__ = Snapshot.__module__ = "udfs.journey_book"
+Progress.__module__ = Snapshot.__module__ = Overlay.__module__ = "udfs.journey_book"
 
 
 @dataclass
 class Changes:
     """What one call asks the engine to store or delete."""
 
-    snapshot: Snapshot | None = None  # replaces the stored snapshot
+    snapshot: Snapshot | None = None  # replaces the stored snapshot and its overlays
+    overlay: Overlay | None = None  # stored beside the snapshot, after those before it
     batches: dict[int, EventColumns] = field(default_factory=dict)  # store (new or left over)
     removed_batches: list[int] = field(default_factory=list)  # delete these
     progress: Progress | None = None  # store this (replaces the one stored)
+
+    @property
+    def compacted(self) -> bool:
+        return self.snapshot is not None or self.overlay is not None
 
 
 class Codes:
@@ -144,6 +163,8 @@ class UserColumns:
         self.pool = Pool()
         self.channels = Codes()
         self.campaigns = Codes()
+        # each row's user and state at the last compaction (`mark`): what changed since
+        self._marked: tuple[np.ndarray, ...] | None = None
 
     def snapshot(self, users: list[str] | None = None) -> Snapshot:
         """The whole book, or only these of its users (those it holds), renumbered in
@@ -259,3 +280,83 @@ class UserColumns:
         for row in rows.tolist():
             del self.users[self.names[row]]
             self.names[row] = None
+
+    # --- what changed since the last compaction -----------------------------------------
+
+    def mark(self) -> None:
+        """Remember every row's user and state as stored now (a compaction, a restore)."""
+        self._marked = (object_array_of(self.names), self.touch_start.copy(),
+                        self.touch_count.copy(), self.last_order.copy())
+
+    def changed_since_mark(self) -> tuple[np.ndarray, list[str]] | None:
+        """The rows whose user or state changed since `mark` (a user's new touches go to a
+        new block, so a changed block shows in its start), and the users dropped; None
+        before any mark."""
+        if self._marked is None:
+            return None
+        names, start, count, last = self._marked
+        now = object_array_of(self.names)
+        n = len(names)
+        held = now != None  # noqa: E711 - elementwise over an object array
+        same = (now[:n] == names) & (self.touch_start[:n] == start) & \
+            (self.touch_count[:n] == count) & (self.last_order[:n] == last)
+        changed = np.flatnonzero(np.concatenate([held[:n] & ~same, held[n:]]))
+        moved = np.flatnonzero(now[:n] != names)
+        removed = [user for user in names[moved].tolist()
+                   if user is not None and user not in self.users]
+        return changed, removed
+
+    def overlay(self, seq: int, rows: np.ndarray, removed: list[str]) -> Overlay:
+        """These rows' users as an overlay (their rows kept), and the users dropped."""
+        counts = self.touch_count[rows]
+        flat, _ = ranges_to_rows(self.touch_start[rows], self.touch_start[rows] + counts)
+        pool = self.pool
+        return Overlay(seq, Snapshot(
+            self.names_of(rows).tolist(), rows.copy(), self.last_order[rows].copy(),
+            counts.copy(), pool.ts[flat], pool.channel[flat], pool.campaign[flat],
+            pool.trace[flat], list(self.channels.names), list(self.campaigns.names)),
+            list(removed))
+
+    def apply(self, overlay: Overlay) -> None:
+        """An overlay over what was loaded: its users in their rows, its dropped users
+        gone (a user it moved to another row leaves the old one free)."""
+        changed = overlay.changed
+        for user in overlay.removed:
+            row = self.users.pop(user, None)
+            if row is not None:
+                self.names[row] = None
+                self.touch_count[row] = 0
+                self.last_order[row] = NONE
+        rows = np.asarray(changed.rows, np.int64)
+        grow = (int(rows.max()) + 1 if len(rows) else 0) - len(self.names)
+        if grow > 0:
+            self.names.extend([None] * grow)
+            self.last_order = np.concatenate([self.last_order, np.full(grow, NONE)])
+            self.wake = np.concatenate([self.wake, np.full(grow, NEVER)])
+            self.touch_start = np.concatenate([self.touch_start, np.zeros(grow, np.int64)])
+            self.touch_count = np.concatenate([self.touch_count, np.zeros(grow, np.int64)])
+        for user, row in zip(changed.users, rows.tolist(), strict=True):
+            old = self.users.get(user)
+            if old is not None and old != row:
+                self.names[old] = None
+                self.touch_count[old] = 0
+                self.last_order[old] = NONE
+            self.names[row] = user
+            self.users[user] = row
+        # codes only grow: the overlay's tables extend the snapshot's
+        self.channels = Codes(changed.channels)
+        self.campaigns = Codes(changed.campaigns)
+        self.last_order[rows] = changed.last_order
+        counts = np.asarray(changed.touch_counts, np.int64)
+        starts = np.zeros(len(rows), np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        first = self.pool.append(changed.touch_ts, changed.touch_channel,
+                                 changed.touch_campaign, changed.touch_trace)
+        self.touch_start[rows] = first + starts
+        self.touch_count[rows] = counts
+
+
+def object_array_of(values: list) -> np.ndarray:
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out

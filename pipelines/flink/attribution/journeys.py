@@ -84,8 +84,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     bucket, at the earliest time the book has something to do (a waiting event, a
     journey that could close unconverted, an order history running out), brings the
     whole bucket up to the watermark in one call. State per bucket: the settled book (at
-    the horizon behind the watermark) at its last compaction (one value:
-    udfs.journeys.book.Snapshot, pickled), the batches since (map, by batch id) and its
+    the horizon behind the watermark) at its last full compaction (one value:
+    udfs.journeys.book.Snapshot, pickled) and the users each compaction since changed (a
+    map of udfs.journeys.Overlay by their order), the batches since (map, by batch id) and its
     progress (its watermarks since, and the live watermark); the in-memory books are
     rebuilt from them after a restart. State an earlier version stored (a map of users'
     journey states) is read once and moved.
@@ -109,6 +110,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         collect_garbage_rarely()
         self.snapshot = runtime_context.get_state(
             ValueStateDescriptor("book-snapshot", Types.PICKLED_BYTE_ARRAY()))
+        # the compactions since the snapshot: only the users each changed (by seq)
+        self.overlays = runtime_context.get_map_state(
+            MapStateDescriptor("book-overlays", Types.INT(), Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
             MapStateDescriptor("book-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
         self.progress = runtime_context.get_state(
@@ -142,7 +146,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
                     self.journey, self.horizon_ms, live,
                     Progress(stored[0], tuple(stored[1])) if stored else None,
                     pickle.loads(snapshot) if snapshot is not None else None,
-                    [(key, unpack(events)) for key, events in self.batches.items()])
+                    [(key, unpack(events)) for key, events in self.batches.items()],
+                    [pickle.loads(overlay) for overlay in self.overlays.values()]
+                    if snapshot is not None else [])
             self.books[bucket] = book
         return book
 
@@ -163,6 +169,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     def _store(self, changes: Changes, book: CorrectingBook, advanced: bool = False) -> None:
         if changes.snapshot is not None:
             self.snapshot.update(pickle.dumps(changes.snapshot, PICKLE_PROTOCOL))
+            self.overlays.clear()
+        if changes.overlay is not None:
+            self.overlays.put(changes.overlay.seq,
+                              pickle.dumps(changes.overlay, PICKLE_PROTOCOL))
         if changes.batches:
             self._put_all(self.batches, {key: pack(events)
                                          for key, events in changes.batches.items()})
