@@ -112,7 +112,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             ValueStateDescriptor("book-snapshot", Types.PICKLED_BYTE_ARRAY()))
         # the compactions since the snapshot: only the users each changed (by seq)
         self.overlays = runtime_context.get_map_state(
-            MapStateDescriptor("book-overlays", Types.INT(), Types.PICKLED_BYTE_ARRAY()))
+            MapStateDescriptor("book-overlays", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
         self.batches = runtime_context.get_map_state(
             MapStateDescriptor("book-batches", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
         self.progress = runtime_context.get_state(
