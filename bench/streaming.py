@@ -255,6 +255,8 @@ def main() -> int:
     parser.add_argument("--correction-days", type=float, default=None,
                         help="journey.correction_days (default: the config's, the lookback; "
                              "0: no corrections, a cheaper state)")
+    parser.add_argument("--watermark-s", type=float, default=0.0,
+                        help="event_time.watermark_interval_s (default: the config's)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="with --shapes: rounds of every shape, interleaved (medians)")
     parser.add_argument("--latency-s", type=float, default=0.0,
@@ -292,6 +294,8 @@ def main() -> int:
             base = base.replace("attribution", refit_every_s=args.refit_s)
         if args.correction_days is not None:
             base = base.replace("journey", correction_days=args.correction_days)
+        if args.watermark_s:
+            base = base.replace("event_time", watermark_interval_s=args.watermark_s)
         values = cached_messages(args.users, seed=11)
         if args.shapes:
             return 0 if run_shapes(args, base, info, home, values,

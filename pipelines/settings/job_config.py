@@ -91,6 +91,8 @@ class FlinkConfig:
     user_buckets: int = 4
     batch_records: int = 64
     batch_linger_ms: int = 200
+    # how often event time may step the journeys, at most (None: `step_interval_ms`'s rule)
+    step_interval_s: float | None = None
     state_backend: str = ""  # hashmap | rocksdb; empty: a cluster's own, hashmap in-process
     restart_attempts: int = 3
     restart_delay_s: float = 2.0
@@ -187,6 +189,9 @@ class StreamingJobConfig:
             (1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
              f"must be between 1 and {MAX_BATCH_RECORDS}"),
             (self.flink.batch_linger_ms >= 0, "flink.batch_linger_ms", "must not be negative"),
+            (self.flink.step_interval_s is None or self.flink.step_interval_s >= 0,
+             "flink.step_interval_s", "must not be negative (null: by the buckets per "
+             "subtask)"),
             (self.flink.state_backend in STATE_BACKENDS, "flink.state_backend",
              "must be hashmap or rocksdb (or empty: the cluster's own)"),
             (self.flink.python_execution_mode in ("thread", "process"),
@@ -326,3 +331,20 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return config
+
+
+# a watermark step costs about this much per user bucket of a subtask (a Python call each,
+# with fixed costs over its columns: bench/scale.py), whatever it has to do
+STEP_COST_PER_BUCKET_S = 0.04
+
+
+def step_interval_ms(config: StreamingJobConfig) -> int:
+    """The least processing time between two watermark steps of the attribution job:
+    `flink.step_interval_s`, or by default the watermark interval, longer where a subtask
+    holds many buckets (40 ms per bucket of a subtask: 1 s up to 25 buckets a subtask,
+    10 s at 256), so that the steps' fixed costs stay about a tenth of the work."""
+    if config.flink.step_interval_s is not None:
+        return int(config.flink.step_interval_s * 1000)
+    per_subtask = -(-config.flink.user_buckets // config.flink.parallelism)
+    return int(max(config.event_time.watermark_interval_s,
+                   STEP_COST_PER_BUCKET_S * per_subtask) * 1000)

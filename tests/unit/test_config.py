@@ -1,7 +1,12 @@
 import pytest
 
 from pipelines.kafka.address import resolve_bootstrap
-from pipelines.settings.job_config import ConfigError, StreamingJobConfig, load_config
+from pipelines.settings.job_config import (
+    ConfigError,
+    StreamingJobConfig,
+    load_config,
+    step_interval_ms,
+)
 
 
 def write(tmp_path, text):
@@ -146,3 +151,14 @@ def test_counts_and_ports_are_checked_before_anything_runs(argv, named, capsys):
     assert stopped.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith(named)
+
+
+def test_watermark_steps_are_spaced_by_the_buckets_a_subtask_holds():
+    config = load_config()
+    assert step_interval_ms(config) == 1000  # the watermark interval
+    assert step_interval_ms(config.replace("flink", user_buckets=256)) == 10_240
+    assert step_interval_ms(config.replace("flink", user_buckets=256, parallelism=64)) == 1000
+    assert step_interval_ms(config.replace("flink", user_buckets=256,
+                                           step_interval_s=0.5)) == 500
+    with pytest.raises(ConfigError, match="flink.step_interval_s must not be negative"):
+        config.replace("flink", step_interval_s=-1.0)

@@ -27,6 +27,14 @@ import org.apache.flink.streaming.runtime.watermarkstatus.WatermarkStatus;
  * <p>The group's form: a byte {@code 2}, the number of records (int), then each record as
  * its length (int) and its bytes (pipelines/codec/frame.py {@code unframe_all} reads it).
  * Its timestamp is the newest of its records'.
+ *
+ * <p>Watermarks go on at most once per {@code minStepMs} of processing time: one that comes
+ * sooner is held (a newer one replaces it) and goes on when the interval is over, before
+ * an idleness change and at the end; the final watermark goes on at once. Each watermark
+ * that goes on is a step of every user bucket of the journeys behind (a Python call per
+ * bucket with something due), so with many buckets per subtask the steps are spaced to
+ * keep their cost a small share of the work; records pass a held watermark, which is the
+ * same as a source that sends its watermarks less often.
  */
 public final class FrameBatches extends AbstractStreamOperator<byte[]>
         implements OneInputStreamOperator<byte[], byte[]>, BoundedOneInput {
@@ -36,21 +44,30 @@ public final class FrameBatches extends AbstractStreamOperator<byte[]>
     private final int maxRecords;
     private final long maxBytes;
     private final long lingerMs;
+    private final long minStepMs;
 
     private transient List<byte[]> records;
     private transient long bytes;
     private transient long newestTimestamp;
     private transient boolean timestamped;
     private transient long generation;
+    private transient Watermark held;
+    private transient long forwardedAt;
+    private transient boolean stepTimer;
 
     public FrameBatches(int maxRecords, long maxBytes, long lingerMs) {
-        if (maxRecords < 1 || maxBytes < 1 || lingerMs < 0) {
+        this(maxRecords, maxBytes, lingerMs, 0);
+    }
+
+    public FrameBatches(int maxRecords, long maxBytes, long lingerMs, long minStepMs) {
+        if (maxRecords < 1 || maxBytes < 1 || lingerMs < 0 || minStepMs < 0) {
             throw new IllegalArgumentException("maxRecords and maxBytes must be positive, "
-                    + "lingerMs at least 0");
+                    + "lingerMs and minStepMs at least 0");
         }
         this.maxRecords = maxRecords;
         this.maxBytes = maxBytes;
         this.lingerMs = lingerMs;
+        this.minStepMs = minStepMs;
     }
 
     @Override
@@ -58,6 +75,7 @@ public final class FrameBatches extends AbstractStreamOperator<byte[]>
         super.open();
         records = new ArrayList<>();
         newestTimestamp = Long.MIN_VALUE;
+        forwardedAt = Long.MIN_VALUE / 2;
     }
 
     @Override
@@ -86,12 +104,41 @@ public final class FrameBatches extends AbstractStreamOperator<byte[]>
 
     @Override
     public void processWatermark(Watermark mark) throws Exception {
+        long now = getProcessingTimeService().getCurrentProcessingTime();
+        if (minStepMs == 0 || mark.getTimestamp() == Long.MAX_VALUE
+                || now - forwardedAt >= minStepMs) {
+            forward(mark, now);
+            return;
+        }
+        held = mark;
+        if (!stepTimer) {
+            stepTimer = true;
+            getProcessingTimeService().registerTimer(forwardedAt + minStepMs, time -> {
+                stepTimer = false;
+                if (held != null) {
+                    forward(held, getProcessingTimeService().getCurrentProcessingTime());
+                }
+            });
+        }
+    }
+
+    /** The records before it, then the watermark. */
+    private void forward(Watermark mark, long now) throws Exception {
         flush();
+        held = null;
+        forwardedAt = now;
         super.processWatermark(mark);
+    }
+
+    private void forwardHeld() throws Exception {
+        if (held != null) {
+            forward(held, getProcessingTimeService().getCurrentProcessingTime());
+        }
     }
 
     @Override
     public void processWatermarkStatus(WatermarkStatus status) throws Exception {
+        forwardHeld();
         flush();
         super.processWatermarkStatus(status);
     }
@@ -103,12 +150,14 @@ public final class FrameBatches extends AbstractStreamOperator<byte[]>
     }
 
     @Override
-    public void endInput() {
+    public void endInput() throws Exception {
+        forwardHeld();
         flush();
     }
 
     @Override
     public void finish() throws Exception {
+        forwardHeld();
         flush();
         super.finish();
     }
