@@ -114,6 +114,40 @@ def decode_packed(payload: bytes | None, buckets: int, encoding: str = "auto",
     return PackedMessage(spans, unbuilt, ignored, np.frombuffer(ts_ms, np.int64), by_bucket)
 
 
+class PackedSegment(NamedTuple):
+    """Consecutive messages scanned together (`scan_group`): messages first..end-1, each
+    bucket's events of all of them as one packed batch, with each order's message."""
+
+    first: int
+    end: int
+    buckets: dict[int, tuple[int, tuple, bytes]]  # bucket -> (newest, packed, order msgs)
+
+
+class ScannedGroup(NamedTuple):
+    """Per message, (spans, unbuilt GPU calls, ignored, events) or None (left to the
+    caller: `decode_message`, or a late event or held order to set apart); the segments."""
+
+    messages: list[tuple[int, int, int, int] | None]
+    segments: list[PackedSegment]
+
+
+def scan_group(payloads: list[bytes | None], buckets: int, encoding: str,
+               max_future_s: float, min_ts: list[int], order_after: int) -> ScannedGroup | None:
+    """The fast path of `decode_packed` for a group of messages at once: each bucket's
+    events of consecutive plain messages as one packed batch. A message is left to the
+    caller when it is not plain protobuf, or holds an event before its `min_ts` or an
+    order at or before `order_after`. None: the scanner is not built."""
+    if _otlp_scan is None:
+        return None
+    plain = [payload if payload and (encoding == "otlp_proto" or (
+        encoding == "auto" and sniff_encoding(payload) == "otlp_proto")) else None
+        for payload in payloads]
+    latest_ns = time.time_ns() + int(max_future_s * 1e9)
+    messages, segments = _otlp_scan.scan_packed_group(plain, latest_ns, buckets, min_ts,
+                                                      order_after)
+    return ScannedGroup(messages, [PackedSegment(*segment) for segment in segments])
+
+
 def decode_message(payload: bytes | None, buckets: int, encoding: str = "auto",
                    max_future_s: float = MAX_FUTURE_S) -> PackedMessage | DecodedEvents:
     """How the attribution job decodes a message: packed buckets where every span is plain

@@ -30,6 +30,18 @@
  * so that no Python object is made per event. None (use scan) for anything else: a span
  * for the general path, a value holding a NUL, bytes scan gives up on.
  * Both give None for a request without spans: the general rules dead-letter it.
+ *
+ * scan_packed_group(payloads, latest_ns, buckets, min_ts, order_after) -> (
+ *     per payload: None (left to the caller: not bytes, a span for the general path, a
+ *                  value holding a NUL, an event before its min_ts (late by arrival), an
+ *                  order at or before order_after (behind the watermark)) or
+ *                  (spans, unbuilt_gpu_calls, ignored, events),
+ *     segments: [(first, end, {bucket: (newest ts_ms, packed, order messages)})])
+ * scan_packed for several messages at once, so that each bucket's events of consecutive
+ * messages come as one packed batch (a Python object per bucket and segment, not per
+ * message): a segment holds the messages first..end-1, every one scanned (a message left
+ * to the caller ends the segment before it, so events keep the messages' order); order
+ * messages: bytes of int32, each order's message (its place in payloads).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -537,6 +549,7 @@ static const int TEXT_COLUMN[COLUMNS] = {1, 0, 1, 1, 1, 1, 1, 0, 1, 0, 1, 1, 1};
 
 typedef struct {
     Bytes columns[COLUMNS];
+    Bytes order_messages; /* scan_packed_group: each order's message, int32 */
     long touches, orders;
     int64_t newest;
 } Bucket;
@@ -570,6 +583,9 @@ typedef struct {
     long buckets;
     Bucket *packed; /* scan_packed: one per bucket (NULL: scan) */
     Bytes all_ts;   /* scan_packed: every event's time, in message order */
+    long message;        /* scan_packed_group: the message scanned (-1: scan_packed) */
+    int64_t min_ts;      /* scan_packed_group: an event before it is late by arrival */
+    int64_t order_after; /* scan_packed_group: an order at or before it is held */
     long spans, gpu, ignored;
     Bytes t_seq, t_bucket, t_ts;
     PyObject *t_users, *t_channels, *t_campaigns, *t_traces, *t_spans;
@@ -591,7 +607,12 @@ static int emit_packed(Scan *st, const Span *s, int kind, long bucket, int64_t t
     Bucket *b = &st->packed[bucket];
     Bytes *c = b->columns;
     int rc;
-    if (put(&st->all_ts, &ts, sizeof ts)) return -1;
+    if (st->message >= 0) { /* a group: what the caller sets apart goes to the general path */
+        if (ts < st->min_ts || (kind == SPAN_ORDER && ts <= st->order_after)) return 1;
+        if (kind == SPAN_ORDER && put_i32(&b->order_messages, st->message)) return -1;
+    } else if (put(&st->all_ts, &ts, sizeof ts)) {
+        return -1;
+    }
     if (b->touches + b->orders == 0 || ts > b->newest) b->newest = ts;
     if (kind == SPAN_TOUCH) {
         int first = b->touches++ == 0;
@@ -746,8 +767,10 @@ static void scan_free(Scan *st) {
                     &st->o_ts, &st->o_revenue, &st->general, &st->all_ts};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) PyMem_Free(all[i]->data);
     if (st->packed) {
-        for (long b = 0; b < st->buckets; b++)
+        for (long b = 0; b < st->buckets; b++) {
             for (int k = 0; k < COLUMNS; k++) PyMem_Free(st->packed[b].columns[k].data);
+            PyMem_Free(st->packed[b].order_messages.data);
+        }
         PyMem_Free(st->packed);
     }
     PyObject *lists[] = {st->t_users, st->t_channels, st->t_campaigns, st->t_traces,
@@ -769,6 +792,7 @@ static int scan_args(PyObject *args, Py_buffer *payload, Scan *st) {
     memset(st, 0, sizeof *st);
     st->latest_ns = latest_ns;
     st->buckets = buckets;
+    st->message = -1;
     return 0;
 }
 
@@ -879,6 +903,157 @@ error:
     return NULL;
 }
 
+/* the buckets' events scanned so far as {bucket: (newest, packed, order messages)}, the
+   buckets emptied for the next segment; NULL: Python error */
+static PyObject *take_segment(Scan *st) {
+    PyObject *by_bucket = PyDict_New();
+    if (!by_bucket) return NULL;
+    for (long b = 0; b < st->buckets; b++) {
+        Bucket *bucket = &st->packed[b];
+        if (bucket->touches + bucket->orders == 0) continue;
+        PyObject *key = PyLong_FromLong(b);
+        PyObject *packed = key ? packed_bucket(bucket) : NULL; /* (newest, parts) */
+        PyObject *messages = packed ? take_bytes(&bucket->order_messages) : NULL;
+        PyObject *value = messages ? Py_BuildValue("(OON)", PyTuple_GET_ITEM(packed, 0),
+                                                   PyTuple_GET_ITEM(packed, 1), messages)
+                                   : NULL;
+        int failed = !value || PyDict_SetItem(by_bucket, key, value);
+        Py_XDECREF(key);
+        Py_XDECREF(packed);
+        Py_XDECREF(value);
+        if (failed) {
+            Py_DECREF(by_bucket);
+            return NULL;
+        }
+        for (int k = 0; k < COLUMNS; k++) bucket->columns[k].len = 0;
+        bucket->order_messages.len = 0;
+        bucket->touches = bucket->orders = 0;
+    }
+    return by_bucket;
+}
+
+/* undo what the message being scanned added (saved: each bucket's column lengths, then
+   its order messages' length, touches, orders and newest) */
+static void roll_back(Scan *st, const int64_t *saved) {
+    for (long b = 0; b < st->buckets; b++) {
+        const int64_t *at = saved + b * (COLUMNS + 4);
+        Bucket *bucket = &st->packed[b];
+        for (int k = 0; k < COLUMNS; k++) bucket->columns[k].len = (Py_ssize_t)at[k];
+        bucket->order_messages.len = (Py_ssize_t)at[COLUMNS];
+        bucket->touches = (long)at[COLUMNS + 1];
+        bucket->orders = (long)at[COLUMNS + 2];
+        bucket->newest = at[COLUMNS + 3];
+    }
+}
+
+static void save(const Scan *st, int64_t *saved) {
+    for (long b = 0; b < st->buckets; b++) {
+        int64_t *at = saved + b * (COLUMNS + 4);
+        const Bucket *bucket = &st->packed[b];
+        for (int k = 0; k < COLUMNS; k++) at[k] = bucket->columns[k].len;
+        at[COLUMNS] = bucket->order_messages.len;
+        at[COLUMNS + 1] = bucket->touches;
+        at[COLUMNS + 2] = bucket->orders;
+        at[COLUMNS + 3] = bucket->newest;
+    }
+}
+
+static PyObject *scan_packed_group(PyObject *self, PyObject *args) {
+    PyObject *payloads, *min_ts;
+    unsigned long long latest_ns;
+    long buckets;
+    long long order_after;
+    if (!PyArg_ParseTuple(args, "O!KlO!L", &PyList_Type, &payloads, &latest_ns, &buckets,
+                          &PyList_Type, &min_ts, &order_after))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    if (buckets < 1 || PyList_GET_SIZE(min_ts) != n) {
+        PyErr_SetString(PyExc_ValueError,
+                        "buckets must be at least 1, and min_ts as long as payloads");
+        return NULL;
+    }
+    Scan st;
+    memset(&st, 0, sizeof st);
+    st.latest_ns = latest_ns;
+    st.buckets = buckets;
+    st.order_after = order_after;
+    st.packed = PyMem_Calloc((size_t)buckets, sizeof(Bucket));
+    int64_t *saved = PyMem_Calloc((size_t)buckets * (COLUMNS + 4), sizeof(int64_t));
+    PyObject *results = PyList_New(n), *segments = PyList_New(0);
+    if (!st.packed || !saved || !results || !segments) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto error;
+    }
+    Py_ssize_t first = 0; /* the open segment's first message */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *payload = PyList_GET_ITEM(payloads, i);
+        long long oldest = PyLong_AsLongLong(PyList_GET_ITEM(min_ts, i));
+        if (oldest == -1 && PyErr_Occurred()) goto error;
+        int rc = 1;
+        long spans = st.spans, gpu = st.gpu, ignored = st.ignored;
+        long events = 0;
+        if (PyBytes_Check(payload) && PyBytes_GET_SIZE(payload) > 0) {
+            save(&st, saved);
+            st.message = (long)i;
+            st.min_ts = oldest;
+            const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(payload);
+            Cursor c = {data, data + PyBytes_GET_SIZE(payload)};
+            rc = scan_request(&st, c);
+            if (rc < 0) goto error;
+            if (rc == 0 && st.spans == spans) rc = 1; /* no spans: the general rules */
+            if (rc) {
+                roll_back(&st, saved);
+            } else {
+                for (long b = 0; b < buckets; b++)
+                    events += st.packed[b].touches + st.packed[b].orders;
+                for (long b = 0; b < buckets; b++)
+                    events -= saved[b * (COLUMNS + 4) + COLUMNS + 1] +
+                              saved[b * (COLUMNS + 4) + COLUMNS + 2];
+            }
+        }
+        PyObject *result;
+        if (rc) {
+            st.spans = spans, st.gpu = gpu, st.ignored = ignored;
+            if (i > first) { /* the segment before it ends here */
+                PyObject *by_bucket = take_segment(&st);
+                PyObject *segment = by_bucket ? Py_BuildValue("(nnN)", first, i, by_bucket)
+                                              : NULL;
+                if (!segment || PyList_Append(segments, segment)) {
+                    Py_XDECREF(segment);
+                    goto error;
+                }
+                Py_DECREF(segment);
+            }
+            first = i + 1;
+            Py_INCREF(Py_None);
+            result = Py_None;
+        } else {
+            result = Py_BuildValue("(llll)", st.spans - spans, st.gpu - gpu,
+                                   st.ignored - ignored, events);
+            if (!result) goto error;
+        }
+        PyList_SET_ITEM(results, i, result);
+    }
+    if (n > first) {
+        PyObject *by_bucket = take_segment(&st);
+        PyObject *segment = by_bucket ? Py_BuildValue("(nnN)", first, n, by_bucket) : NULL;
+        if (!segment || PyList_Append(segments, segment)) {
+            Py_XDECREF(segment);
+            goto error;
+        }
+        Py_DECREF(segment);
+    }
+    PyMem_Free(saved);
+    scan_free(&st);
+    return Py_BuildValue("(NN)", results, segments);
+error:
+    PyMem_Free(saved);
+    Py_XDECREF(results);
+    Py_XDECREF(segments);
+    scan_free(&st);
+    return NULL;
+}
+
 static PyObject *crc32_bucket(PyObject *self, PyObject *args) {
     Py_buffer data;
     long buckets;
@@ -896,6 +1071,8 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "Scan one OTLP trace request (see the module's source)."},
     {"scan_packed", scan_packed, METH_VARARGS,
      "Scan one OTLP trace request into packed buckets (see the module's source)."},
+    {"scan_packed_group", scan_packed_group, METH_VARARGS,
+     "Scan consecutive OTLP trace requests into packed buckets (see the module's source)."},
     {"crc32_bucket", crc32_bucket, METH_VARARGS, "zlib.crc32(data) % buckets."},
     {NULL, NULL, 0, NULL}};
 

@@ -567,3 +567,55 @@ def test_touches_behind_the_watermark_go_to_their_journeys_as_the_scanner_packed
     assert behind_orders == free_orders
     _, held_orders = decoded((t0 + 40 * minute) // 10**6)  # after the order too
     assert [(held, len(rows)) for _, held, rows in held_orders] == [(1, 1)]
+
+
+def _decoder_outputs(decoder: DecodeOtlp, elements: list[bytes], watermark: int,
+                     grouped: bool) -> tuple:
+    """What the decoder sends for these framed records, in one call or one call each,
+    comparable: each bucket's events in order, each order bucket's rows, the other
+    outputs in order, the counts summed."""
+    timers = Timers()
+    timers.watermark = watermark
+    calls = [group_frames(elements)] if grouped else elements
+    batches: dict[int, list] = {}
+    orders: dict[tuple, list] = {}
+    items, counts = [], [0] * len(COUNTS)
+    for call in calls:
+        for out in decoder.process_element(call, FakeContext(timers)):
+            if out[0] is ACCOUNTING:
+                counts = [a + b for a, b in zip(counts, out[1], strict=True)]
+            elif out[0] is ORDERS:
+                key, held, rows = out[1]
+                orders.setdefault((key, held), []).extend(rows)
+            elif isinstance(out[0], int):
+                batches.setdefault(out[0], []).extend(records_of(unpack(out[2])))
+            else:
+                items.append(out)
+    return batches, orders, items, counts
+
+
+def test_a_group_scanned_at_once_gives_what_its_records_give_one_by_one(stream):
+    """Plain messages of a group are scanned together (one batch per bucket and run of
+    them); messages the scanner leaves aside (malformed spans, late by arrival, an order
+    behind the watermark, a null value, an unreadable record) go their own way in between:
+    every bucket's events, every order and every count as when each record came alone."""
+    plan, messages = stream
+    t0 = min(e.ts_ns for e in plan.events if e.kind in ("touchpoint", "conversion"))
+    elements = []
+    for offset, message in enumerate(messages[:60]):
+        stamp = stamp_of(message) or 0
+        if offset % 7 == 3:  # arrived long after: its events are late by arrival
+            stamp += 90 * 86_400_000
+        elements.append(frame(message, offset % 3, offset, stamp,
+                              newest_start_ms(message, 2**62), NO_TIME))
+    elements.insert(10, frame(None, 0, 999, 0, NO_TIME, NO_TIME))
+    elements.insert(20, b"\x01 not a framed record")
+    watermark = t0 // 10**6 + 5 * 86_400_000  # some orders behind it
+    decoder = DecodeOtlp("auto", "spans", 8, correction_ms=86_400_000)
+    grouped = _decoder_outputs(decoder, elements, watermark, grouped=True)
+    single = _decoder_outputs(decoder, elements, watermark, grouped=False)
+    assert grouped == single
+    batches, orders, items, counts = grouped
+    assert len(batches) == 8 and any(held for _, held in orders)
+    assert {out[0] for out in items} == {DEAD_LETTERS, LATE_EVENTS}
+    assert counts[COUNTS.index("records_in")] > 0

@@ -16,10 +16,13 @@ from pipelines.codec.dead_letters import dead_letter_json
 from pipelines.codec.events import (
     DecodedEvents,
     PackedMessage,
+    PackedSegment,
+    ScannedGroup,
     by_bucket,
     by_order_bucket,
     decode_events,
     decode_message,
+    scan_group,
 )
 from pipelines.codec.frame import Framed, unframe, ungroup
 from pipelines.codec.otlp import MAX_FUTURE_S
@@ -51,6 +54,7 @@ from schemas.records import DeadLetter
 from udfs.journeys import arrival_bound, arrived_in_time
 
 log = logging.getLogger(__name__)
+_OLDEST = -(2**63)  # no event is late by arrival
 ORDER_TS = OrderColumns._fields.index("ts_ms")  # in a packed batch's order columns
 
 
@@ -140,9 +144,69 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         # the watermark cannot move within a call: every record of the group is judged
         # against the same one, as when they came one by one before it
         watermark = ctx.timer_service().current_watermark()
-        for element in elements:
-            group.absorb(self._one(element, watermark))
+        scanned = self._scanned(elements, watermark) if len(elements) > 1 else None
+        if scanned is None:
+            for element in elements:
+                group.absorb(self._one(element, watermark))
+        else:
+            records, found = scanned
+            done = 0
+            for segment in found.segments:
+                for element in elements[done:segment.first]:  # left to the general path
+                    group.absorb(self._one(element, watermark))
+                self._segment(group, segment, records, found.messages)
+                done = segment.end
+            for element in elements[done:]:
+                group.absorb(self._one(element, watermark))
         yield from group.emit()
+
+    def _scanned(self, elements: list[bytes], watermark: int
+                 ) -> tuple[list[Framed | None], ScannedGroup] | None:
+        """The group's plain messages scanned together (pipelines/codec/events.py
+        `scan_group`): each bucket's events of consecutive messages as one batch, not one
+        per message. Left to `_one`: what it would not take the scanner's buckets of (late
+        by arrival, an order behind the watermark, anything unusual)."""
+        records: list[Framed | None] = []
+        for element in elements:
+            try:
+                records.append(unframe(element))
+            except ValueError:
+                records.append(None)
+        payloads = [None if record is None else record.value for record in records]
+        oldest = [_OLDEST if record is None else self._oldest_counted(record)
+                  for record in records]
+        found = scan_group(payloads, self.buckets, self.encoding, self.max_future_s, oldest,
+                           watermark)
+        return None if found is None else (records, found)
+
+    def _oldest_counted(self, record: Framed) -> int:
+        """The oldest event time of the record that is not late by arrival."""
+        if self.correction_ms <= 0 or record.kafka_timestamp_ms <= 0:
+            return _OLDEST
+        return int(arrival_bound(record.kafka_timestamp_ms, self.correction_ms))
+
+    def _segment(self, out: GroupOutput, segment: PackedSegment,
+                 records: list[Framed | None], messages: list) -> None:
+        """A scanned segment's outputs: its buckets' batches, its orders (each with its
+        record's partition and offset, in the records' order), its records' counts."""
+        placed: list[tuple[int, tuple]] = []
+        for bucket, (batch_newest, parts, order_messages) in segment.buckets.items():
+            out.batch(bucket, batch_newest, parts)
+            if parts[1]:
+                placed += zip(np.frombuffer(order_messages, np.int32).tolist(),
+                              order_rows_of_parts(parts), strict=True)
+        placed.sort(key=lambda item: item[0])  # stable: the records' order
+        rows = []
+        for message, row in placed:
+            record = records[message]
+            assert record is not None
+            rows.append(row + (record.partition, record.offset))
+        for key, part in by_order_bucket(rows, self.buckets).items():
+            out.orders.setdefault((key, 0), []).extend(part)
+        for message in range(segment.first, segment.end):
+            spans, unbuilt, ignored, used = messages[message]
+            out.count(counted(messages=1, records_in=spans, used=used, other=spans - used,
+                              other_gpu_calls=unbuilt, other_tracing_spans=ignored))
 
     def _one(self, value: bytes, watermark: int) -> GroupOutput:
         """One framed record's outputs: all of them, or only its dead letter."""
