@@ -4,7 +4,7 @@ state per user, its checkpoint and its restore, by population and user bucket co
 For each population (--users) and bucket count (--buckets), in a process of its own, the
 job's operators are driven directly, one parallel instance of each, as the unit tests drive
 them (bench/scale_driver.py, the fakes of tests/flink_fakes.py): the source's framing and
-grouping (pipelines/codec/frame.py, flink.batch_records records per group, not timed: the
+grouping (pipelines/codec/frame.py, group_records(config) records per group, not timed: the
 JVM's part), the decoder DecodeOtlp, the duplicate check DedupOrders, the journeys
 AttributeJourneys per bucket and the data-driven fit, the watermark moved after each group.
 Measured:
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scale_driver import BASE_USERS, STAGES, OperatorJob, population  # noqa: E402
 from pipelines.codec.events import SCANNER_BUILT  # noqa: E402
-from pipelines.settings.job_config import load_config  # noqa: E402
+from pipelines.settings.job_config import group_records, load_config  # noqa: E402
 
 SAMPLES = 40  # state-size samples over the input
 
@@ -79,7 +79,7 @@ def one(users: int, buckets: int) -> dict:
     config = load_config().replace("flink", user_buckets=buckets)
     base_users = min(users, BASE_USERS)
     base = cached_messages(base_users, seed=11)
-    size = config.flink.batch_records
+    size = group_records(config)
     copies = users // base_users
     groups = -(-len(base) * copies // size)
     every = max(1, groups // SAMPLES)

@@ -89,7 +89,7 @@ class FlinkConfig:
     resume: bool = True
     accounting_every_s: float = 30.0
     user_buckets: int = 4
-    batch_records: int = 64
+    batch_records: int | None = None  # None: `group_records`'s rule
     batch_linger_ms: int = 200
     # how often event time may step the journeys, at most (None: `step_interval_ms`'s rule)
     step_interval_s: float | None = None
@@ -186,7 +186,8 @@ class StreamingJobConfig:
             (self.flink.user_buckets >= self.flink.parallelism, "flink.user_buckets",
              f"({self.flink.user_buckets}) must be at least flink.parallelism "
              f"({self.flink.parallelism}): a bucket is the smallest unit of work"),
-            (1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
+            (self.flink.batch_records is None
+             or 1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
              f"must be between 1 and {MAX_BATCH_RECORDS}"),
             (self.flink.batch_linger_ms >= 0, "flink.batch_linger_ms", "must not be negative"),
             (self.flink.step_interval_s is None or self.flink.step_interval_s >= 0,
@@ -348,3 +349,14 @@ def step_interval_ms(config: StreamingJobConfig) -> int:
     per_subtask = -(-config.flink.user_buckets // config.flink.parallelism)
     return int(max(config.event_time.watermark_interval_s,
                    STEP_COST_PER_BUCKET_S * per_subtask) * 1000)
+
+
+def group_records(config: StreamingJobConfig) -> int:
+    """How many records the attribution job's source groups for one decoder call, at most:
+    `flink.batch_records`, or by default 64, and at least as many as a subtask has user
+    buckets, so that each bucket's batch of a group carries several records' events (a
+    batch is a Python call of the journeys)."""
+    if config.flink.batch_records is not None:
+        return config.flink.batch_records
+    per_subtask = -(-config.flink.user_buckets // config.flink.parallelism)
+    return min(MAX_BATCH_RECORDS, max(64, per_subtask))

@@ -5,6 +5,7 @@ from pipelines.settings.job_config import (
     ConfigError,
     StreamingJobConfig,
     load_config,
+    group_records,
     step_interval_ms,
 )
 
@@ -162,3 +163,11 @@ def test_watermark_steps_are_spaced_by_the_buckets_a_subtask_holds():
                                            step_interval_s=0.5)) == 500
     with pytest.raises(ConfigError, match="flink.step_interval_s must not be negative"):
         config.replace("flink", step_interval_s=-1.0)
+
+
+def test_a_group_holds_at_least_a_record_per_bucket_of_a_subtask():
+    config = load_config()
+    assert group_records(config) == 64
+    assert group_records(config.replace("flink", user_buckets=256)) == 256
+    assert group_records(config.replace("flink", user_buckets=256, parallelism=8)) == 64
+    assert group_records(config.replace("flink", user_buckets=256, batch_records=16)) == 16
