@@ -174,6 +174,32 @@ def packed_parts(events: EventColumns) -> PackedParts:
             [_pack_column(c) for c in orders])
 
 
+def packed_split(columns: tuple, order: np.ndarray, bounds: list[tuple[int, int]]
+                 ) -> list[list] | None:
+    """The columns' rows taken in `order` and cut at `bounds` (start, end), each piece
+    packed as `packed_parts` packs a column: every column packed once and cut, not packed
+    once per piece. None: a string holds the separator (pack the pieces one by one)."""
+    out: list[list] = [[] for _ in bounds]
+    for column in columns:
+        ordered = column[order]
+        if ordered.dtype != object:
+            data, width = ordered.tobytes(), ordered.itemsize
+            for piece, (start, end) in zip(out, bounds, strict=True):
+                piece.append(data[start * width:end * width])
+            continue
+        values = ordered.tolist()
+        text = _SEPARATOR.join(values)
+        if text.count(_SEPARATOR) != max(len(values) - 1, 0):
+            return None
+        # value i is text[at[i]:at[i + 1] - 1]
+        at = np.zeros(len(values) + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, values), np.int64, len(values)) + 1, out=at[1:])
+        offsets = at.tolist()
+        for piece, (start, end) in zip(out, bounds, strict=True):
+            piece.append(text[offsets[start]:offsets[end] - 1] if end > start else "")
+    return out
+
+
 def pack(events: EventColumns) -> bytes:
     """A batch as bytes (`unpack` gives it back)."""
     return pickle.dumps(packed_parts(events), 5)

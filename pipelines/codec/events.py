@@ -29,10 +29,12 @@ from pipelines.codec.otlp import (
 from schemas.events import (
     EventColumns,
     OrderColumns,
+    PackedParts,
     TouchColumns,
     concat,
     object_array,
     order_columns,
+    packed_split,
     take,
     touch_columns,
 )
@@ -236,6 +238,51 @@ def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
 
 
 _NONE = np.zeros(0, np.int64)
+
+
+def packed_by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
+                     keep_orders: np.ndarray | None = None
+                     ) -> dict[int, tuple[int, PackedParts]] | None:
+    """`by_bucket`'s batches as `packed_parts` packs them, each with its newest event time:
+    each column packed once for the message and cut per bucket (a message spread over
+    many buckets costs a few slices per bucket, not a packing). None: a value holds the
+    packing's separator (use `by_bucket`)."""
+    touches, orders = decoded.touches, decoded.orders
+    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
+    if keep_touches is not None:
+        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
+    if keep_orders is not None:
+        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    touch_order, touch_bounds = _bounds(touch_bucket)
+    order_order, order_bounds = _bounds(order_bucket)
+    buckets = sorted(touch_bounds.keys() | order_bounds.keys())
+    empty = (0, 0)
+    touch_cuts = [touch_bounds.get(bucket, empty) for bucket in buckets]
+    order_cuts = [order_bounds.get(bucket, empty) for bucket in buckets]
+    touch_parts = packed_split(tuple(touches), touch_order, touch_cuts)
+    order_parts = packed_split(tuple(orders), order_order, order_cuts)
+    if touch_parts is None or order_parts is None:
+        return None
+    touch_ts, order_ts = touches.ts_ms[touch_order], orders.ts_ms[order_order]
+    out: dict[int, tuple[int, PackedParts]] = {}
+    for k, bucket in enumerate(buckets):
+        (t_start, t_end), (o_start, o_end) = touch_cuts[k], order_cuts[k]
+        newest = max(int(touch_ts[t_start:t_end].max()) if t_end > t_start else -(2**63),
+                     int(order_ts[o_start:o_end].max()) if o_end > o_start else -(2**63))
+        out[bucket] = (newest, (t_end - t_start, o_end - o_start, touch_parts[k],
+                                order_parts[k]))
+    return out
+
+
+def _bounds(bucket: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
+    """The rows in bucket order (stable) and each bucket's (start, end) in it."""
+    order = np.argsort(bucket, kind="stable")
+    if not len(order):
+        return order, {}
+    values, starts = np.unique(bucket[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    return order, {value: (start, end) for value, start, end in zip(
+        values.tolist(), starts.tolist(), ends, strict=True)}
 
 
 def by_order_bucket(orders: list[tuple], buckets: int) -> dict[int, list[tuple]]:

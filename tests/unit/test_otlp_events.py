@@ -14,6 +14,7 @@ from pipelines.codec.events import (
     by_bucket,
     decode_events,
     decode_packed,
+    packed_by_bucket,
 )
 from pipelines.codec.otlp import decode_spans, request_to_json
 from schemas.events import EventColumns, records_of
@@ -112,6 +113,26 @@ def test_events_split_by_bucket_keep_their_order_and_drop_what_is_not_kept():
         assert events.orders.user_id.tolist() == [
             u for u in decoded.orders.user_id.tolist() if bucket_of(u, BUCKETS) == bucket]
     assert sum(len(e.touches.ts_ms) for e in parts.values()) == int(keep_touches.sum())
+
+
+def test_buckets_packed_at_once_equal_each_bucket_packed_on_its_own():
+    """packed_by_bucket cuts each column packed once; the same bytes and strings, the same
+    newest time, as packing each bucket's events (kept or not, one kind missing)."""
+    from schemas.events import newest, packed_parts
+
+    payloads = random_payloads(29, 12)
+    for n, payload in enumerate(payloads):
+        decoded = decode_events(payload, BUCKETS)
+        keeps = [(None, None), (np.arange(len(decoded.touch_seq)) % 3 != 0, None),
+                 (np.zeros(len(decoded.touch_seq), bool), None),
+                 (None, np.zeros(len(decoded.order_seq), bool))]
+        for keep in keeps:
+            expected = {bucket: (newest(events), packed_parts(events))
+                        for bucket, events in by_bucket(decoded, *keep).items()}
+            assert packed_by_bucket(decoded, *keep) == expected, n
+    held = decode_events(payloads[0], BUCKETS)
+    held.touches.user_id[:] = ["a\x00b"] * len(held.touches.user_id)  # the separator
+    assert len(held.touches.user_id) == 0 or packed_by_bucket(held) is None
 
 
 def test_a_packed_batch_comes_back_equal_even_when_a_value_holds_the_separator():

@@ -22,6 +22,7 @@ from pipelines.codec.events import (
     by_order_bucket,
     decode_events,
     decode_message,
+    packed_by_bucket,
     scan_group,
 )
 from pipelines.codec.frame import Framed, unframe, ungroup
@@ -189,12 +190,15 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
                  records: list[Framed | None], messages: list) -> None:
         """A scanned segment's outputs: its buckets' batches, its orders (each with its
         record's partition and offset, in the records' order), its records' counts."""
-        placed: list[tuple[int, tuple]] = []
+        with_orders, messages_of_orders = [], []
         for bucket, (batch_newest, parts, order_messages) in segment.buckets.items():
             out.batch(bucket, batch_newest, parts)
-            if parts[1]:
-                placed += zip(np.frombuffer(order_messages, np.int32).tolist(),
-                              order_rows_of_parts(parts), strict=True)
+            if parts[1]:  # the orders alone (no touches), to read them in one go
+                with_orders.append((0, parts[1], parts[2], parts[3]))
+                messages_of_orders.append(order_messages)
+        placed = list(zip(np.frombuffer(b"".join(messages_of_orders), np.int32).tolist(),
+                          order_rows_of_parts(merged_parts(with_orders)), strict=True)) \
+            if with_orders else []
         placed.sort(key=lambda item: item[0])  # stable: the records' order
         rows = []
         for message, row in placed:
@@ -274,12 +278,14 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             if late_count:
                 out.items.extend(self._late_json(decoded, late_touches, late_orders, arrival))
             held = ~late_orders & (orders.ts_ms <= watermark)
-            if late_count or held.any():
-                batches = by_bucket(decoded, ~late_touches, ~late_orders & ~held)
-            else:
-                batches = by_bucket(decoded)
-            for bucket, events in batches.items():
-                out.batch(bucket, newest(events), packed_parts(events))
+            set_apart = bool(late_count or held.any())
+            keep = (~late_touches, ~late_orders & ~held) if set_apart else (None, None)
+            packed = packed_by_bucket(decoded, *keep)
+            if packed is None:  # a value holds the packing's separator: bucket by bucket
+                packed = {bucket: (newest(events), packed_parts(events))
+                          for bucket, events in by_bucket(decoded, *keep).items()}
+            for bucket, (batch_newest, parts) in packed.items():
+                out.batch(bucket, batch_newest, parts)
             self._orders(out, order_rows(take(orders, ~late_orders & ~held)), record)
             self._orders(out, order_rows(take(orders, held)), record, held=True)
         records_in = decoded.records_in
