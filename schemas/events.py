@@ -210,23 +210,26 @@ def merged_parts(parts: Sequence[PackedParts]) -> PackedParts:
     unpacking them (numbers' bytes and strings' texts are joined)."""
     if len(parts) == 1:
         return parts[0]
-    touch_rows, order_rows_ = [p[0] for p in parts], [p[1] for p in parts]
-    return (sum(touch_rows), sum(order_rows_),
-            [_merged_column([p[2][i] for p in parts], touch_rows)
+    touches = [p[2] for p in parts if p[0]] or [parts[0][2]]
+    orders = [p[3] for p in parts if p[1]] or [parts[0][3]]
+    return (sum(p[0] for p in parts), sum(p[1] for p in parts),
+            [_merged_column([columns[i] for columns in touches])
              for i in range(len(parts[0][2]))],
-            [_merged_column([p[3][i] for p in parts], order_rows_)
+            [_merged_column([columns[i] for columns in orders])
              for i in range(len(parts[0][3]))])
 
 
-def _merged_column(columns: list[bytes | str | list[str]], rows: list[int]
-                   ) -> bytes | str | list[str]:
-    kept = [column for column, n in zip(columns, rows, strict=True) if n]
-    if not kept:
-        return columns[0]
-    if all(isinstance(column, bytes) for column in kept):
-        return b"".join(kept)  # type: ignore[arg-type]
-    if all(isinstance(column, str) for column in kept):
-        return _SEPARATOR.join(kept)  # type: ignore[arg-type]
+def _merged_column(kept: list[bytes | str | list[str]]) -> bytes | str | list[str]:
+    """The columns of batches with rows, joined (a batch per merged part)."""
+    if len(kept) == 1:
+        return kept[0]
+    try:  # the common case: all numbers' bytes, or all joined texts
+        if isinstance(kept[0], bytes):
+            return b"".join(kept)  # type: ignore[arg-type]
+        if isinstance(kept[0], str):
+            return _SEPARATOR.join(kept)  # type: ignore[arg-type]
+    except TypeError:
+        pass  # a batch packed a column as a list (a value held the separator)
     values: list[str] = []  # a value held the separator: as lists
     for column in kept:
         if isinstance(column, bytes):

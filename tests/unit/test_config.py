@@ -4,8 +4,8 @@ from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import (
     ConfigError,
     StreamingJobConfig,
-    load_config,
     group_records,
+    load_config,
     step_interval_ms,
 )
 

@@ -135,6 +135,26 @@ def test_buckets_packed_at_once_equal_each_bucket_packed_on_its_own():
     assert len(held.touches.user_id) == 0 or packed_by_bucket(held) is None
 
 
+def test_packed_batches_merged_equal_their_events_packed_together():
+    """merged_parts joins packed batches without unpacking them: the events of each, in
+    order, also where a batch is empty or one packed a column as a list (a value held
+    the separator)."""
+    import pickle
+
+    from schemas.events import EMPTY, events_of, merged_parts, packed_parts, unpack
+
+    batches = [events for payload in random_payloads(31, 20)
+               for events in by_bucket(decode_events(payload, BUCKETS)).values()][:5]
+    assert len(batches) == 5
+    odd = events_of([Touchpoint("a\x00b", 5, "email", "", "t", "s")])
+    for chosen in ([batches[0], batches[1]], [batches[0], EMPTY, batches[2]],
+                   [batches[3], odd, batches[4]], [EMPTY, EMPTY]):
+        merged = merged_parts([packed_parts(events) for events in chosen])
+        together = [record for events in chosen for record in records_of(events)]
+        assert records_of(unpack(pickle.dumps(merged))) == sorted(
+            together, key=lambda r: isinstance(r, Conversion))  # touches, then orders
+
+
 def test_a_packed_batch_comes_back_equal_even_when_a_value_holds_the_separator():
     from schemas.events import EMPTY, pack, unpack
 
