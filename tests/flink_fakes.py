@@ -105,7 +105,7 @@ class FakeMapState:
         self.stored.update({key: pickle.dumps(value) for key, value in values.items()})
 
     def remove(self, key: Any) -> None:
-        del self.stored[key]
+        self.stored.pop(key, None)  # as Flink's: removing a missing key does nothing
 
     def contains(self, key: Any) -> bool:
         return key in self.stored

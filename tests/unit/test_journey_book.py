@@ -185,7 +185,7 @@ def test_the_book_compacts_once_its_log_outgrows_its_snapshot():
 
 def test_a_restore_replays_the_advances_since_the_snapshot_without_repeating_journeys():
     store = Store()
-    book = JourneyBook(CFG, compact_every=100)
+    book = JourneyBook(CFG, compact_every=100, log_ratio=10.0)
     store.apply(add(book, [touch("u", 1), order("u", 5, "o1"), touch("u", 20)], watermark=0)[1])
     advanced = book.advance(10)
     (journey,) = closed_of(advanced)

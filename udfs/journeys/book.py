@@ -22,7 +22,8 @@ that arrived since the last compaction (as it arrived) and the watermarks the bo
 to since. Restoring replays those advances, which is exact because an advance depends on
 nothing but the events and the watermark. The book compacts (reports an overlay, or a new
 snapshot when the overlays would hold more than the book, and starts the log again) once
-the log has grown as large as the book, and at least `compact_every` advances apart, so
+the log has grown as large as the book, and at least `compact_every` advances apart (or
+the log twice the book, where steps are few and large), so
 storing costs in proportion to what arrives and changes. The stored forms (`Snapshot`,
 `Overlay`, `Progress`, `Changes`) are defined in udfs/journeys/state.py and importable
 from here, the module that stored pickles of them name.
@@ -213,9 +214,12 @@ class JourneyBook(UserColumns):
         closed = self._step_to(watermark)
         advances = (*self.progress.advances, watermark)
         state_rows = len(self.users) + int(self.touch_count.sum())
-        if len(advances) >= MAX_LOGGED_ADVANCES or (
+        # the log as large as the book, and either enough steps since to amortise the
+        # compaction or (few, large steps: spaced watermarks) a log twice the book
+        grown = self._logged >= self.log_ratio * state_rows
+        if len(advances) >= MAX_LOGGED_ADVANCES or grown and (
                 len(advances) >= self.compact_every
-                and self._logged >= self.log_ratio * state_rows):
+                or self._logged >= 2 * self.log_ratio * state_rows):
             self._compact(watermark, changes)
         else:
             self.progress = changes.progress = Progress(self.progress.compacted, advances)
