@@ -23,10 +23,9 @@ to since. Restoring replays those advances, which is exact because an advance de
 nothing but the events and the watermark. The book compacts (reports an overlay, or a new
 snapshot when the overlays would hold more than the book, and starts the log again) once
 the log has grown as large as the book, and at least `compact_every` advances apart (or
-the log twice the book, where steps are few and large), so
-storing costs in proportion to what arrives and changes. The stored forms (`Snapshot`,
-`Overlay`, `Progress`, `Changes`) are defined in udfs/journeys/state.py and importable
-from here, the module that stored pickles of them name.
+the log twice the book, where steps are few and large), so storing costs in proportion to
+what arrives and changes. The stored forms (`Snapshot`, `Overlay`, `Progress`, `Changes`)
+are defined in udfs/journeys/state.py, importable from here (their pickles name it).
 """
 
 from __future__ import annotations
