@@ -40,7 +40,7 @@ from pipelines.flink.attribution.support import (
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
-from schemas.events import records_of, unpack
+from schemas.events import EMPTY, EventColumns, records_of, unpack
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
 from tests.reference import reference_credits, reference_journeys
@@ -587,8 +587,11 @@ def _decoder_outputs(decoder: DecodeOtlp, elements: list[bytes], watermark: int,
             elif out[0] is ORDERS:
                 key, held, rows = out[1]
                 orders.setdefault((key, held), []).extend(rows)
-            elif isinstance(out[0], int):
-                batches.setdefault(out[0], []).extend(records_of(unpack(out[2])))
+            elif isinstance(out[0], int):  # each kind in order (a batch: touches, orders)
+                touches, orders_ = unpack(out[2])
+                kinds = batches.setdefault(out[0], [[], []])
+                kinds[0] += records_of(EventColumns(touches, EMPTY.orders))
+                kinds[1] += records_of(EventColumns(EMPTY.touches, orders_))
             else:
                 items.append(out)
     return batches, orders, items, counts
@@ -619,3 +622,21 @@ def test_a_group_scanned_at_once_gives_what_its_records_give_one_by_one(stream):
     assert len(batches) == 8 and any(held for _, held in orders)
     assert {out[0] for out in items} == {DEAD_LETTERS, LATE_EVENTS}
     assert counts[COUNTS.index("records_in")] > 0
+
+
+def test_a_group_the_scanner_fails_on_is_decoded_record_by_record(stream, monkeypatch):
+    """An error of the group scan does not stop the decoder: each record on its own."""
+    import pipelines.flink.attribution.decode as decode_module
+
+    _, messages = stream
+    elements = [frame(message, 0, offset, stamp_of(message) or 0,
+                      newest_start_ms(message, 2**62), NO_TIME)
+                for offset, message in enumerate(messages[:20])]
+    decoder = DecodeOtlp("auto", "spans", 4)
+    expected = _decoder_outputs(decoder, elements, -(2**62), grouped=False)
+
+    def broken(*args: Any) -> None:
+        raise MemoryError("no room for the group")
+
+    monkeypatch.setattr(decode_module, "scan_group", broken)
+    assert _decoder_outputs(decoder, elements, -(2**62), grouped=True) == expected

@@ -176,8 +176,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         payloads = [None if record is None else record.value for record in records]
         oldest = [_OLDEST if record is None else self._oldest_counted(record)
                   for record in records]
-        found = scan_group(payloads, self.buckets, self.encoding, self.max_future_s, oldest,
-                           watermark)
+        try:
+            found = scan_group(payloads, self.buckets, self.encoding, self.max_future_s,
+                               oldest, watermark)
+        except Exception:  # noqa: BLE001 - never stops the job: each record on its own
+            log.exception("scanning a group of %d records failed", len(elements))
+            return None
         return None if found is None else (records, found)
 
     def _oldest_counted(self, record: Framed) -> int:
