@@ -222,12 +222,7 @@ def _merged(a: DecodedEvents, b: DecodedEvents) -> DecodedEvents:
 def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
               keep_orders: np.ndarray | None = None) -> dict[int, EventColumns]:
     """The (kept) events of each bucket, each kind in message order."""
-    touches, orders = decoded.touches, decoded.orders
-    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
-    if keep_touches is not None:
-        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
-    if keep_orders is not None:
-        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    touches, touch_bucket, orders, order_bucket = _kept(decoded, keep_touches, keep_orders)
     out: dict[int, EventColumns] = {}
     touch_parts, order_parts = _split(touch_bucket), _split(order_bucket)
     for bucket in sorted(touch_parts.keys() | order_parts.keys()):
@@ -240,6 +235,19 @@ def by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
 _NONE = np.zeros(0, np.int64)
 
 
+def _kept(decoded: DecodedEvents, keep_touches: np.ndarray | None,
+          keep_orders: np.ndarray | None
+          ) -> tuple[TouchColumns, np.ndarray, OrderColumns, np.ndarray]:
+    """The kept touches and orders (all where no mask), each with its rows' buckets."""
+    touches, orders = decoded.touches, decoded.orders
+    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
+    if keep_touches is not None:
+        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
+    if keep_orders is not None:
+        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    return touches, touch_bucket, orders, order_bucket
+
+
 def packed_by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = None,
                      keep_orders: np.ndarray | None = None
                      ) -> dict[int, tuple[int, PackedParts]] | None:
@@ -247,12 +255,7 @@ def packed_by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = N
     each column packed once for the message and cut per bucket (a message spread over
     many buckets costs a few slices per bucket, not a packing). None: a value holds the
     packing's separator (use `by_bucket`)."""
-    touches, orders = decoded.touches, decoded.orders
-    touch_bucket, order_bucket = decoded.touch_bucket, decoded.order_bucket
-    if keep_touches is not None:
-        touches, touch_bucket = take(touches, keep_touches), touch_bucket[keep_touches]
-    if keep_orders is not None:
-        orders, order_bucket = take(orders, keep_orders), order_bucket[keep_orders]
+    touches, touch_bucket, orders, order_bucket = _kept(decoded, keep_touches, keep_orders)
     touch_order, touch_bounds = _bounds(touch_bucket)
     order_order, order_bounds = _bounds(order_bucket)
     buckets = sorted(touch_bounds.keys() | order_bounds.keys())
@@ -296,8 +299,5 @@ def by_order_bucket(orders: list[tuple], buckets: int) -> dict[int, list[tuple]]
 
 def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:
     """Positions of each bucket's rows, in their order (one sort, not a mask per bucket)."""
-    if not len(bucket):
-        return {}
-    order = np.argsort(bucket, kind="stable")
-    values, starts = np.unique(bucket[order], return_index=True)
-    return dict(zip(values.tolist(), np.split(order, starts[1:]), strict=True))
+    order, bounds = _bounds(bucket)
+    return {value: order[start:end] for value, (start, end) in bounds.items()}
