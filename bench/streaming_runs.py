@@ -64,6 +64,9 @@ class Run:
     digest: str | None = None  # None: the job did not finish its run
     state: int = 0
     attempts: list[str] = dataclasses.field(default_factory=list)  # every digest seen
+    # spans per CPU second of the in-process Flink on the data (its CPU on the data run
+    # less on the start-up run); None: not measured (a standalone cluster's processes)
+    per_cpu: float | None = None
 
     @property
     def shape(self) -> str:
@@ -140,6 +143,49 @@ def catch_up_seconds(config, bootstrap: str, name: str,
     return time.perf_counter() - started
 
 
+def _stat(pid: str) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()  # the fields after the command's name
+
+
+def flink_cpu_s() -> float | None:
+    """CPU seconds used so far by this process's in-process Flink (the PyFlink gateway
+    JVM that runs the MiniCluster: the job's Java and, in thread mode, its Python) and its
+    children (process mode's Python workers, live or ended); None: no such JVM (Linux
+    only)."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[str, str] = {}
+    for entry in Path("/proc").iterdir():
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields:
+            parents[entry.name] = fields[1]
+    me = str(os.getpid())
+    gateway = next((pid for pid, parent in parents.items() if parent == me
+                    and b"PythonGatewayServer" in _cmdline(pid)), None)
+    if gateway is None:
+        return None
+    tree, total = [gateway], 0.0
+    while tree:
+        pid = tree.pop()
+        fields = _stat(pid)
+        if fields:  # utime, stime, and the ended children's (process mode's workers)
+            total += sum(int(fields[k]) for k in (11, 12, 13, 14)) / tick
+        tree += [child for child, parent in parents.items() if parent == pid]
+    return total
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def final_accounting(bootstrap: str, topic: str) -> dict:
     import json
 
@@ -181,18 +227,30 @@ def measure(run: Run, base, bootstrap: str, spans: int, where: StandaloneFlink |
     def named(attempt: int) -> str:
         return name if attempt == 0 else f"{name}_a{attempt}"
 
+    cpu: dict[str, float | None] = {}  # of the last pair: "empty", "full"
+
+    def cpu_of(kind: str, call: Callable[[], float]) -> float:
+        before = flink_cpu_s() if where is None else None
+        seconds = call()
+        after = flink_cpu_s() if before is not None else None
+        cpu[kind] = None if before is None or after is None else after - before
+        return seconds
+
     def empty(attempt: int) -> float:
-        return job_seconds(shaped(f"bench_empty_{run.partitions}", named(attempt) + "_e"),
-                           bootstrap, named(attempt) + "_e", where)
+        return cpu_of("empty", lambda: job_seconds(
+            shaped(f"bench_empty_{run.partitions}", named(attempt) + "_e"), bootstrap,
+            named(attempt) + "_e", where))
 
     def full(attempt: int) -> float:
         at = named(attempt)
         spans_topic = f"bench_spans_{run.partitions}_{run.publish}"
         with CheckpointWatcher(Path(base.flink.checkpoint_dir) / at) as state:
             if run.mode == "bounded":
-                seconds = job_seconds(shaped(spans_topic, at), bootstrap, at, where)
+                seconds = cpu_of("full", lambda: job_seconds(shaped(spans_topic, at),
+                                                             bootstrap, at, where))
             else:
-                seconds = catch_up_seconds(shaped(spans_topic, at), bootstrap, at, where)
+                seconds = cpu_of("full", lambda: catch_up_seconds(shaped(spans_topic, at),
+                                                                  bootstrap, at, where))
         report = final_accounting(bootstrap, f"{at}_accounting")
         run.credit_rows, run.digest = credit_digest(committed_values(bootstrap,
                                                                      f"{at}_credits"))
@@ -214,7 +272,12 @@ def measure(run: Run, base, bootstrap: str, spans: int, where: StandaloneFlink |
         print(f"  {label}: NOT MEASURED, the job did not catch up: {error}", flush=True)
         return run
     run.rate = spans / data_s if data_s else None
+    empty_cpu, full_cpu = cpu.get("empty"), cpu.get("full")
+    if data_s and empty_cpu is not None and full_cpu is not None and full_cpu > empty_cpu:
+        run.per_cpu = spans / (full_cpu - empty_cpu)
     rate = f"{run.rate:,.0f} spans/s on the data" if run.rate else "not measured"
+    if run.per_cpu:
+        rate += f", {run.per_cpu:,.0f} per CPU second"
     print(f"  {label}: {rate} (late {run.late}, expired {run.expired}, processed "
           f"{run.processed}, corrected {run.corrected}, credits {run.credit_rows:,} rows "
           f"{run.digest}, state {run.state / 1e6:.0f} MB)", flush=True)
@@ -232,27 +295,41 @@ def report(runs: list[Run]) -> bool:
     base_rates = [r.rate for r in runs if r.rate and (r.engine, r.shape, r.publish, r.mode)
                   == (first.engine, first.shape, first.publish, first.mode)]
     baseline = statistics.median(base_rates) if base_rates else None
+    base_cpu = [r.per_cpu for r in runs if r.per_cpu and (r.engine, r.shape, r.publish,
+                                                          r.mode)
+                == (first.engine, first.shape, first.publish, first.mode)]
+    cpu_baseline = statistics.median(base_cpu) if base_cpu else None
     print("late, expired (of the late, lost behind the job's state; '-': not counted by "
           "this job): the run accounting's; corrected: conversions written again because late "
           "events changed them (counted on the conversions topic; the run accounting has "
           "no such count)")
     print(f"{'round':>5} {'engine':12}{'shape':>10}{'publish':>9}{'mode':>10}{'late':>7}"
           f"{'expired':>8}{'processed':>11}{'corrected':>10}{'state MB':>9}{'credits':>9}  "
-          f"{'digest':12}{'spans/s':>11}{'vs first':>9}")
+          f"{'digest':12}{'spans/s':>11}{'vs first':>9}{'per CPU s':>11}{'vs first':>9}")
     for r in runs:
         rate = f"{r.rate:,.0f}" if r.rate else "-"
         ratio = f"{r.rate / baseline:.2f}" if r.rate and baseline else "-"
+        per_cpu = f"{r.per_cpu:,.0f}" if r.per_cpu else "-"
+        cpu_ratio = f"{r.per_cpu / cpu_baseline:.2f}" if r.per_cpu and cpu_baseline else "-"
         print(f"{r.round:>5} {r.engine:12}{r.shape:>10}{r.publish:>9}{r.mode:>10}"
               f"{_n(r.late):>7}{_n(r.expired):>8}{_n(r.processed):>11}{_n(r.corrected):>10}"
               f"{r.state / 1e6:>9.0f}"
-              f"{r.credit_rows:>9,}  {r.digest or '-':12}{rate:>11}{ratio:>9}")
+              f"{r.credit_rows:>9,}  {r.digest or '-':12}{rate:>11}{ratio:>9}"
+              f"{per_cpu:>11}{cpu_ratio:>9}")
     groups: dict[tuple, list[float]] = {}
+    cpu_groups: dict[tuple, list[float]] = {}
     for r in runs:
         groups.setdefault((r.engine, r.shape, r.publish, r.mode), []).extend(
             [r.rate] if r.rate else [])
+        cpu_groups.setdefault((r.engine, r.shape, r.publish, r.mode), []).extend(
+            [r.per_cpu] if r.per_cpu else [])
     if max(r.round for r in runs):
-        for (engine, shape, publish, mode), rates in groups.items():
+        for key, rates in groups.items():
+            engine, shape, publish, mode = key
             median = f"{statistics.median(rates):,.0f} spans/s" if rates else "not measured"
+            per_cpu = cpu_groups[key]
+            if per_cpu:
+                median += f", {statistics.median(per_cpu):,.0f} per CPU second"
             print(f"median {engine} {shape} {publish} {mode}: {median} "
                   f"({len(rates)} measured)")
     ok = True

@@ -126,19 +126,24 @@ class PackedSegment(NamedTuple):
 
 
 class ScannedGroup(NamedTuple):
-    """Per message, (spans, unbuilt GPU calls, ignored, events) or None (left to the
-    caller: `decode_message`, or a late event or held order to set apart); the segments."""
+    """Per message, (spans, unbuilt GPU calls, ignored, events, late, general) or None
+    (left to the caller: `decode_message`, or a held order to set apart); the segments.
+    `late`: the message's events before its `min_ts`, left out of the segment's buckets
+    (the caller reads them from the message); `events` counts the others. `general`: its
+    spans for the general rules, left out too (`general_spans` decodes them)."""
 
-    messages: list[tuple[int, int, int, int] | None]
+    messages: list[tuple[int, int, int, int, int, bytes | None] | None]
     segments: list[PackedSegment]
+    latest_ns: int  # a span starting after it was judged from the future
 
 
 def scan_group(payloads: list[bytes | None], buckets: int, encoding: str,
                max_future_s: float, min_ts: list[int], order_after: int) -> ScannedGroup | None:
     """The fast path of `decode_packed` for a group of messages at once: each bucket's
-    events of consecutive plain messages as one packed batch. A message is left to the
-    caller when it is not plain protobuf, or holds an event before its `min_ts` or an
-    order at or before `order_after`. None: the scanner is not built."""
+    events of consecutive plain messages as one packed batch, less each message's events
+    before its `min_ts` (late by arrival: counted, left out). A message is left to the
+    caller when it is not plain protobuf, or holds an order at or before `order_after`.
+    None: the scanner is not built."""
     if _otlp_scan is None:
         return None
     plain = [payload if payload and (encoding == "otlp_proto" or (
@@ -147,7 +152,18 @@ def scan_group(payloads: list[bytes | None], buckets: int, encoding: str,
     latest_ns = time.time_ns() + int(max_future_s * 1e9)
     messages, segments = _otlp_scan.scan_packed_group(plain, latest_ns, buckets, min_ts,
                                                       order_after)
-    return ScannedGroup(messages, [PackedSegment(*segment) for segment in segments])
+    return ScannedGroup(messages, [PackedSegment(*segment) for segment in segments],
+                        latest_ns)
+
+
+def general_spans(payload: bytes, general: bytes, latest_ns: int) -> Decoded:
+    """The spans `scan_group` left to the general rules in a message, decoded by them
+    (GPU calls counted, not built): mostly dead letters; a touch or an order among the
+    records means the message must be decoded whole, in order."""
+    quads = np.frombuffer(general, np.int32).reshape(-1, 4)
+    decoded, _ = decode_proto_spans(payload, quads[:, :3].tolist(), latest_ns,
+                                    gpu_calls=False)
+    return decoded
 
 
 def decode_message(payload: bytes | None, buckets: int, encoding: str = "auto",

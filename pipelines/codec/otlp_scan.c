@@ -32,16 +32,20 @@
  * Both give None for a request without spans: the general rules dead-letter it.
  *
  * scan_packed_group(payloads, latest_ns, buckets, min_ts, order_after) -> (
- *     per payload: None (left to the caller: not bytes, a span for the general path, a
- *                  value holding a NUL, an event before its min_ts (late by arrival), an
+ *     per payload: None (left to the caller: not bytes, a value holding a NUL, an
  *                  order at or before order_after (behind the watermark)) or
- *                  (spans, unbuilt_gpu_calls, ignored, events),
+ *                  (spans, unbuilt_gpu_calls, ignored, events, late, general),
  *     segments: [(first, end, {bucket: (newest ts_ms, packed, order messages)})])
  * scan_packed for several messages at once, so that each bucket's events of consecutive
  * messages come as one packed batch (a Python object per bucket and segment, not per
  * message): a segment holds the messages first..end-1, every one scanned (a message left
  * to the caller ends the segment before it, so events keep the messages' order); order
- * messages: bytes of int32, each order's message (its place in payloads).
+ * messages: bytes of int32, each order's message (its place in payloads). An event before
+ * its message's min_ts (late by arrival) is left out of the buckets and counted in
+ * `late` (not in `events`): the caller reads those events from the message itself. So
+ * is a span for the general path: named in `general` (None: none; else as scan names
+ * them), for the caller to decode, and to scan the group again without the message if
+ * such a span is a touch or an order after all.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -585,6 +589,7 @@ typedef struct {
     Bytes all_ts;   /* scan_packed: every event's time, in message order */
     long message;        /* scan_packed_group: the message scanned (-1: scan_packed) */
     int64_t min_ts;      /* scan_packed_group: an event before it is late by arrival */
+    long late;           /* scan_packed_group: the message's events left out as late */
     int64_t order_after; /* scan_packed_group: an order at or before it is held */
     long spans, gpu, ignored;
     Bytes t_seq, t_bucket, t_ts;
@@ -608,7 +613,11 @@ static int emit_packed(Scan *st, const Span *s, int kind, long bucket, int64_t t
     Bytes *c = b->columns;
     int rc;
     if (st->message >= 0) { /* a group: what the caller sets apart goes to the general path */
-        if (ts < st->min_ts || (kind == SPAN_ORDER && ts <= st->order_after)) return 1;
+        if (ts < st->min_ts) { /* late by arrival: counted, left to the caller */
+            st->late++;
+            return 0;
+        }
+        if (kind == SPAN_ORDER && ts <= st->order_after) return 1;
         if (kind == SPAN_ORDER && put_i32(&b->order_messages, st->message)) return -1;
     } else if (put(&st->all_ts, &ts, sizeof ts)) {
         return -1;
@@ -747,7 +756,7 @@ static int scan_request(Scan *st, Cursor c) {
                     st->gpu++;
                 } else if (kind == SPAN_IGNORED) {
                     st->ignored++;
-                } else if (st->packed) {
+                } else if (st->packed && st->message < 0) {
                     return 1; /* a span for the general path: the message goes to scan */
                 } else if (put_i32(&st->general, rs_index) || put_i32(&st->general, ss_index) ||
                            put_i32(&st->general, span_index) || put_i32(&st->general, seq)) {
@@ -996,6 +1005,8 @@ static PyObject *scan_packed_group(PyObject *self, PyObject *args) {
             save(&st, saved);
             st.message = (long)i;
             st.min_ts = oldest;
+            st.late = 0;
+            st.general.len = 0;
             const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(payload);
             Cursor c = {data, data + PyBytes_GET_SIZE(payload)};
             rc = scan_request(&st, c);
@@ -1028,8 +1039,12 @@ static PyObject *scan_packed_group(PyObject *self, PyObject *args) {
             Py_INCREF(Py_None);
             result = Py_None;
         } else {
-            result = Py_BuildValue("(llll)", st.spans - spans, st.gpu - gpu,
-                                   st.ignored - ignored, events);
+            PyObject *general = st.general.len
+                ? PyBytes_FromStringAndSize(st.general.data, st.general.len)
+                : (Py_INCREF(Py_None), Py_None);
+            if (!general) goto error;
+            result = Py_BuildValue("(lllllN)", st.spans - spans, st.gpu - gpu,
+                                   st.ignored - ignored, events, st.late, general);
             if (!result) goto error;
         }
         PyList_SET_ITEM(results, i, result);

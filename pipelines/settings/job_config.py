@@ -76,6 +76,7 @@ class AttributionConfig:
 # records the attribution job's source hands its decoder in one call, at most (each an
 # OTLP request of up to a few MiB: a group stays well inside a Python worker's memory)
 MAX_BATCH_RECORDS = 4096
+GROUP_RECORDS_PER_BUCKET = 4  # by default, a group holds this many records per bucket
 STATE_BACKENDS = ("", "hashmap", "rocksdb")
 
 
@@ -90,7 +91,7 @@ class FlinkConfig:
     accounting_every_s: float = 30.0
     user_buckets: int = 4
     batch_records: int | None = None  # None: `group_records`'s rule
-    batch_linger_ms: int = 200
+    batch_linger_ms: int | None = None  # None: `group_linger_ms`'s rule
     # how often event time may step the journeys, at most (None: `step_interval_ms`'s rule)
     step_interval_s: float | None = None
     state_backend: str = ""  # hashmap | rocksdb; empty: a cluster's own, hashmap in-process
@@ -189,7 +190,8 @@ class StreamingJobConfig:
             (self.flink.batch_records is None
              or 1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
              f"must be between 1 and {MAX_BATCH_RECORDS}"),
-            (self.flink.batch_linger_ms >= 0, "flink.batch_linger_ms", "must not be negative"),
+            (self.flink.batch_linger_ms is None or self.flink.batch_linger_ms >= 0,
+             "flink.batch_linger_ms", "must not be negative (null: the step interval)"),
             (self.flink.step_interval_s is None or self.flink.step_interval_s >= 0,
              "flink.step_interval_s", "must not be negative (null: by the buckets per "
              "subtask)"),
@@ -351,12 +353,25 @@ def step_interval_ms(config: StreamingJobConfig) -> int:
                    STEP_COST_PER_BUCKET_S * per_subtask) * 1000)
 
 
+def group_linger_ms(config: StreamingJobConfig) -> int:
+    """How long the attribution job's source waits for a group to fill, at most:
+    `flink.batch_linger_ms`, or by default the step interval (`step_interval_ms`). A group
+    always ends before a watermark goes on, and the journeys only move on at a watermark,
+    so waiting up to a step delays no result; a shorter wait would cut the groups of a
+    subtask with many buckets short (a few dozen records in 200 ms) and multiply the
+    batches crossing to the journeys by the buckets again."""
+    if config.flink.batch_linger_ms is not None:
+        return config.flink.batch_linger_ms
+    return step_interval_ms(config)
+
+
 def group_records(config: StreamingJobConfig) -> int:
     """How many records the attribution job's source groups for one decoder call, at most:
-    `flink.batch_records`, or by default 64, and at least as many as a subtask has user
-    buckets, so that each bucket's batch of a group carries several records' events (a
-    batch is a Python call of the journeys)."""
+    `flink.batch_records`, or by default 64, and four per user bucket of a subtask where
+    that is more: a group becomes a batch per bucket (a record to the journeys, another
+    to the duplicate check, each crossing between the JVM and Python), so the records per
+    bucket of a group set how much of that crossing each span pays."""
     if config.flink.batch_records is not None:
         return config.flink.batch_records
     per_subtask = -(-config.flink.user_buckets // config.flink.parallelism)
-    return min(MAX_BATCH_RECORDS, max(64, per_subtask))
+    return min(MAX_BATCH_RECORDS, max(64, GROUP_RECORDS_PER_BUCKET * per_subtask))

@@ -16,9 +16,11 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pipelines.codec import credit_messages, table_messages
+from pipelines.codec.events import decode_events
 from pipelines.codec.frame import NO_TIME, frame, group_frames, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
 from pipelines.flink.attribution.decode import DecodeOtlp
@@ -609,6 +611,9 @@ def test_a_group_scanned_at_once_gives_what_its_records_give_one_by_one(stream):
         stamp = stamp_of(message) or 0
         if offset % 7 == 3:  # arrived long after: its events are late by arrival
             stamp += 90 * 86_400_000
+        elif offset % 7 == 5:  # arrived a day after its middle event: some of it late
+            ts = np.sort(decode_events(message, 8).touches.ts_ms)
+            stamp = int(ts[len(ts) // 2]) + 86_400_000 if len(ts) else stamp
         elements.append(frame(message, offset % 3, offset, stamp,
                               newest_start_ms(message, 2**62), NO_TIME))
     elements.insert(10, frame(None, 0, 999, 0, NO_TIME, NO_TIME))
@@ -622,6 +627,7 @@ def test_a_group_scanned_at_once_gives_what_its_records_give_one_by_one(stream):
     assert len(batches) == 8 and any(held for _, held in orders)
     assert {out[0] for out in items} == {DEAD_LETTERS, LATE_EVENTS}
     assert counts[COUNTS.index("records_in")] > 0
+    assert counts[COUNTS.index("late")] == sum(out[0] is LATE_EVENTS for out in items)
 
 
 def test_a_group_the_scanner_fails_on_is_decoded_record_by_record(stream, monkeypatch):
@@ -640,3 +646,31 @@ def test_a_group_the_scanner_fails_on_is_decoded_record_by_record(stream, monkey
 
     monkeypatch.setattr(decode_module, "scan_group", broken)
     assert _decoder_outputs(decoder, elements, -(2**62), grouped=True) == expected
+
+
+def test_spans_for_the_general_rules_keep_a_message_in_the_group_scan(monkeypatch):
+    """The group scan leaves a message's spans for the general rules out and decodes just
+    them: dead letters and plain tracing keep the message in the scanned run; a span that
+    is a touch or an order after all sends the message its own way, the group scanned
+    again without it. Either way, what the records give one by one."""
+    import pipelines.flink.attribution.decode as decode_module
+    from tests.otlp_payloads import random_payloads
+
+    seen = {"general": 0, "whole": 0}
+    left_out = decode_module.DecodeOtlp._left_out
+
+    def counting(self: DecodeOtlp, records: list, found: Any) -> tuple:
+        extras, whole = left_out(self, records, found)
+        seen["general"] += sum(1 for m in found.messages if m is not None and m[5])
+        seen["whole"] += len(whole)
+        return extras, whole
+
+    monkeypatch.setattr(decode_module.DecodeOtlp, "_left_out", counting)
+    elements = [frame(payload, 0, offset, 0, newest_start_ms(payload, 2**62), NO_TIME)
+                for offset, payload in enumerate(random_payloads(13, 80))]
+    decoder = DecodeOtlp("auto", "spans", 8)
+    grouped = _decoder_outputs(decoder, elements, -(2**62), grouped=True)
+    single = _decoder_outputs(decoder, elements, -(2**62), grouped=False)
+    assert grouped == single
+    assert seen["general"] > 5 and seen["whole"] > 0, seen
+    assert grouped[3][COUNTS.index("dead_lettered")] > 0

@@ -4,6 +4,7 @@ from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import (
     ConfigError,
     StreamingJobConfig,
+    group_linger_ms,
     group_records,
     load_config,
     step_interval_ms,
@@ -165,9 +166,20 @@ def test_watermark_steps_are_spaced_by_the_buckets_a_subtask_holds():
         config.replace("flink", step_interval_s=-1.0)
 
 
-def test_a_group_holds_at_least_a_record_per_bucket_of_a_subtask():
+def test_a_group_holds_several_records_per_bucket_of_a_subtask():
     config = load_config()
     assert group_records(config) == 64
-    assert group_records(config.replace("flink", user_buckets=256)) == 256
-    assert group_records(config.replace("flink", user_buckets=256, parallelism=8)) == 64
+    assert group_records(config.replace("flink", user_buckets=256)) == 1024
+    assert group_records(config.replace("flink", user_buckets=256, parallelism=8)) == 128
+    assert group_records(config.replace("flink", user_buckets=4096)) == 4096
     assert group_records(config.replace("flink", user_buckets=256, batch_records=16)) == 16
+
+
+def test_a_group_waits_for_records_up_to_a_step_by_default():
+    config = load_config()
+    assert group_linger_ms(config) == step_interval_ms(config) == 1000
+    many = config.replace("flink", user_buckets=256)
+    assert group_linger_ms(many) == 10_240
+    assert group_linger_ms(many.replace("flink", batch_linger_ms=50)) == 50
+    with pytest.raises(ConfigError, match="flink.batch_linger_ms must not be negative"):
+        config.replace("flink", batch_linger_ms=-1)

@@ -192,3 +192,52 @@ def test_journeys_that_come_after_the_final_watermark_are_credited_at_once():
     assert late, "journeys after the final watermark must be credited"
     assert credited(out + late) == credited(whole) != before
     assert not timers.due(), "no timer is left waiting for a watermark that cannot come"
+
+
+def run_arrivals(periods: list[list[ClosedJourney]], message: Any,
+                 restore_after: int | None = None) -> tuple[list[str], list[list[str]]]:
+    """The journeys in arrivals of 90, each spanning up to three periods, each followed by
+    the watermark at the end of the period before its newest one (so an arrival's last
+    period waits while its earlier ones settle); with `restore_after`, a new operator
+    over a copy of the state after that many arrivals. Also the pending keys after each."""
+    journeys = [journey for period in periods for journey in period]
+    backend, timers = KeyState(), Timers()
+    harness = Harness(operator(), backend, timers)
+    out: list[str] = []
+    keys: list[list[str]] = []
+    for number, start in enumerate(range(0, len(journeys), 90)):
+        arrival = wire_of(journeys[start:start + 90])
+        out += harness.process(message(arrival))
+        timers.watermark = max(timers.watermark, arrival[-1][0] - PERIOD_MS)
+        for timestamp, key in timers.due():
+            timers.registered.discard((timestamp, key))
+            out += harness.on_timer(timestamp, key)
+        keys.append(sorted(backend.states["pending-periods"].stored))
+        if number + 1 == restore_after:
+            backend = copy.deepcopy(backend)
+            harness = Harness(operator(), backend, timers)
+    return out + settle_all(harness.function, backend, timers), keys
+
+
+def test_a_step_of_several_periods_is_stored_once_and_settled_period_by_period():
+    """A journeys step sends all the periods it closed journeys in as one message, which
+    the fit stores as it came (one entry per arrival, not a pickle per period): the
+    credits equal those of the per-period entries, with and without a restore between a
+    period of an arrival settled and its next one."""
+    from pipelines.flink.attribution.support import closed_periods_message
+
+    periods = closed_journeys(23, 6)
+    per_period, _ = run_arrivals(periods, pickle.dumps)
+    whole, keys = run_arrivals(periods, closed_periods_message)
+    assert credited(whole) == credited(per_period)
+    assert len(credited(whole)) > 100
+    assert whole == per_period  # the same messages, in the same order
+    # one entry per arrival waiting, named by the periods it still holds
+    # (the first arrival: period 0's 60 journeys and 30 of period 1's; period 0 settled)
+    assert keys[0] == [f"n0:{2 * PERIOD_MS - 1}"]
+    spanning = [pending for pending in keys if any("," in key for key in pending)]
+    assert not spanning, "an entry holds only periods not yet settled"
+    assert all(key.startswith("n") for pending in keys for key in pending)
+    for restore_after in (1, 2, 3):
+        restored, _ = run_arrivals(periods, closed_periods_message, restore_after)
+        assert restored == whole

@@ -5,7 +5,6 @@ late events, dead letters and the accounting of every span on side outputs."""
 from __future__ import annotations
 
 import logging
-import pickle
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,19 +21,17 @@ from pipelines.codec.events import (
     by_order_bucket,
     decode_events,
     decode_message,
+    general_spans,
     packed_by_bucket,
     scan_group,
 )
 from pipelines.codec.frame import Framed, unframe, ungroup
 from pipelines.codec.otlp import MAX_FUTURE_S
+from pipelines.flink.attribution.group_output import NO_EXTRAS, Extras, GroupOutput
 from pipelines.flink.attribution.support import (
-    ACCOUNTING,
     ARRIVED_LATE,
-    COUNTS,
     DEAD_LETTERS,
     LATE_EVENTS,
-    ORDERS,
-    PICKLE_PROTOCOL,
     collect_garbage_rarely,
     counted,
     event_json,
@@ -42,7 +39,6 @@ from pipelines.flink.attribution.support import (
 from schemas.events import (
     EventColumns,
     OrderColumns,
-    PackedParts,
     merged_parts,
     newest,
     order_rows,
@@ -57,49 +53,6 @@ from udfs.journeys import arrival_bound, arrived_in_time
 log = logging.getLogger(__name__)
 _OLDEST = -(2**63)  # no event is late by arrival
 ORDER_TS = OrderColumns._fields.index("ts_ms")  # in a packed batch's order columns
-
-
-class GroupOutput:
-    """What one call sends on: the outputs of a group's records, one batch per user bucket
-    and one list of orders per order bucket for the whole group (so the records crossing
-    to the journeys do not multiply with the records of a group), one accounting record;
-    dead letters and late events as they come."""
-
-    def __init__(self) -> None:
-        self.items: list[Any] = []  # dead letters, late events
-        self.buckets: dict[int, tuple[int, list[PackedParts]]] = {}
-        self.orders: dict[tuple[int, int], list[tuple]] = {}
-        self.counts = [0] * len(COUNTS)
-
-    def batch(self, bucket: int, batch_newest: int, parts: PackedParts) -> None:
-        if bucket in self.buckets:
-            known, kept = self.buckets[bucket]
-            kept.append(parts)
-            self.buckets[bucket] = (max(known, batch_newest), kept)
-        else:
-            self.buckets[bucket] = (batch_newest, [parts])
-
-    def count(self, counts: tuple[int, ...]) -> None:
-        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
-
-    def absorb(self, other: GroupOutput) -> None:
-        """`other`'s outputs (one record's, whole) after those taken so far."""
-        self.items += other.items
-        for bucket, (batch_newest, parts) in other.buckets.items():
-            for part in parts:
-                self.batch(bucket, batch_newest, part)
-        for key, rows in other.orders.items():
-            self.orders.setdefault(key, []).extend(rows)
-        self.count(tuple(other.counts))
-
-    def emit(self) -> Iterator[Any]:
-        yield from self.items
-        for bucket, (batch_newest, parts) in self.buckets.items():
-            yield bucket, batch_newest, pickle.dumps(merged_parts(parts), PICKLE_PROTOCOL)
-        for (key, held), rows in self.orders.items():
-            yield ORDERS, (key, held, rows)
-        if any(self.counts):
-            yield ACCOUNTING, tuple(self.counts)
 
 
 class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
@@ -150,23 +103,26 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
             for element in elements:
                 group.absorb(self._one(element, watermark))
         else:
-            records, found = scanned
+            records, found, extras = scanned
             done = 0
             for segment in found.segments:
                 for element in elements[done:segment.first]:  # left to the general path
                     group.absorb(self._one(element, watermark))
-                self._segment(group, segment, records, found.messages)
+                self._segment(group, segment, records, found.messages, extras)
                 done = segment.end
             for element in elements[done:]:
                 group.absorb(self._one(element, watermark))
         yield from group.emit()
 
     def _scanned(self, elements: list[bytes], watermark: int
-                 ) -> tuple[list[Framed | None], ScannedGroup] | None:
+                 ) -> tuple[list[Framed | None], ScannedGroup, dict[int, Extras]] | None:
         """The group's plain messages scanned together (pipelines/codec/events.py
         `scan_group`): each bucket's events of consecutive messages as one batch, not one
-        per message. Left to `_one`: what it would not take the scanner's buckets of (late
-        by arrival, an order behind the watermark, anything unusual)."""
+        per message, and what the scanner left out of a message's buckets, by message:
+        the dead letters of its spans for the general rules, the late-events rows of its
+        events that arrived too late. Left to `_one`: what it would not take the scanner's
+        buckets of (an order behind the watermark, a span for the general rules that is a
+        touch or an order after all, anything unusual)."""
         records: list[Framed | None] = []
         for element in elements:
             try:
@@ -177,12 +133,59 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         oldest = [_OLDEST if record is None else self._oldest_counted(record)
                   for record in records]
         try:
-            found = scan_group(payloads, self.buckets, self.encoding, self.max_future_s,
-                               oldest, watermark)
+            while True:
+                found = scan_group(payloads, self.buckets, self.encoding, self.max_future_s,
+                                   oldest, watermark)
+                if found is None:
+                    return None
+                extras, whole = self._left_out(records, found)
+                if not whole:
+                    return records, found, extras
+                for message in whole:  # scanned again without it: it goes on its own
+                    payloads[message] = None
         except Exception:  # noqa: BLE001 - never stops the job: each record on its own
             log.exception("scanning a group of %d records failed", len(elements))
             return None
-        return None if found is None else (records, found)
+
+    def _left_out(self, records: list[Framed | None], found: ScannedGroup
+                  ) -> tuple[dict[int, Extras], list[int]]:
+        """What the scanner left out of each scanned message's buckets, and the messages
+        with a span for the general rules that is a touch or an order (to decode whole)."""
+        extras: dict[int, Extras] = {}
+        whole = []
+        for message, scanned in enumerate(found.messages):
+            if scanned is None or not (scanned[4] or scanned[5]):
+                continue
+            record = records[message]
+            assert record is not None and record.value is not None
+            general = None if scanned[5] is None else general_spans(
+                record.value, scanned[5], found.latest_ns)
+            if general is not None and general.records:
+                whole.append(message)
+                continue
+            letters = [] if general is None else general.dead_letters
+            items = [(DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
+                                                     record.offset)) for letter in letters]
+            if scanned[4]:
+                items += self._late_rows(record, scanned[4])
+            extras[message] = Extras(items, len(letters),
+                                     0 if general is None else general.ignored,
+                                     0 if general is None else general.unbuilt_gpu_calls)
+        return extras, whole
+
+    def _late_rows(self, record: Framed | None, expected: int) -> list[Any]:
+        """The late-events rows of a record's events that arrived too late (the scanner
+        left them out, `expected` of them), in the record's order."""
+        assert record is not None and record.value is not None
+        decoded = decode_events(record.value, self.buckets, self.encoding,
+                                max_future_s=self.max_future_s)
+        late_touches, late_orders = self._late(decoded, record.kafka_timestamp_ms)
+        rows = list(self._late_json(decoded, late_touches, late_orders,
+                                    record.kafka_timestamp_ms))
+        if len(rows) != expected:
+            raise ValueError(f"record {record.partition}:{record.offset}: the scanner left "
+                             f"{expected} events out as late, the decoder finds {len(rows)}")
+        return rows
 
     def _oldest_counted(self, record: Framed) -> int:
         """The oldest event time of the record that is not late by arrival."""
@@ -191,9 +194,14 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         return int(arrival_bound(record.kafka_timestamp_ms, self.correction_ms))
 
     def _segment(self, out: GroupOutput, segment: PackedSegment,
-                 records: list[Framed | None], messages: list) -> None:
-        """A scanned segment's outputs: its buckets' batches, its orders (each with its
-        record's partition and offset, in the records' order), its records' counts."""
+                 records: list[Framed | None], messages: list,
+                 extras: dict[int, Extras]) -> None:
+        """A scanned segment's outputs: its records' dead letters and late events (in
+        their order), its buckets' batches, its orders (each with its record's partition
+        and offset, in the records' order), its records' counts."""
+        for message in range(segment.first, segment.end):
+            if message in extras:
+                out.items += extras[message].items
         with_orders, messages_of_orders = [], []
         for bucket, (batch_newest, parts, order_messages) in segment.buckets.items():
             out.batch(bucket, batch_newest, parts)
@@ -212,9 +220,13 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         for key, part in by_order_bucket(rows, self.buckets).items():
             out.orders.setdefault((key, 0), []).extend(part)
         for message in range(segment.first, segment.end):
-            spans, unbuilt, ignored, used = messages[message]
-            out.count(counted(messages=1, records_in=spans, used=used, other=spans - used,
-                              other_gpu_calls=unbuilt, other_tracing_spans=ignored))
+            spans, unbuilt, ignored, kept, late_count, _ = messages[message]
+            extra = extras.get(message, NO_EXTRAS)
+            used = kept + late_count  # as `_decode` counts: the late ones are used too
+            out.count(counted(messages=1, records_in=spans, used=used,
+                              other=spans - used - extra.dead, dead_lettered=extra.dead,
+                              late=late_count, other_gpu_calls=unbuilt + extra.unbuilt,
+                              other_tracing_spans=ignored + extra.ignored))
 
     def _one(self, value: bytes, watermark: int) -> GroupOutput:
         """One framed record's outputs: all of them, or only its dead letter."""

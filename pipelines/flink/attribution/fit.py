@@ -13,7 +13,12 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.attribution.legacy_state import LegacyFitState, pending_period
-from pipelines.flink.attribution.support import PICKLE_PROTOCOL, collect_garbage_rarely, put_all
+from pipelines.flink.attribution.support import (
+    PICKLE_PROTOCOL,
+    closed_periods_ends,
+    collect_garbage_rarely,
+    put_all,
+)
 from udfs.attribution import ModelParams, PathCounts, Period, conversion_credit_rows, merged_period
 from udfs.journeys import ConvertedJourneys, settle_step_ms
 
@@ -51,8 +56,11 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         self.cells = runtime_context.get_map_state(
             MapStateDescriptor("path-cells", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         # Closed journeys waiting for their period to end: one entry per arrival, keyed
-        # "period end:arrival number", so a timer reads only the periods it settles
-        # (reading one list of everything pending at every timer grew with the backlog).
+        # "n<arrival number>:<its periods' ends>" and stored as it came (the pickled
+        # periods), so a timer reads only the arrivals with periods it settles (reading
+        # one list of everything pending at every timer grew with the backlog). Entries
+        # of a single period, keyed "period end:arrival number": corrections, and
+        # arrivals stored by earlier versions.
         self.pending = runtime_context.get_map_state(
             MapStateDescriptor("pending-periods", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
         # settled periods that a correction may restate: period end -> pickled
@@ -97,8 +105,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         once after a (re)start)."""
         if self.waiting is None:
             keys = self.pending.keys()  # noqa: SIM118 (Flink's map state, not a dict)
-            arrivals = sorted((int(number), int(end), key) for key in keys
-                              for end, number in [key.split(":")])
+            arrivals = sorted((number, end, key) for key in keys
+                              for number, end in _entry_periods(key))
             self.waiting = {}
             for _, end, key in arrivals:
                 self.waiting.setdefault(end, []).append(key)
@@ -107,6 +115,15 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             if legacy:  # state written by an earlier version: moved into the map
                 self._add(legacy)
         return self.waiting
+
+    def _add_arrival(self, ends: list[int], periods: bytes) -> None:
+        """A step's closed journeys, stored as they came: one entry for all its periods."""
+        waiting = self._waiting()
+        key = _arrival_key(self.arrivals, ends)
+        self.arrivals += 1
+        put_all(self.pending, {key: periods}, self.process_mode)
+        for end in ends:
+            waiting.setdefault(end, []).append(key)
 
     def _add(self, periods: list[Period], sign: int = 1) -> None:
         waiting, entries = self._waiting(), {}
@@ -130,14 +147,20 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
 
     def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context
                         ) -> Iterator[bytes]:
-        periods: list[Period] | tuple[list[Period], list[Period]] = pickle.loads(payload)
-        if isinstance(periods, tuple):  # a correction: (retracted, added)
-            retracted, added = periods
-            self._add(retracted, -1)
-            self._add(added)
-            periods = [*retracted, *added]
+        arrival = closed_periods_ends(payload)
+        if arrival is not None:
+            ends = arrival[0]
+            self._add_arrival(*arrival)
         else:
-            self._add(periods)
+            periods: list[Period] | tuple[list[Period], list[Period]] = pickle.loads(payload)
+            if isinstance(periods, tuple):  # a correction: (retracted, added)
+                retracted, added = periods
+                self._add(retracted, -1)
+                self._add(added)
+                periods = [*retracted, *added]
+            else:
+                self._add(periods)
+            ends = [period[0] for period in periods]
         if ctx.timer_service().current_watermark() >= FINAL:
             # Journeys after the end of the input: they came from an attribution subtask
             # whose output was idle when the final watermark passed the others (Flink
@@ -145,7 +168,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             yield from self._settle(FINAL)
             return
         last = self._last_settled()
-        for end in {period[0] for period in periods}:
+        for end in set(ends):
             # a settled period is settled again with the next period that closes (all
             # corrections since in one pass), or at the end of the input
             ctx.timer_service().register_event_time_timer(end if end > last else FINAL)
@@ -168,9 +191,17 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         again = sorted(end for end in settled if end >= due[0])
         for end in reversed(again):
             counts.retract(*settled[end])
+        read: dict[str, dict[int, Period]] = {}  # arrivals read: their periods left
         for end in sorted({*again, *due}):
             parts = [(*settled[end], 1)] if end in settled else []
             for key in waiting.pop(end, []):
+                if key.startswith("n"):  # an arrival: the period of it that ends here
+                    if key not in read:
+                        read[key] = {period[0]: period
+                                     for period in pickle.loads(self.pending.get(key))}
+                    _, journeys, paths = read[key].pop(end)
+                    parts.append((journeys, paths, 1))
+                    continue
                 _, journeys, paths, *sign = pending_period(self.pending.get(key))
                 self.pending.remove(key)
                 parts.append((journeys, paths, sign[0] if sign else 1))
@@ -190,3 +221,33 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             del settled[end]
             self.settled.remove(end)
         self._store_counts(counts)
+        self._keep_unsettled(read)
+
+    def _keep_unsettled(self, read: dict[str, dict[int, Period]]) -> None:
+        """Arrivals this settling read: gone once every period of theirs is settled; the
+        periods still waiting kept under a key naming only them (the same arrival number:
+        the same place in their periods' order)."""
+        waiting = self._waiting()
+        for key, left in read.items():
+            self.pending.remove(key)
+            if not left:
+                continue
+            number = _entry_periods(key)[0][0]
+            kept = _arrival_key(number, sorted(left))
+            put_all(self.pending, {kept: pickle.dumps(list(left.values()), PICKLE_PROTOCOL)},
+                    self.process_mode)
+            for end in left:
+                waiting[end] = [kept if entry == key else entry for entry in waiting[end]]
+
+
+def _arrival_key(number: int, ends: list[int]) -> str:
+    return f"n{number}:{','.join(map(str, ends))}"
+
+
+def _entry_periods(key: str) -> list[tuple[int, int]]:
+    """(arrival number, period end) of each period a pending entry's key names."""
+    if key.startswith("n"):
+        number, ends = key[1:].split(":")
+        return [(int(number), int(end)) for end in ends.split(",")]
+    end, number = key.split(":")
+    return [(int(number), int(end))]

@@ -25,6 +25,7 @@ from pipelines.flink.attribution.support import (
     STATE_EXPIRED,
     WITHDRAWN,
     Batch,
+    closed_periods_message,
     collect_garbage_rarely,
     event_json,
     put_all,
@@ -302,10 +303,10 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.timers.pop(bucket, None)
         yield from self._reported(bucket, advanced.closed.converted)
         if self.refit_period_ms and len(advanced.closed):
-            # pickled here and read once by the fit (the key selector between passes
-            # bytes on)
-            yield CLOSED_JOURNEYS, pickle.dumps(closed_by_period(
-                _for_fit(advanced.closed), self.refit_period_ms), PICKLE_PROTOCOL)
+            # pickled here, stored as it is by the fit and read once (the key selector
+            # between passes bytes on)
+            yield CLOSED_JOURNEYS, closed_periods_message(closed_by_period(
+                _for_fit(advanced.closed), self.refit_period_ms))
         self._schedule(bucket, book, ctx)
 
 

@@ -4,8 +4,11 @@ the batch record between decoder and journeys, and how they keep Python's costs 
 from __future__ import annotations
 
 import gc
+import pickle
+import struct
 from typing import Any
 
+import numpy as np
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
@@ -73,6 +76,33 @@ def collect_garbage_rarely() -> None:
     6.0 s -> 2.6 s). What these operators keep has no reference cycles (reference counting
     frees it), so collecting rarely frees the same memory."""
     gc.set_threshold(50_000, 20, 100)
+
+
+# What a journeys step sends the fit (CLOSED_JOURNEYS): the ends of the refit periods it
+# closed journeys in, before the pickled list of udfs.attribution Periods, so that the fit
+# files the arrival by period without unpickling it, and stores it as it came (one entry
+# per arrival, not one pickle per period). A correction, (retracted, added), comes pickled
+# alone, as do arrivals from earlier versions.
+_CLOSED = b"CJ1\0"
+_COUNT = struct.Struct("<I")
+
+
+def closed_periods_message(periods: list[Any]) -> bytes:
+    """The message for a step's closed journeys grouped by period (closed_by_period)."""
+    ends = np.array([period[0] for period in periods], np.int64)
+    return b"".join([_CLOSED, _COUNT.pack(len(ends)), ends.tobytes(),
+                     pickle.dumps(periods, PICKLE_PROTOCOL)])
+
+
+def closed_periods_ends(message: bytes) -> tuple[list[int], bytes] | None:
+    """(the periods' ends, the pickled periods) of a `closed_periods_message`; None for a
+    message in another form (a correction, an earlier version's)."""
+    if not message.startswith(_CLOSED):
+        return None
+    (count,) = _COUNT.unpack_from(message, len(_CLOSED))
+    start = len(_CLOSED) + _COUNT.size
+    ends = np.frombuffer(message, np.int64, count, start).tolist()
+    return ends, message[start + 8 * count:]
 
 
 def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:

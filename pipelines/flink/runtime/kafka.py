@@ -30,7 +30,12 @@ from pyflink.util.java_utils import add_jars_to_context_class_loader
 from pipelines.flink.jobs import StreamingJob
 from pipelines.kafka.security import for_flink
 from pipelines.py4j_routing import route_by_gateway
-from pipelines.settings.job_config import StreamingJobConfig, group_records, step_interval_ms
+from pipelines.settings.job_config import (
+    StreamingJobConfig,
+    group_linger_ms,
+    group_records,
+    step_interval_ms,
+)
 from pipelines.settings.paths import flink_connector_jars, state_home
 
 log = logging.getLogger(__name__)
@@ -144,12 +149,12 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 def grouped(stream: DataStream, config: StreamingJobConfig, name: str, uid: str) -> DataStream:
     """Framed records grouped for one Python call each (io.seedance.flink.FrameBatches:
-    up to `group_records(config)` records or MAX_BATCH_BYTES, `flink.batch_linger_ms` at
+    up to `group_records(config)` records or MAX_BATCH_BYTES, `group_linger_ms(config)` at
     most, closed before every watermark that goes on and every checkpoint barrier; it keeps
     no state). Watermarks go on at most every `step_interval_ms(config)`."""
     j_stream = stream._j_data_stream
     batches = _job_classes().io.seedance.flink.FrameBatches(
-        group_records(config), MAX_BATCH_BYTES, config.flink.batch_linger_ms,
+        group_records(config), MAX_BATCH_BYTES, group_linger_ms(config),
         step_interval_ms(config))
     return DataStream(j_stream.transform(name, j_stream.getType(), batches)).uid(uid)
 
