@@ -230,6 +230,10 @@ def measure(run: Run, base, bootstrap: str, spans: int, where: StandaloneFlink |
     cpu: dict[str, float | None] = {}  # of the last pair: "empty", "full"
 
     def cpu_of(kind: str, call: Callable[[], float]) -> float:
+        if where is None:  # the gateway JVM started first: its start-up is not the run's
+            from pyflink.java_gateway import get_gateway
+
+            get_gateway()
         before = flink_cpu_s() if where is None else None
         seconds = call()
         after = flink_cpu_s() if before is not None else None
