@@ -66,7 +66,14 @@ except ImportError:  # pragma: no cover - a set-up message, not a code path
              "ceiling): .venv/bin/pip install -e '.[bench]'")
 
 from bench.live_latency import live_latency  # noqa: E402
-from bench.streaming_runs import Run, job_seconds, measure, report, time_on_data  # noqa: E402
+from bench.streaming_runs import (  # noqa: E402
+    Run,
+    job_seconds,
+    measure,
+    report,
+    time_on_data,
+    warm_up,
+)
 from pipelines.codec.events import SCANNER_BUILT, decode_message  # noqa: E402
 from pipelines.codec.otlp import decode_spans  # noqa: E402
 from pipelines.flink.runtime.standalone import StandaloneFlink  # noqa: E402
@@ -178,7 +185,8 @@ def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | Non
                bucket_counts: list[int]) -> bool:
     """Each (partitions x parallelism) shape on the MiniCluster (and the standalone cluster
     with --cluster), bounded (and caught up with --catch-up), interleaved; spans/s on the
-    data against the first shape. Whether every run was measured and the credits agree."""
+    data against the first shape, each round's runs in the order opposite to the round
+    before. Whether every run was measured and the credits agree."""
     shapes = [tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")]
     modes = args.publish.split(",")
     runs = ["bounded", "catch-up"] if args.catch_up else ["bounded"]
@@ -201,10 +209,16 @@ def run_shapes(args, base, info, home: Path, values: list[tuple[bytes, int | Non
         engines.append(("standalone", cluster))
     done: list[Run] = []
     try:
+        warm = warm_up(base, info.bootstrap, f"bench_empty_{shapes[0][0]}", "warm_up")
+        print(f"  warm-up run (empty topic, not measured): {warm:.2f} s", flush=True)
         for round_ in range(args.rounds):
             for engine, where in engines:
-                for (partitions, parallelism), buckets, mode, how in itertools.product(
-                        shapes, bucket_counts, modes, runs):
+                # every other round in the opposite order: a run late in a round (the
+                # in-process Flink and its Python warm, their heaps grown) is not always
+                # the same shape's
+                order = list(itertools.product(shapes, bucket_counts, modes, runs))
+                for (partitions, parallelism), buckets, mode, how in (
+                        order[::-1] if round_ % 2 else order):
                     name = (f"r{round_}_{engine}_{partitions}x{parallelism}_{mode}"
                             f"{f'_b{buckets}' if buckets else ''}"
                             f"{'_c' if how == 'catch-up' else ''}").lower()
