@@ -36,6 +36,7 @@ from udfs.journeys import (
     concat_converted,
     converted_keys,
     from_coded_paths,
+    key_runs,
     paths_of,
     unmatched,
 )
@@ -254,10 +255,7 @@ def closed_by_period(closed: ClosedJourneys, period_ms: int) -> list[Period]:
     for end, path in zip(lapsed_end.tolist(), paths_of(lapsed.touches), strict=True):
         counts = unconverted_by_end.setdefault(end, {})
         counts[path] = counts.get(path, 0.0) + 1.0
-    order = np.argsort(converted_end, kind="stable")  # each period's rows in their order
-    ends, starts = np.unique(converted_end[order], return_index=True)
-    stops = [*starts[1:].tolist(), len(order)] if len(order) else []
-    bounds = dict(zip(ends.tolist(), zip(starts.tolist(), stops, strict=True), strict=True))
+    order, bounds = key_runs(converted_end)  # each period's rows, in their order
     out = []
     for end in sorted(bounds.keys() | unconverted_by_end.keys()):
         start, stop = bounds.get(end, (0, 0))

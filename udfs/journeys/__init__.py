@@ -25,6 +25,7 @@ from udfs.journeys.columns import (
     JourneyTouches,
     concat_converted,
     converted_columns,
+    key_runs,
     paths_of,
 )
 from udfs.journeys.corrections import (
@@ -92,6 +93,7 @@ __all__ = [
     "from_coded_paths",
     "from_flat_paths",
     "from_paths",
+    "key_runs",
     "paths_of",
     "settle_step_ms",
     "unmatched",

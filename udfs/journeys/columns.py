@@ -126,6 +126,18 @@ def step_users(user: np.ndarray, ts: np.ndarray, is_order: np.ndarray, seq: np.n
         users=users, last_order=last_order, sorted_rows=order)
 
 
+def key_runs(keys: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
+    """The rows in key order (stable: each key's rows keep their order) and each key's
+    (start, end) in it: one sort for all keys, not a mask per key."""
+    order = np.argsort(keys, kind="stable")
+    if not len(order):
+        return order, {}
+    values, starts = np.unique(keys[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    return order, {value: (start, end) for value, start, end in zip(
+        values.tolist(), starts.tolist(), ends, strict=True)}
+
+
 def ranges_to_rows(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(flat positions covered by the ranges, in order; offsets cutting them per range)."""
     lengths = ends - starts
