@@ -39,7 +39,7 @@ from schemas.events import (
     touch_columns,
 )
 from schemas.records import Conversion, DeadLetter, Touchpoint
-from udfs.journeys import bucket_of
+from udfs.journeys import bucket_of, key_runs
 
 try:  # built by `pip install` (setup.py) where a C compiler is found
     from pipelines.codec import _otlp_scan
@@ -125,14 +125,27 @@ class PackedSegment(NamedTuple):
     buckets: dict[int, tuple[int, tuple, bytes]]  # bucket -> (newest, packed, order msgs)
 
 
-class ScannedGroup(NamedTuple):
-    """Per message, (spans, unbuilt GPU calls, ignored, events, late, general) or None
-    (left to the caller: `decode_message`, or a held order to set apart); the segments.
-    `late`: the message's events before its `min_ts`, left out of the segment's buckets
-    (the caller reads them from the message); `events` counts the others. `general`: its
-    spans for the general rules, left out too (`general_spans` decodes them)."""
+class ScannedMessage(NamedTuple):
+    """What `scan_group` took of one message: its spans, GPU calls counted (not built),
+    plain tracing spans, events in the segment's batches, events left out as late by
+    arrival, and its spans left to the general rules (None: none)."""
 
-    messages: list[tuple[int, int, int, int, int, bytes | None] | None]
+    spans: int
+    unbuilt_gpu_calls: int
+    ignored: int
+    events: int
+    late: int
+    general: bytes | None
+
+
+class ScannedGroup(NamedTuple):
+    """Per message, what the scan took of it, or None (left to the caller:
+    `decode_message`, or a held order to set apart); the segments. A message's events
+    before its `min_ts` are left out of the segment's buckets (the caller reads them from
+    the message), as are its spans for the general rules (`general_spans` decodes
+    them)."""
+
+    messages: list[ScannedMessage | None]
     segments: list[PackedSegment]
     latest_ns: int  # a span starting after it was judged from the future
 
@@ -152,8 +165,9 @@ def scan_group(payloads: list[bytes | None], buckets: int, encoding: str,
     latest_ns = time.time_ns() + int(max_future_s * 1e9)
     messages, segments = _otlp_scan.scan_packed_group(plain, latest_ns, buckets, min_ts,
                                                       order_after)
-    return ScannedGroup(messages, [PackedSegment(*segment) for segment in segments],
-                        latest_ns)
+    return ScannedGroup([None if scanned is None else ScannedMessage(*scanned)
+                         for scanned in messages],
+                        [PackedSegment(*segment) for segment in segments], latest_ns)
 
 
 def general_spans(payload: bytes, general: bytes, latest_ns: int) -> Decoded:
@@ -272,8 +286,8 @@ def packed_by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = N
     many buckets costs a few slices per bucket, not a packing). None: a value holds the
     packing's separator (use `by_bucket`)."""
     touches, touch_bucket, orders, order_bucket = _kept(decoded, keep_touches, keep_orders)
-    touch_order, touch_bounds = _bounds(touch_bucket)
-    order_order, order_bounds = _bounds(order_bucket)
+    touch_order, touch_bounds = key_runs(touch_bucket)
+    order_order, order_bounds = key_runs(order_bucket)
     buckets = sorted(touch_bounds.keys() | order_bounds.keys())
     empty = (0, 0)
     touch_cuts = [touch_bounds.get(bucket, empty) for bucket in buckets]
@@ -293,17 +307,6 @@ def packed_by_bucket(decoded: DecodedEvents, keep_touches: np.ndarray | None = N
     return out
 
 
-def _bounds(bucket: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
-    """The rows in bucket order (stable) and each bucket's (start, end) in it."""
-    order = np.argsort(bucket, kind="stable")
-    if not len(order):
-        return order, {}
-    values, starts = np.unique(bucket[order], return_index=True)
-    ends = [*starts[1:].tolist(), len(order)]
-    return order, {value: (start, end) for value, start, end in zip(
-        values.tolist(), starts.tolist(), ends, strict=True)}
-
-
 def by_order_bucket(orders: list[tuple], buckets: int) -> dict[int, list[tuple]]:
     """Orders (tuples in Conversion's field order) by the bucket of their order id: copies
     of one order meet in one bucket, whatever user sent them."""
@@ -315,5 +318,5 @@ def by_order_bucket(orders: list[tuple], buckets: int) -> dict[int, list[tuple]]
 
 def _split(bucket: np.ndarray) -> dict[int, np.ndarray]:
     """Positions of each bucket's rows, in their order (one sort, not a mask per bucket)."""
-    order, bounds = _bounds(bucket)
+    order, bounds = key_runs(bucket)
     return {value: order[start:end] for value, (start, end) in bounds.items()}

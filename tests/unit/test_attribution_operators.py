@@ -661,7 +661,7 @@ def test_spans_for_the_general_rules_keep_a_message_in_the_group_scan(monkeypatc
 
     def counting(self: DecodeOtlp, records: list, found: Any) -> tuple:
         extras, whole = left_out(self, records, found)
-        seen["general"] += sum(1 for m in found.messages if m is not None and m[5])
+        seen["general"] += sum(1 for m in found.messages if m is not None and m.general)
         seen["whole"] += len(whole)
         return extras, whole
 

@@ -17,6 +17,7 @@ from pipelines.codec.events import (
     PackedMessage,
     PackedSegment,
     ScannedGroup,
+    ScannedMessage,
     by_bucket,
     by_order_bucket,
     decode_events,
@@ -154,20 +155,20 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         extras: dict[int, Extras] = {}
         whole = []
         for message, scanned in enumerate(found.messages):
-            if scanned is None or not (scanned[4] or scanned[5]):
+            if scanned is None or not (scanned.late or scanned.general):
                 continue
             record = records[message]
             assert record is not None and record.value is not None
-            general = None if scanned[5] is None else general_spans(
-                record.value, scanned[5], found.latest_ns)
+            general = None if scanned.general is None else general_spans(
+                record.value, scanned.general, found.latest_ns)
             if general is not None and general.records:
                 whole.append(message)
                 continue
             letters = [] if general is None else general.dead_letters
             items = [(DEAD_LETTERS, dead_letter_json(letter, self.source, record.partition,
                                                      record.offset)) for letter in letters]
-            if scanned[4]:
-                items += self._late_rows(record, scanned[4])
+            if scanned.late:
+                items += self._late_rows(record, scanned.late)
             extras[message] = Extras(items, len(letters),
                                      0 if general is None else general.ignored,
                                      0 if general is None else general.unbuilt_gpu_calls)
@@ -199,9 +200,6 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         """A scanned segment's outputs: its records' dead letters and late events (in
         their order), its buckets' batches, its orders (each with its record's partition
         and offset, in the records' order), its records' counts."""
-        for message in range(segment.first, segment.end):
-            if message in extras:
-                out.items += extras[message].items
         with_orders, messages_of_orders = [], []
         for bucket, (batch_newest, parts, order_messages) in segment.buckets.items():
             out.batch(bucket, batch_newest, parts)
@@ -220,13 +218,15 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
         for key, part in by_order_bucket(rows, self.buckets).items():
             out.orders.setdefault((key, 0), []).extend(part)
         for message in range(segment.first, segment.end):
-            spans, unbuilt, ignored, kept, late_count, _ = messages[message]
+            scanned: ScannedMessage = messages[message]
             extra = extras.get(message, NO_EXTRAS)
-            used = kept + late_count  # as `_decode` counts: the late ones are used too
-            out.count(counted(messages=1, records_in=spans, used=used,
-                              other=spans - used - extra.dead, dead_lettered=extra.dead,
-                              late=late_count, other_gpu_calls=unbuilt + extra.unbuilt,
-                              other_tracing_spans=ignored + extra.ignored))
+            out.items += extra.items
+            used = scanned.events + scanned.late  # as `_decode` counts: the late are used
+            out.count(counted(
+                messages=1, records_in=scanned.spans, used=used,
+                other=scanned.spans - used - extra.dead, dead_lettered=extra.dead,
+                late=scanned.late, other_gpu_calls=scanned.unbuilt_gpu_calls + extra.unbuilt,
+                other_tracing_spans=scanned.ignored + extra.ignored))
 
     def _one(self, value: bytes, watermark: int) -> GroupOutput:
         """One framed record's outputs: all of them, or only its dead letter."""
