@@ -76,6 +76,7 @@ class AttributionConfig:
 # records the attribution job's source hands its decoder in one call, at most (each an
 # OTLP request of up to a few MiB: a group stays well inside a Python worker's memory)
 MAX_BATCH_RECORDS = 4096
+DEFAULT_LINGER_MS = 200  # flink.batch_linger_ms's default
 GROUP_RECORDS_PER_BUCKET = 4  # by default, a group holds this many records per bucket
 STATE_BACKENDS = ("", "hashmap", "rocksdb")
 
@@ -191,7 +192,7 @@ class StreamingJobConfig:
              or 1 <= self.flink.batch_records <= MAX_BATCH_RECORDS, "flink.batch_records",
              f"must be between 1 and {MAX_BATCH_RECORDS}"),
             (self.flink.batch_linger_ms is None or self.flink.batch_linger_ms >= 0,
-             "flink.batch_linger_ms", "must not be negative (null: the step interval)"),
+             "flink.batch_linger_ms", "must not be negative (null: 200 ms)"),
             (self.flink.step_interval_s is None or self.flink.step_interval_s >= 0,
              "flink.step_interval_s", "must not be negative (null: by the buckets per "
              "subtask)"),
@@ -355,14 +356,12 @@ def step_interval_ms(config: StreamingJobConfig) -> int:
 
 def group_linger_ms(config: StreamingJobConfig) -> int:
     """How long the attribution job's source waits for a group to fill, at most:
-    `flink.batch_linger_ms`, or by default the step interval (`step_interval_ms`). A group
-    always ends before a watermark goes on, and the journeys only move on at a watermark,
-    so waiting up to a step delays no result; a shorter wait would cut the groups of a
-    subtask with many buckets short (a few dozen records in 200 ms) and multiply the
-    batches crossing to the journeys by the buckets again."""
+    `flink.batch_linger_ms`, or by default 200 ms. (Waiting up to a step lost an order's
+    credits in a live job whose producer paused past the idleness, beside a CPU hog:
+    tests/integration/test_catch_up.py, about one run in two; not yet understood.)"""
     if config.flink.batch_linger_ms is not None:
         return config.flink.batch_linger_ms
-    return step_interval_ms(config)
+    return DEFAULT_LINGER_MS
 
 
 def group_records(config: StreamingJobConfig) -> int:
