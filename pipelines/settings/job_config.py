@@ -356,9 +356,10 @@ def step_interval_ms(config: StreamingJobConfig) -> int:
 
 def group_linger_ms(config: StreamingJobConfig) -> int:
     """How long the attribution job's source waits for a group to fill, at most:
-    `flink.batch_linger_ms`, or by default 200 ms. (Waiting up to a step lost an order's
-    credits in a live job whose producer paused past the idleness, beside a CPU hog:
-    tests/integration/test_catch_up.py, about one run in two; not yet understood.)"""
+    `flink.batch_linger_ms`, or by default 200 ms. (A longer wait made a watermark race
+    after a producer's pause more likely -- one subtask ran the watermark ahead of records
+    another had still to read, tests/integration/test_catch_up.py -- which io.seedance.
+    flink.LagAwareWatermarks now prevents whatever the wait.)"""
     if config.flink.batch_linger_ms is not None:
         return config.flink.batch_linger_ms
     return DEFAULT_LINGER_MS

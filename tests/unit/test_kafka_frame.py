@@ -4,6 +4,7 @@ their Python reference (pipelines/codec/frame.py) agree on every message, good o
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -144,6 +145,77 @@ def test_a_partition_with_records_not_read_yet_is_never_idle():
     blind = _job_classes().io.seedance.flink.LagAwareWatermarks(
         300_000, 10_000, 300_000).createWatermarkGenerator(None)
     assert not blind.idleAt(t) and not blind.idleAt(t + 299_999) and blind.idleAt(t + 300_000)
+
+
+def test_a_quiet_partition_waits_for_a_fresh_answer_once_records_come_back():
+    """A producer that pauses past the idleness, then writes again: the first partition
+    read after the pause may not be the only one written to, and what the broker said of
+    the others before is stale. Until an answer asked for an idleness after the records
+    came back, no partition of the topic counts as idle (a catch-up's reader drains one
+    partition before the next, and the watermark would run ahead of the records still
+    waiting in another)."""
+    t = 1_790_000_000_000
+    ends = {0: 5, 1: 3}
+    first, lag = _generator("g-resume", ends, {0: 0, 1: 0})
+    other, _ = _generator("g-resume", ends, {0: 0, 1: 0})
+    lag.read(0, 4)
+    lag.read(1, 2)
+    first.seen(frame(b"x", 0, 4, t, t, NO_TIME), t)
+    other.seen(frame(b"x", 1, 2, t, t, NO_TIME), t)
+    assert first.idleAt(t + 10_000) and other.idleAt(t + 10_000)  # all read, quiet
+    back = t + 60_000  # partition 0's records come back after a minute
+    lag.known(_offsets({0: 9, 1: 3}), _offsets({0: 0, 1: 0}), back - 1)
+    lag.read(0, 5)
+    first.seen(frame(b"x", 0, 5, back, back, NO_TIME), back)
+    assert not other.idleAt(back) and not other.idleAt(back + 9_999)
+    # silent an idleness since, but the broker's answer is older than that
+    assert not other.idleAt(back + 10_000) and not other.idleAt(back + 200_000)
+    # a fresh answer: partition 1 holds new records -- still not idle
+    lag.known(_offsets({0: 9, 1: 7}), _offsets({0: 0, 1: 0}), back + 10_000)
+    assert not other.idleAt(back + 11_000)
+    # read to its end: idle again
+    lag.read(1, 6)
+    assert other.idleAt(back + 11_000)
+    # the last resort counts from the return too
+    lag.known(_offsets({0: 9, 1: 7}), _offsets({0: 0, 1: 0}), back - 1)
+    assert not other.idleAt(back + 299_999) and other.idleAt(back + 300_000)
+
+
+def test_a_partition_never_runs_the_watermark_past_another_with_records_to_read():
+    """Flink takes the minimum of the partitions within a source subtask only: across
+    subtasks, an input that was idle comes back behind the watermark without holding it.
+    So each partition's watermark goes no further than that of any other partition of the
+    topic read in this JVM that is not idle -- after a pause, the subtask that reads first
+    waits for the one whose partition still has records; an idle one holds nothing."""
+    t = int(time.time() * 1000)  # onEvent reads the wall clock
+    ends = {0: 9, 1: 9}
+    ahead, lag = _generator("g-hold", ends, {0: 0, 1: 0})
+    behind, _ = _generator("g-hold", ends, {0: 0, 1: 0})
+    lag.read(0, 4)
+    ahead.onEvent(frame(b"x", 0, 4, t, t, NO_TIME), t - 1_000, None)
+    lag.read(1, 2)
+    behind.onEvent(frame(b"x", 1, 2, t, t, NO_TIME), t - 86_400_000, None)
+    assert behind.watermarkAt(t) == t - 86_400_000 - 1  # its own
+    assert ahead.ownWatermark() == t - 1_001
+    assert ahead.watermarkAt(t) == t - 86_400_000 - 1  # held by partition 1's
+    # partition 1 read to its end and quiet (a fresh answer): it holds nothing
+    lag.read(1, 8)
+    lag.read(0, 8)
+    lag.known(_offsets(ends), _offsets({0: 0, 1: 0}), t + 11_000)
+    assert behind.idleAt(t + 11_000)
+    assert ahead.watermarkAt(t + 11_000) == t - 1_001
+    # a bounded run (no idleness): Flink's own minimum, nothing held here
+    bounded = _job_classes().io.seedance.flink.LagAwareWatermarks.generator(
+        365 * 86_400_000, 365 * 86_400_000, lag)
+    bounded.onEvent(frame(b"x", 0, 8, t, t, NO_TIME), t - 5, None)
+    lag.known(_offsets({0: 9, 1: 20}), _offsets({0: 0, 1: 0}), t + 11_000)
+    assert not behind.idleAt(t + 11_000)  # records again: it holds the unbounded ones
+    assert ahead.watermarkAt(t + 11_000) == t - 86_400_000 - 1
+    assert bounded.watermarkAt(t + 11_000) == t - 6
+    # a report 30 s old holds nothing: its generator is gone (a failed task; its partition
+    # may be read in another JVM now)
+    assert ahead.watermarkAt(t + 30_000) == t - 86_400_000 - 1
+    assert ahead.watermarkAt(t + 30_001) == t - 1_001
 
 
 def test_an_empty_partition_goes_idle_after_the_idleness():

@@ -1,10 +1,9 @@
 package io.seedance.flink;
 
-import java.time.Duration;
 import java.util.Properties;
-import org.apache.flink.api.common.eventtime.BoundedOutOfOrdernessWatermarks;
 import org.apache.flink.api.common.eventtime.TimestampAssigner;
 import org.apache.flink.api.common.eventtime.TimestampAssignerSupplier;
+import org.apache.flink.api.common.eventtime.Watermark;
 import org.apache.flink.api.common.eventtime.WatermarkGenerator;
 import org.apache.flink.api.common.eventtime.WatermarkGeneratorSupplier;
 import org.apache.flink.api.common.eventtime.WatermarkOutput;
@@ -25,12 +24,22 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
  * partition nothing was read from, only when no such partition has records to read). Where
  * that cannot be known (no answer from the broker), a partition is idle after {@code
  * backlogIdleness} of silence: a reader that never comes back must not hold time back for
- * ever. Which events count never depends on this (udfs/journeys/arrival.py); it decides how far the
+ * ever. When records come back after a silence of the idleness (a producer that paused),
+ * every partition of the topic counts as silent only from then, and as idle only by a broker
+ * answer asked an idleness later: the producer may have written to the others too.
+ *
+ * <p>Flink takes the minimum over partitions within a source subtask only. Across subtasks
+ * an input that was idle comes back behind the watermark without holding it (it counts
+ * again once it catches up), so a partition's watermark here goes no further than that of
+ * any other partition of the topic read in this JVM that is not idle ({@link
+ * PartitionLag#heldBy}). Readers in another JVM are not seen. Which events count never depends on this (udfs/journeys/arrival.py); it decides how far the
  * watermark can run ahead, so what the journeys must keep to correct.
  */
 public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
     private static final long serialVersionUID = 1L;
     static final int PARTITION_AT = 2;
+    // an idleness at least this long is never (a bounded run's: see otlp_event_time)
+    static final long NEVER_IDLE_MS = 365L * 86_400_000;
 
     private final long outOfOrdernessMs;
     private final long idlenessMs;
@@ -72,9 +81,7 @@ public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
             lag = PartitionLag.of(group, topic);
             lag.watch(topic, client, startingMode);
         }
-        return new Generator(
-                new BoundedOutOfOrdernessWatermarks<>(Duration.ofMillis(outOfOrdernessMs)),
-                idlenessMs, backlogIdlenessMs, lag);
+        return new Generator(outOfOrdernessMs, idlenessMs, backlogIdlenessMs, lag);
     }
 
     @Override
@@ -87,8 +94,7 @@ public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
      * own: {@link Generator#seen}, {@link Generator#idleAt}). */
     public static Generator generator(long idlenessMs, long backlogIdlenessMs,
                                       PartitionLag lag) {
-        return new Generator(new BoundedOutOfOrdernessWatermarks<>(Duration.ZERO),
-                idlenessMs, backlogIdlenessMs, lag);
+        return new Generator(0, idlenessMs, backlogIdlenessMs, lag);
     }
 
     static int partition(byte[] element) {
@@ -101,40 +107,74 @@ public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
 
     /** One partition's generator. */
     public static final class Generator implements WatermarkGenerator<byte[]> {
-        private final WatermarkGenerator<byte[]> watermarks;
+        private final long outOfOrdernessMs;
         private final long idlenessMs;
         private final long backlogIdlenessMs;
         private final PartitionLag lag;
+        private long maxTimestamp;
         private long lastRecordAt = -1; // wall clock, ms
         private int partition = -1; // known from its first record
 
-        Generator(WatermarkGenerator<byte[]> watermarks, long idlenessMs,
-                  long backlogIdlenessMs, PartitionLag lag) {
-            this.watermarks = watermarks;
+        Generator(long outOfOrdernessMs, long idlenessMs, long backlogIdlenessMs,
+                  PartitionLag lag) {
+            this.outOfOrdernessMs = outOfOrdernessMs;
             this.idlenessMs = idlenessMs;
             this.backlogIdlenessMs = backlogIdlenessMs;
             this.lag = lag;
+            this.maxTimestamp = Long.MIN_VALUE + outOfOrdernessMs + 1;
         }
 
         @Override
         public void onEvent(byte[] event, long eventTimestamp, WatermarkOutput output) {
             seen(event, System.currentTimeMillis());
-            watermarks.onEvent(event, eventTimestamp, output);
+            maxTimestamp = Math.max(maxTimestamp, eventTimestamp);
         }
 
         @Override
         public void onPeriodicEmit(WatermarkOutput output) {
-            if (idleAt(System.currentTimeMillis())) {
+            long now = System.currentTimeMillis();
+            if (idleAt(now)) {
                 output.markIdle(); // as Flink's own idleness: every period while silent
                 return;
             }
-            watermarks.onPeriodicEmit(output);
+            output.emitWatermark(new Watermark(watermarkAt(now)));
+        }
+
+        /** This partition's own watermark (bounded out-of-orderness over what it read). */
+        public long ownWatermark() {
+            return maxTimestamp - outOfOrdernessMs - 1;
+        }
+
+        /** The watermark to emit at {@code nowMs}: its own, and no further than that of
+         * any other partition of the topic read in this JVM that is not idle. Flink takes
+         * the minimum within a subtask only; across subtasks, an input that was idle
+         * comes back behind the watermark without holding it (it counts again only once
+         * it catches up), so after a pause one subtask's partition could run the
+         * watermark days ahead of records another subtask has still to read. */
+        public long watermarkAt(long nowMs) {
+            long own = ownWatermark();
+            if (lag == null || partition < 0) {
+                return own;
+            }
+            lag.watermark(partition, own, nowMs);
+            if (idlenessMs >= NEVER_IDLE_MS) {
+                return own; // bounded: no input is ever idle, Flink's minimum holds
+            }
+            return Math.min(own, lag.heldBy(partition, nowMs, idlenessMs, backlogIdlenessMs));
         }
 
         /** A record read at {@code nowMs} (wall clock). */
         public void seen(byte[] event, long nowMs) {
-            lastRecordAt = nowMs;
             partition = partition(event);
+            if (lag != null) {
+                // after a silence as long as the idleness, records again: the producers
+                // are back, and what the broker said of the other partitions may be stale
+                if (lastRecordAt >= 0 && nowMs - lastRecordAt >= idlenessMs) {
+                    lag.resumed(nowMs);
+                }
+                lag.seen(partition, nowMs);
+            }
+            lastRecordAt = nowMs;
         }
 
         /** Whether the partition counts as idle at {@code nowMs}. */
@@ -142,19 +182,11 @@ public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
             if (lastRecordAt < 0) { // silence counts from the first question
                 lastRecordAt = nowMs;
             }
-            if (lag != null) {
-                lag.asked(nowMs);
+            if (lag == null) {
+                return nowMs - lastRecordAt >= backlogIdlenessMs;
             }
-            long silent = nowMs - lastRecordAt;
-            if (silent >= backlogIdlenessMs) {
-                return true;
-            }
-            if (silent < idlenessMs || lag == null) {
-                return false;
-            }
-            Boolean unread = partition < 0 ? lag.unreadBeyondTheRead()
-                    : lag.hasUnread(partition);
-            return unread != null && !unread;
+            lag.asked(nowMs);
+            return lag.quiet(partition, lastRecordAt, nowMs, idlenessMs, backlogIdlenessMs);
         }
     }
 }

@@ -32,10 +32,22 @@ public final class PartitionLag {
     // a poller nobody asked for this long stops (the job ended, or its sources were
     // rescheduled): it would otherwise hold the job's class loader and poll for ever
     private static final long UNUSED_MS = 30_000;
+    // a partition's watermark reported longer ago than this holds no other: its generator
+    // is gone (a live one reports every watermark period; a long Python call in the same
+    // task may delay that by seconds, not by this much)
+    static final long REPORTED_WITHIN_MS = 30_000;
 
     private final Map<Integer, Long> nextToRead = new ConcurrentHashMap<>();
+    private final Map<Integer, Long> lastSeen = new ConcurrentHashMap<>(); // wall clock, ms
+    // each partition's own watermark and when its generator reported it (wall clock, ms)
+    private final Map<Integer, long[]> watermarks = new ConcurrentHashMap<>();
     private volatile Map<Integer, Long> ends; // null until the first answer
     private volatile Map<Integer, Long> starts;
+    // when the answer in ends/starts was asked for (wall clock, ms): it shows at least what
+    // was written before then
+    private volatile long answerAskedAt = Long.MIN_VALUE;
+    // the latest time a partition's records came back after a silence of the idleness
+    private volatile long resumedAt = Long.MIN_VALUE;
     private volatile boolean watched;
     private volatile long askedAt = System.currentTimeMillis();
     private String topic; // what the poller asks about (set by the first watch)
@@ -55,6 +67,78 @@ public final class PartitionLag {
     /** A record at {@code offset} of {@code partition} was read. */
     public void read(int partition, long offset) {
         nextToRead.merge(partition, offset + 1, Math::max);
+    }
+
+    /** A record of {@code partition} was read at {@code nowMs} (its generator's clock). */
+    public void seen(int partition, long nowMs) {
+        lastSeen.put(partition, nowMs);
+    }
+
+    /** {@code partition}'s own watermark at {@code nowMs} (its generator's, before any
+     * hold; a live generator reports every watermark period while not idle). */
+    public void watermark(int partition, long watermark, long nowMs) {
+        watermarks.put(partition, new long[] {watermark, nowMs});
+    }
+
+    /**
+     * Whether a partition last read at {@code lastReadMs} (-1: never) counts as idle at
+     * {@code nowMs}: silent for {@code idlenessMs} since then, or since the topic's
+     * records last came back ({@link #resumed}), and read up to its end by an answer asked
+     * once that silence began to count; or silent for {@code backlogIdlenessMs}, whatever is
+     * known. A partition not read from yet ({@code partition} < 0): idle when no partition
+     * nothing was read from here has records.
+     */
+    public boolean quiet(int partition, long lastReadMs, long nowMs, long idlenessMs,
+                         long backlogIdlenessMs) {
+        long since = Math.max(lastReadMs, resumedAt);
+        long silent = nowMs - since;
+        if (silent >= backlogIdlenessMs) {
+            return true;
+        }
+        if (silent < idlenessMs || !answeredSince(since + idlenessMs)) {
+            return false;
+        }
+        Boolean unread = partition < 0 ? unreadBeyondTheRead() : hasUnread(partition);
+        return unread != null && !unread;
+    }
+
+    /** The least own watermark of the partitions read here, other than {@code partition},
+     * that are not idle at {@code nowMs} (Long.MAX_VALUE: none). A report older than
+     * REPORTED_WITHIN_MS is left out: its generator is gone (a failed or finished task; its
+     * partition may be read in another JVM now). */
+    public long heldBy(int partition, long nowMs, long idlenessMs, long backlogIdlenessMs) {
+        long least = Long.MAX_VALUE;
+        for (Map.Entry<Integer, long[]> other : watermarks.entrySet()) {
+            int p = other.getKey();
+            long[] report = other.getValue();
+            Long read = lastSeen.get(p);
+            if (p == partition || read == null || report[0] >= least
+                    || nowMs - report[1] > REPORTED_WITHIN_MS) {
+                continue;
+            }
+            if (!quiet(p, read, nowMs, idlenessMs, backlogIdlenessMs)) {
+                least = report[0];
+            }
+        }
+        return least;
+    }
+
+    /** A partition's records came back at {@code nowMs} after a silence: until the broker
+     * answers again, a quiet partition may hold records written meanwhile. */
+    public void resumed(long nowMs) {
+        if (nowMs > resumedAt) {
+            resumedAt = nowMs;
+        }
+    }
+
+    /** The latest {@link #resumed} time, or Long.MIN_VALUE. */
+    public long resumedAt() {
+        return resumedAt;
+    }
+
+    /** Whether the ends known now were asked for at or after {@code timeMs}. */
+    public boolean answeredSince(long timeMs) {
+        return answerAskedAt >= timeMs;
     }
 
     /** A generator still wants to know (the poller stops when none asks for a while, and
@@ -99,10 +183,16 @@ public final class PartitionLag {
     }
 
     /** Test hook: the log ends and starts as if the broker had answered so, each as
-     * "partition:offset,..." */
-    public void known(String endOffsets, String startOffsets) {
+     * "partition:offset,...", to a question asked at {@code askedAtMs}. */
+    public void known(String endOffsets, String startOffsets, long askedAtMs) {
         starts = parse(startOffsets);
         ends = parse(endOffsets);
+        answerAskedAt = askedAtMs;
+    }
+
+    /** As {@link #known(String, String, long)}, asked later than any time a test uses. */
+    public void known(String endOffsets, String startOffsets) {
+        known(endOffsets, startOffsets, Long.MAX_VALUE);
     }
 
     private static Map<Integer, Long> parse(String offsets) {
@@ -167,6 +257,7 @@ public final class PartitionLag {
 
     private void refresh(KafkaConsumer<byte[], byte[]> consumer, String topic,
                          String startingMode) {
+        long asked = System.currentTimeMillis();
         List<PartitionInfo> infos = consumer.partitionsFor(topic, Duration.ofSeconds(10));
         Set<TopicPartition> partitions = new HashSet<>();
         for (PartitionInfo info : infos) {
@@ -191,6 +282,7 @@ public final class PartitionLag {
         }
         starts = start;
         ends = end;
+        answerAskedAt = asked;
     }
 
     private static Map<Integer, Long> byPartition(Map<TopicPartition, Long> offsets) {
