@@ -29,7 +29,9 @@ class CorrectingStore(Store):
         return CorrectingBook.restore(
             config, horizon_ms, self.live_watermark, self.progress,
             pickle.loads(self.snapshot) if self.snapshot else None,
-            [(k, pickle.loads(v)) for k, v in self.batches.items()])
+            [(k, pickle.loads(v)) for k, v in self.batches.items()],
+            # the users each compaction since the snapshot changed (as the engine restores)
+            [pickle.loads(v) for v in self.overlays.values()])
 
 
 def reported(book_events, batch_size, slack, horizon_ms, restart_at=None, config=CFG,
@@ -118,6 +120,48 @@ def test_corrections_give_the_batch_result_whatever_the_arrival_order(events, ba
     shown, late = reported(events, batch_size, 3_600_000, 40 * DAY_MS, restart, config)
     assert late == []
     assert shown == expected_of(events, config)
+
+
+# users' events in the order they arrived (a case the property test found): u4 ordered on
+# day 44 and again 150 days later (a winback); a restart after the 8th arrival, once a
+# compaction had stored u4 in an overlay, not in the snapshot
+RESTART_AFTER_AN_OVERLAY = [
+    touch("u0", 2417072219, "a"),
+    order("u4", 3828937662, "o4-0"),
+    order("u1", 5829459334, "o1-2"),
+    touch("u1", 5829459333, "b"),
+    touch("u1", 5829459332, "c"),
+    touch("u3", 6975150537, "a"),
+    order("u1", 5829459334, "o1-3"),
+    touch("u3", 7839150537, "c"),
+    touch("u2", 7416254468, "c"),
+    touch("u1", 8507859334, "c"),
+    order("u3", 10517550537, "o3-2"),
+    order("u3", 13195950537, "o3-3"),
+    touch("u4", 14196937662, "b"),
+    touch("u4", 16788937663, "b"),
+    order("u4", 16788937663, "o4-3"),
+    touch("u2", 17784254468, "c"),
+    order("u2", 17784254469, "o2-2"),
+    touch("u2", 20462654469, "c"),
+    touch("u2", 21326654469, "b"),
+    touch("u4", 27329737663, "b"),
+    touch("u4", 27243337663, "c"),
+    touch("u4", 27156937663, "a"),
+    touch("u4", 27329737664, "a"),
+]
+
+
+def test_a_restart_keeps_the_users_an_overlay_holds():
+    """A restore must apply the overlays stored since the snapshot: without them u4's
+    first order is forgotten and its second is reported as a new customer's."""
+    events = [e._replace(span_id=str(i)) for i, e in enumerate(RESTART_AFTER_AN_OVERLAY)]
+    for restart in (None, 7):
+        shown, late = reported(events, 1, 3_600_000, 40 * DAY_MS, restart, CFG)
+        assert late == []
+        assert shown == expected_of(events, CFG)
+    stages = {k[2][2]: k[3] for k in shown if k[0] == "ConvertedJourney"}
+    assert stages["o4-3"] == "winback"
 
 
 @settings(max_examples=100, deadline=None)
