@@ -150,10 +150,11 @@ def test_a_partition_with_records_not_read_yet_is_never_idle():
 def test_a_quiet_partition_waits_for_a_fresh_answer_once_records_come_back():
     """A producer that pauses past the idleness, then writes again: the first partition
     read after the pause may not be the only one written to, and what the broker said of
-    the others before is stale. Until an answer asked for an idleness after the records
-    came back, no partition of the topic counts as idle (a catch-up's reader drains one
+    the others before is stale. Until an answer asked a second or more after the records
+    came back, no other partition counts as idle (a catch-up's reader drains one
     partition before the next, and the watermark would run ahead of the records still
-    waiting in another)."""
+    waiting in another). The backlog idleness counts from a partition's own last record:
+    returns elsewhere never keep a partition that stopped from going idle."""
     t = 1_790_000_000_000
     ends = {0: 5, 1: 3}
     first, lag = _generator("g-resume", ends, {0: 0, 1: 0})
@@ -167,18 +168,21 @@ def test_a_quiet_partition_waits_for_a_fresh_answer_once_records_come_back():
     lag.known(_offsets({0: 9, 1: 3}), _offsets({0: 0, 1: 0}), back - 1)
     lag.read(0, 5)
     first.seen(frame(b"x", 0, 5, back, back, NO_TIME), back)
-    assert not other.idleAt(back) and not other.idleAt(back + 9_999)
-    # silent an idleness since, but the broker's answer is older than that
-    assert not other.idleAt(back + 10_000) and not other.idleAt(back + 200_000)
+    assert not other.idleAt(back) and not other.idleAt(back + 100_000)  # a stale answer
+    lag.known(_offsets({0: 9, 1: 3}), _offsets({0: 0, 1: 0}), back + 999)
+    assert not other.idleAt(back + 100_000)  # asked too soon after the return
     # a fresh answer: partition 1 holds new records -- still not idle
-    lag.known(_offsets({0: 9, 1: 7}), _offsets({0: 0, 1: 0}), back + 10_000)
-    assert not other.idleAt(back + 11_000)
-    # read to its end: idle again
-    lag.read(1, 6)
-    assert other.idleAt(back + 11_000)
-    # the last resort counts from the return too
-    lag.known(_offsets({0: 9, 1: 7}), _offsets({0: 0, 1: 0}), back - 1)
-    assert not other.idleAt(back + 299_999) and other.idleAt(back + 300_000)
+    lag.known(_offsets({0: 9, 1: 7}), _offsets({0: 0, 1: 0}), back + 1_000)
+    assert not other.idleAt(back + 1_000)
+    lag.read(1, 6)  # read to its end: idle again
+    assert other.idleAt(back + 1_000)
+    # more returns, every few seconds: the partition that stopped still goes idle by the
+    # backlog idleness, counted from its own last record (t + 300 s), whatever is known
+    lag.read(1, 7)
+    lag.known(_offsets({0: 9, 1: 9}), _offsets({0: 0, 1: 0}), back - 1)
+    for at in range(back, t + 300_000, 4_000):
+        lag.resumed(at)
+    assert not other.idleAt(t + 299_999) and other.idleAt(t + 300_000)
 
 
 def test_a_partition_never_runs_the_watermark_past_another_with_records_to_read():

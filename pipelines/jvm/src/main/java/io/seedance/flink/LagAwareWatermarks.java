@@ -25,8 +25,8 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
  * that cannot be known (no answer from the broker), a partition is idle after {@code
  * backlogIdleness} of silence: a reader that never comes back must not hold time back for
  * ever. When records come back after a silence of the idleness (a producer that paused),
- * every partition of the topic counts as silent only from then, and as idle only by a broker
- * answer asked an idleness later: the producer may have written to the others too.
+ * the other partitions count as idle only by a broker answer asked a second or more after
+ * that: the producer may have written to them too.
  *
  * <p>Flink takes the minimum over partitions within a source subtask only. Across subtasks
  * an input that was idle comes back behind the watermark without holding it (it counts

@@ -36,6 +36,9 @@ public final class PartitionLag {
     // is gone (a live one reports every watermark period; a long Python call in the same
     // task may delay that by seconds, not by this much)
     static final long REPORTED_WITHIN_MS = 30_000;
+    // how long after records come back (a producer's return) its writes to the other
+    // partitions are taken to have landed: an answer asked sooner may miss them
+    static final long RETURN_SETTLE_MS = 1_000;
 
     private final Map<Integer, Long> nextToRead = new ConcurrentHashMap<>();
     private final Map<Integer, Long> lastSeen = new ConcurrentHashMap<>(); // wall clock, ms
@@ -81,21 +84,25 @@ public final class PartitionLag {
     }
 
     /**
-     * Whether a partition last read at {@code lastReadMs} (-1: never) counts as idle at
-     * {@code nowMs}: silent for {@code idlenessMs} since then, or since the topic's
-     * records last came back ({@link #resumed}), and read up to its end by an answer asked
-     * once that silence began to count; or silent for {@code backlogIdlenessMs}, whatever is
-     * known. A partition not read from yet ({@code partition} < 0): idle when no partition
-     * nothing was read from here has records.
+     * Whether a partition last read at {@code lastReadMs} (or first asked about then)
+     * counts as idle at {@code nowMs}: silent for {@code idlenessMs} and read up to its end
+     * by a broker answer asked after its last record and at least RETURN_SETTLE_MS after
+     * the topic's records last came back ({@link #resumed}: what was said before may miss
+     * what the returning producer wrote here); or silent for {@code backlogIdlenessMs},
+     * whatever is known (counted from its own last record, so that returns elsewhere never
+     * keep a partition that stopped from going idle). A partition not read from yet
+     * ({@code partition} < 0): idle when no partition nothing was read from here has
+     * records.
      */
     public boolean quiet(int partition, long lastReadMs, long nowMs, long idlenessMs,
                          long backlogIdlenessMs) {
-        long since = Math.max(lastReadMs, resumedAt);
-        long silent = nowMs - since;
+        long silent = nowMs - lastReadMs;
         if (silent >= backlogIdlenessMs) {
             return true;
         }
-        if (silent < idlenessMs || !answeredSince(since + idlenessMs)) {
+        long fresh = resumedAt == Long.MIN_VALUE ? lastReadMs
+                : Math.max(lastReadMs, resumedAt + RETURN_SETTLE_MS);
+        if (silent < idlenessMs || !answeredSince(fresh)) {
             return false;
         }
         Boolean unread = partition < 0 ? unreadBeyondTheRead() : hasUnread(partition);
