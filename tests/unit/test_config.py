@@ -178,7 +178,7 @@ def test_a_group_holds_several_records_per_bucket_of_a_subtask():
 def test_a_group_waits_up_to_a_step_for_records_by_default():
     config = load_config()
     assert group_linger_ms(config) == step_interval_ms(config) == 1000
-    many = config.replace("flink", user_buckets=256, batch_linger_ms=None)
+    many = config.replace("flink", user_buckets=256)
     assert group_linger_ms(many) == 10_240
     assert group_linger_ms(many.replace("flink", batch_linger_ms=50)) == 50
     with pytest.raises(ConfigError, match="flink.batch_linger_ms must not be negative"):

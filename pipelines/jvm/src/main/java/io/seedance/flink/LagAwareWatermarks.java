@@ -32,8 +32,10 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
  * an input that was idle comes back behind the watermark without holding it (it counts
  * again once it catches up), so a partition's watermark here goes no further than that of
  * any other partition of the topic read in this JVM that is not idle ({@link
- * PartitionLag#heldBy}). Readers in another JVM are not seen. Which events count never depends on this (udfs/journeys/arrival.py); it decides how far the
- * watermark can run ahead, so what the journeys must keep to correct.
+ * PartitionLag#heldBy}). Readers in another JVM are not seen.
+ *
+ * <p>Which events count never depends on this (udfs/journeys/arrival.py); it decides how
+ * far the watermark can run ahead, so what the journeys must keep to correct.
  */
 public final class LagAwareWatermarks implements WatermarkStrategy<byte[]> {
     private static final long serialVersionUID = 1L;

@@ -138,11 +138,6 @@ public final class PartitionLag {
         }
     }
 
-    /** The latest {@link #resumed} time, or Long.MIN_VALUE. */
-    public long resumedAt() {
-        return resumedAt;
-    }
-
     /** Whether the ends known now were asked for at or after {@code timeMs}. */
     public boolean answeredSince(long timeMs) {
         return answerAskedAt >= timeMs;
