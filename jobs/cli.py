@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             traceback.print_exc()
         _forget_a_dead_flink_jvm()
+        _quiet_py4j_from_here_on()
         print(f"seedance: error: {error_line(error, args)}", file=sys.stderr)
         return 2 if isinstance(error, USER_ERRORS + KAFKA_ERRORS) else 1
 
@@ -103,10 +104,18 @@ def _forget_a_dead_flink_jvm() -> None:
         socket.create_connection((client.address, client.port), timeout=2).close()
     except OSError:
         client.is_connected = False
-        # with -v too: the trace was printed before; what py4j still logs from here on
-        # (objects released by other threads and at exit) would only follow the error line
-        for handler in logging.getLogger().handlers:
+
+
+def _quiet_py4j_from_here_on() -> None:
+    """The error line is the last: with -v too, what py4j still logs (objects released by
+    other threads and at exit, calls a dying JVM refuses) would only follow it. A record
+    another thread is writing now is let finish first (each handler's lock): it passed
+    the filter before it was set."""
+    for handler in logging.getLogger().handlers:
+        if _not_py4j not in handler.filters:
             handler.addFilter(_not_py4j)
+        handler.acquire()
+        handler.release()
 
 
 KAFKA_ERRORS = (KafkaConnectionError, KafkaTimeoutError, SaslAuthenticationFailedError)

@@ -86,3 +86,51 @@ def test_a_dead_flink_jvm_is_one_line_naming_the_job_and_its_checkpoints(
             "the Flink JVM running seedance-attribution exited (Py4JNetworkError)")
         assert str(tmp_path / "checkpoints") in line and "resumes from the newest" in line
         assert ("Traceback" in capsys.readouterr().err) is verbose
+
+
+PY4J_AFTER_THE_ERROR = """
+import logging, sys, threading
+from jobs import cli
+
+def fails(args):
+    # py4j logging from another thread, as it does while a dead JVM's objects are released
+    def log_for_a_while():
+        for _ in range(200):
+            record = logging.LogRecord("py4j.java_gateway", logging.ERROR,
+                                       "/site-packages/py4j/java_gateway.py", 1,
+                                       "An error occurred while trying to connect", None, None)
+            logging.getLogger().handle(record)
+    threading.Thread(target=log_for_a_while, daemon=True).start()
+    raise RuntimeError("the JVM is gone")
+
+parser = cli.build_parser()
+parser.set_defaults(func=fails)
+for action in parser._subparsers._group_actions:
+    for sub in action.choices.values():
+        sub.set_defaults(func=fails)
+cli.build_parser = lambda: parser
+code = cli.main(sys.argv[1:])
+record = logging.LogRecord("py4j.java_gateway", logging.ERROR,
+                           "/site-packages/py4j/java_gateway.py", 1, "released at exit",
+                           None, None)
+logging.getLogger().handle(record)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_nothing_py4j_logs_follows_the_error_line(verbose: list[str]) -> None:
+    """py4j's records after a failure (a dead JVM's objects released by other threads and at
+    exit) never come after the error line, with -v too: it stays the last line."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PY4J_AFTER_THE_ERROR, *verbose, "verify"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert lines[-1].startswith("seedance: error: RuntimeError: the JVM is gone"), lines[-5:]
+    assert "released at exit" not in done.stderr
+    if not verbose:
+        assert lines == lines[-1:], lines[:5]
