@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import pickle
 import random
+import struct
 from typing import Any
 
 from pipelines.codec import credit_messages, table_messages
@@ -15,7 +16,7 @@ from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
 from pipelines.flink.attribution.fit import FINAL, FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import Harness, KeyState, Named, Timers
-from udfs.attribution.data_driven import period_end
+from udfs.attribution.data_driven import period_end, period_runs, runs_periods
 from udfs.attribution.models import ModelParams
 from udfs.journeys.rules import ClosedJourney, ConvertedJourney, NonConvertingJourney
 
@@ -224,11 +225,9 @@ def test_a_step_of_several_periods_is_stored_once_and_settled_period_by_period()
     the fit stores as it came (one entry per arrival, not a pickle per period): the
     credits equal those of the per-period entries, with and without a restore between a
     period of an arrival settled and its next one."""
-    from pipelines.flink.attribution.support import closed_periods_message
-
     periods = closed_journeys(23, 6)
     per_period, _ = run_arrivals(periods, pickle.dumps)
-    whole, keys = run_arrivals(periods, closed_periods_message)
+    whole, keys = run_arrivals(periods, as_runs)
     assert credited(whole) == credited(per_period)
     assert len(credited(whole)) > 100
     assert whole == per_period  # the same messages, in the same order
@@ -239,5 +238,69 @@ def test_a_step_of_several_periods_is_stored_once_and_settled_period_by_period()
     assert not spanning, "an entry holds only periods not yet settled"
     assert all(key.startswith("n") for pending in keys for key in pending)
     for restore_after in (1, 2, 3):
-        restored, _ = run_arrivals(periods, closed_periods_message, restore_after)
+        restored, _ = run_arrivals(periods, as_runs, restore_after)
         assert restored == whole
+    # arrivals an earlier version stored (a list of period tables), read after a restore
+    for restore_after in (1, 2):
+        restored, _ = run_arrivals(periods, as_a_list_of_periods, restore_after)
+        assert restored == whole
+
+
+def as_runs(arrival: list[Any]) -> bytes:
+    """A journeys step's message: its periods as runs of one table."""
+    from pipelines.flink.attribution.support import closed_periods_message
+
+    return closed_periods_message(period_runs(arrival))
+
+
+def as_a_list_of_periods(arrival: list[Any]) -> bytes:
+    """The message (and entry) of a step as earlier versions made it: a table a period."""
+    from pipelines.flink.attribution.support import _CLOSED, _COUNT
+
+    ends = [period[0] for period in arrival]
+    return b"".join([_CLOSED, _COUNT.pack(len(ends)), struct.pack(f"<{len(ends)}q", *ends),
+                     pickle.dumps(arrival)])
+
+
+def test_runs_of_a_steps_periods_give_back_each_period() -> None:
+    """closed_period_runs: one table in period order, each period a run of it holding its
+    converted journeys in the order they closed, and each period's counts per path of
+    the journeys that did not convert; period_runs of those periods gives them back."""
+    import numpy as np
+
+    from udfs.attribution.data_driven import closed_period_runs
+    from udfs.journeys import ClosedJourneys
+    from udfs.journeys.columns import JourneyTouches, LapsedJourneys, converted_columns
+
+    journeys = [j for period in closed_journeys(5, 4) for j in period]
+    shuffled = random.Random(3).sample(journeys, len(journeys))
+    converted = [j for j in shuffled if isinstance(j, ConvertedJourney)]
+    lapsed = [j for j in shuffled if isinstance(j, NonConvertingJourney)]
+    touches = [t for j in lapsed for t in j.touches]
+    offsets = np.cumsum([0, *(len(j.touches) for j in lapsed)])
+    closed = ClosedJourneys(converted_columns(converted), LapsedJourneys(
+        np.array([j.user_id for j in lapsed], object),
+        np.array([j.close_ts_ms for j in lapsed], np.int64),
+        JourneyTouches(offsets, np.array([t.ts_ms for t in touches], np.int64),
+                       np.array([t.channel for t in touches], object),
+                       np.array([t.campaign for t in touches], object),
+                       np.array([t.trace_id for t in touches], object))))
+    end_of = {j: period_end(j.conversion.ts_ms if isinstance(j, ConvertedJourney)
+                            else j.close_ts_ms, PERIOD_MS) for j in shuffled}
+    runs = closed_period_runs(closed, PERIOD_MS)
+    assert runs[0] == sorted(set(end_of.values())) and len(runs[0]) == 4
+    assert runs[1][0] == 0 and runs[1][-1] == len(runs[2]) == len(converted)
+    for end, table, paths in runs_periods(runs):
+        assert table.order_id.tolist() == [j.conversion.order_id for j in converted
+                                           if end_of[j] == end]
+        assert table.touches.channel.tolist() == [t.channel for j in converted
+                                                  if end_of[j] == end for t in j.touches]
+        expected: dict[tuple[str, ...], float] = {}
+        for j in lapsed:
+            if end_of[j] == end:
+                path = tuple(t.channel for t in j.touches)
+                expected[path] = expected.get(path, 0.0) + 1.0
+        assert paths == expected
+    again = period_runs(runs_periods(runs)[::-1])
+    assert again[0] == runs[0] and again[1] == runs[1] and again[3] == runs[3]
+    assert again[2].order_id.tolist() == runs[2].order_id.tolist()

@@ -168,6 +168,13 @@ class JourneyTouches:
         return JourneyTouches(offsets, self.ts_ms[flat], self.channel[flat],
                               self.campaign[flat], self.trace_id[flat])
 
+    def rows(self, start: int, stop: int) -> JourneyTouches:
+        """The touches of journeys start..stop (views of these columns, not copies)."""
+        first, last = int(self.offsets[start]), int(self.offsets[stop])
+        return JourneyTouches(self.offsets[start:stop + 1] - first, self.ts_ms[first:last],
+                              self.channel[first:last], self.campaign[first:last],
+                              self.trace_id[first:last])
+
 
 @dataclass(frozen=True)
 class ConvertedJourneys:
@@ -197,6 +204,13 @@ class ConvertedJourneys:
                                  self.revenue[mask], self.currency[mask],
                                  self.trace_id[mask], self.stage[mask],
                                  self.touches.select(mask))
+
+    def rows(self, start: int, stop: int) -> ConvertedJourneys:
+        """Journeys start..stop (views of these columns, not copies)."""
+        return ConvertedJourneys(self.user_id[start:stop], self.ts_ms[start:stop],
+                                 self.order_id[start:stop], self.revenue[start:stop],
+                                 self.currency[start:stop], self.trace_id[start:stop],
+                                 self.stage[start:stop], self.touches.rows(start, stop))
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,16 @@ from pipelines.flink.attribution.support import (
     closed_periods_ends,
     collect_garbage_rarely,
     put_all,
+    stored_periods,
 )
-from udfs.attribution import ModelParams, PathCounts, Period, conversion_credit_rows, merged_period
+from udfs.attribution import (
+    ModelParams,
+    PathCounts,
+    Period,
+    conversion_credit_rows,
+    merged_period,
+    period_runs,
+)
 from udfs.journeys import ConvertedJourneys, settle_step_ms
 
 # the key of the fit's credit messages: every version of a period's credits in one
@@ -197,8 +205,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             for key in waiting.pop(end, []):
                 if key.startswith("n"):  # an arrival: the period of it that ends here
                     if key not in read:
-                        read[key] = {period[0]: period
-                                     for period in pickle.loads(self.pending.get(key))}
+                        read[key] = {period[0]: period for period in stored_periods(
+                            pickle.loads(self.pending.get(key)))}
                     _, journeys, paths = read[key].pop(end)
                     parts.append((journeys, paths, 1))
                     continue
@@ -234,8 +242,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 continue
             number = _entry_periods(key)[0][0]
             kept = _arrival_key(number, sorted(left))
-            put_all(self.pending, {kept: pickle.dumps(list(left.values()), PICKLE_PROTOCOL)},
-                    self.process_mode)
+            put_all(self.pending, {kept: pickle.dumps(period_runs(list(left.values())),
+                                                      PICKLE_PROTOCOL)}, self.process_mode)
             for end in left:
                 waiting[end] = [kept if entry == key else entry for entry in waiting[end]]
 

@@ -41,7 +41,12 @@ from schemas.events import (
     unpack,
     without_orders,
 )
-from udfs.attribution import ModelParams, closed_by_period, per_conversion_credit_rows
+from udfs.attribution import (
+    ModelParams,
+    closed_by_period,
+    closed_period_runs,
+    per_conversion_credit_rows,
+)
 from udfs.journeys import (
     Changes,
     ClosedJourneys,
@@ -305,7 +310,7 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if self.refit_period_ms and len(advanced.closed):
             # pickled here, stored as it is by the fit and read once (the key selector
             # between passes bytes on)
-            yield CLOSED_JOURNEYS, closed_periods_message(closed_by_period(
+            yield CLOSED_JOURNEYS, closed_periods_message(closed_period_runs(
                 _for_fit(advanced.closed), self.refit_period_ms))
         self._schedule(bucket, book, ctx)
 

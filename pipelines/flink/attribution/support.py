@@ -15,6 +15,7 @@ from pyflink.datastream import OutputTag
 
 from schemas import rows
 from schemas.records import Conversion, Touchpoint
+from udfs.attribution import Period, PeriodRuns, runs_periods
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
@@ -87,11 +88,17 @@ _CLOSED = b"CJ1\0"
 _COUNT = struct.Struct("<I")
 
 
-def closed_periods_message(periods: list[Any]) -> bytes:
-    """The message for a step's closed journeys grouped by period (closed_by_period)."""
-    ends = np.array([period[0] for period in periods], np.int64)
+def closed_periods_message(runs: PeriodRuns) -> bytes:
+    """The message for a step's closed journeys grouped by period (closed_period_runs)."""
+    ends = np.array(runs[0], np.int64)
     return b"".join([_CLOSED, _COUNT.pack(len(ends)), ends.tobytes(),
-                     pickle.dumps(periods, PICKLE_PROTOCOL)])
+                     pickle.dumps(runs, PICKLE_PROTOCOL)])
+
+
+def stored_periods(stored: PeriodRuns | list[Period]) -> list[Period]:
+    """The periods of a step's closed journeys as the fit stores them: runs of one table,
+    or (as earlier versions stored them) a list of periods."""
+    return stored if isinstance(stored, list) else runs_periods(stored)
 
 
 def closed_periods_ends(message: bytes) -> tuple[list[int], bytes] | None:
