@@ -1,0 +1,22 @@
+"""Marketing channels from ordinary web traffic: a landing request's source, medium and
+campaign (landing.py), and the rules that name its channel (channel_rules.py)."""
+
+from udfs.traffic.channel_rules import (
+    ChannelRules,
+    ChannelRulesError,
+    Classification,
+    load_channel_rules,
+    parse_channel_rules,
+)
+from udfs.traffic.landing import CLICK_IDS, TrafficSource, traffic_source
+
+__all__ = [
+    "CLICK_IDS",
+    "ChannelRules",
+    "ChannelRulesError",
+    "Classification",
+    "TrafficSource",
+    "load_channel_rules",
+    "parse_channel_rules",
+    "traffic_source",
+]
