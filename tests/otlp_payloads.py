@@ -60,6 +60,14 @@ def random_payloads(seed: int, count: int, plain_only: bool = False) -> list[byt
         "gpu.workload": ["ranker", ""],
         "k8s.pod.name": ["pod-1", "y" * 300],
         "db.system.name": ["postgresql"],
+        # an ordinary HTTP request, a landing or not (pipelines/codec/landings.py)
+        "url.full": ["https://shop.example.com/?utm_source=google&utm_medium=cpc&utm_campaign=b",
+                     "https://shop.example.com/p/1", "https://shop.example.com/?GCLID=x",
+                     "https://shop.example.com/?fbclid=1&utm_campaign=" + "c" * 300, 5],
+        "url.query": ["utm_source=newsletter&utm_medium=email", "page=2", "Msclkid=9"],
+        "http.request.header.referer": [["https://www.google.com/"], "https://t.co/x",
+                                        ["https://shop.example.com/a"], []],
+        "server.address": ["shop.example.com"],
     }
     user, channel = "u", rng.choice(["email", "search", "ü"])
     plain_spans = [{"user.id": user, "marketing.channel": channel},

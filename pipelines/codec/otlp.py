@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from pipelines.codec.landings import LANDING_READ, has_landing_key, landing
 from pipelines.codec.wire import LeanTraceRequest
 from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
 from schemas.telemetry import (
@@ -184,11 +185,11 @@ def _decode_span(out: Decoded, span: Any, rules: _ResourceRules, gpu_calls: bool
     # C call); only the values their record is made of are converted.
     kind = record_kind(raw.__contains__ if not resource else
                        lambda key, raw=raw, res=resource: key in raw or key in res)
-    if kind is None:
+    if kind is None and not has_landing_key(raw.__contains__):
         out.ignored += 1
         return
     attrs = dict(resource)
-    for key in KEYS_READ[kind]:
+    for key in KEYS_READ[kind] if kind is not None else LANDING_READ:
         if key in raw:
             attrs[key] = _attr_value(raw[key])
     _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
@@ -278,6 +279,10 @@ def _classify(out: Decoded, attrs: dict[str, Any], trace_id: str, span_id: str, 
     that breaks the contract); `gpu_calls`: keep GPU calls (else only count them)."""
     try:
         record = span_to_record(attrs, trace_id, span_id, start_ns, end_ns)
+        if record is None and has_landing_key(attrs.__contains__):  # an HTTP request
+            touch = landing(attrs)  # a touch if it landed (pipelines/codec/landings.py)
+            if touch is not None:
+                record = span_to_record(touch[0], trace_id, span_id, start_ns, end_ns)
         if record is not None and start_ns > out.latest_ns:
             # A clock far ahead would poison event time (and brokers reject such
             # timestamps by default): such a span is unusable, not data.

@@ -49,6 +49,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -305,12 +306,14 @@ static int any_value(Cursor c, Value *out, int depth) {
 
 enum {
     A_CHANNEL, A_CAMPAIGN, A_USER, A_USER_LEGACY, A_ORDER, A_REVENUE, A_CURRENCY,
-    A_GPU_UUID, A_GPU_WORKLOAD, A_POD, A_NAMESPACE, A_COUNT
+    A_GPU_UUID, A_GPU_WORKLOAD, A_POD, A_NAMESPACE,
+    A_URL_FULL, A_URL_QUERY, A_HTTP_URL, A_HTTP_TARGET, A_REFERER, A_COUNT
 };
 static const char *const KEYS[A_COUNT] = {
     "marketing.channel", "marketing.campaign", "user.id", "enduser.id", "order.id",
     "order.revenue", "order.currency", "gpu.uuid", "gpu.workload", "k8s.pod.name",
-    "k8s.namespace.name"};
+    "k8s.namespace.name", "url.full", "url.query", "http.url", "http.target",
+    "http.request.header.referer"};
 static Py_ssize_t KEY_LENGTHS[A_COUNT];
 
 static int key_index(const uint8_t *s, Py_ssize_t n) {
@@ -494,6 +497,32 @@ static int resource_of(Cursor c, Resource *r) {
 
 enum { SPAN_TOUCH, SPAN_ORDER, SPAN_GPU, SPAN_IGNORED, SPAN_GENERAL };
 
+/* udfs/traffic/landing.py LANDING_MARKS, in the same order: a URL holding one of them (any
+ * case) may be a landing, its span goes the general way, as does every span with a
+ * referrer; tests hold the two lists to the same spans. */
+static const char *const LANDING_MARKS[] = {
+    "utm_", "gclid=", "gbraid=", "wbraid=", "dclid=", "msclkid=", "fbclid=", "ttclid=",
+    "li_fat_id=", "twclid=", "rdt_cid=", "epik=", "sccid=", "yclid="};
+
+static int has_mark(const Value *v) {
+    if (v->kind != K_STR) return 0;
+    for (size_t m = 0; m < sizeof LANDING_MARKS / sizeof LANDING_MARKS[0]; m++) {
+        const char *mark = LANDING_MARKS[m];
+        size_t n = strlen(mark);
+        for (Py_ssize_t i = 0; i + (Py_ssize_t)n <= v->len; i++) {
+            size_t j = 0;
+            while (j < n && tolower(v->s[i + (Py_ssize_t)j]) == mark[j]) j++;
+            if (j == n) return 1;
+        }
+    }
+    return 0;
+}
+
+static int landing_candidate(const Value *v) {
+    return v[A_REFERER].present || has_mark(&v[A_URL_FULL]) || has_mark(&v[A_URL_QUERY]) ||
+           has_mark(&v[A_HTTP_URL]) || has_mark(&v[A_HTTP_TARGET]);
+}
+
 /* schemas/telemetry.py: EARLIEST_NS, MAX_REVENUE (a span outside them is the general
    rules' to dead-letter) */
 #define EARLIEST_NS 946684800000000000ULL
@@ -531,7 +560,7 @@ static int classify(const Span *s, const Resource *r, uint64_t latest_ns) {
     int gpu = v[A_GPU_UUID].present || r->has[A_GPU_UUID] ||
               ((v[A_POD].present || r->has[A_POD]) &&
                (v[A_GPU_WORKLOAD].present || r->has[A_GPU_WORKLOAD]));
-    if (!gpu) return SPAN_IGNORED;
+    if (!gpu) return landing_candidate(v) ? SPAN_GENERAL : SPAN_IGNORED;
     if (!r->gpu_checkable || s->start < EARLIEST_NS || s->start > s->end ||
         s->start > latest_ns)
         return SPAN_GENERAL;

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from pipelines.codec.landings import SHIPPED_CHANNEL_RULES
 from pipelines.codec.ltv_models import allocation_model
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
@@ -33,6 +34,7 @@ from udfs.ltv import (
 )
 from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
+from udfs.traffic import ChannelRulesError, load_channel_rules
 
 # The YAML lives with the other operator-facing files in jobs/config/.
 DEFAULT_CONFIG = PROJECT_ROOT / "jobs" / "config" / "streaming.yaml"
@@ -333,7 +335,23 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
             StreamingJobConfig, with_overrides(data, ENV_OVERRIDES), "", _COMPLETE)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
+    rules = config.journey.channel_rules
+    if rules:  # checked now, and named absolutely: the job reads it when it is built
+        where = Path(rules) if Path(rules).is_absolute() else Path(source).parent / rules
+        try:
+            load_channel_rules(where)
+        except ChannelRulesError as error:
+            raise ConfigError(f"{source}: journey.channel_rules: {error}") from None
+        config = config.replace("journey", channel_rules=str(where.resolve()))
     return config
+
+
+def channel_rules_text(config: StreamingJobConfig) -> tuple[str, str]:
+    """(the text, the file) of the job's channel rules, read where the job is built so
+    that its TaskManagers need not have the file."""
+    where = Path(config.journey.channel_rules) if config.journey.channel_rules \
+        else SHIPPED_CHANNEL_RULES
+    return where.read_text(encoding="utf-8"), str(where)
 
 
 # a watermark step costs about this much per user bucket of a subtask (a Python call each,

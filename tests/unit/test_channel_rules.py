@@ -118,3 +118,29 @@ def test_a_rule_file_that_cannot_be_used_is_named_by_line_and_field(text: str,
 def test_a_missing_rule_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ChannelRulesError, match="channel rules file not found: .*none.yaml"):
         load_channel_rules(tmp_path / "none.yaml")
+
+
+def test_a_job_config_names_its_rule_file_relative_to_itself(tmp_path: Path) -> None:
+    """`journey.channel_rules` is read relative to the config file, checked when the
+    config loads (a broken file fails before any job starts, naming both files), and its
+    text travels with the job."""
+    import yaml
+
+    from pipelines.settings.job_config import ConfigError, channel_rules_text, load_config
+
+    (tmp_path / "rules").mkdir()
+    rules = tmp_path / "rules" / "mine.yaml"
+    rules.write_text("rules:\n  - channel: x\n    all: [{field: medium, equals: [cpc]}]\n")
+    config_file = tmp_path / "job.yaml"
+    config_file.write_text(yaml.safe_dump({"journey": {"channel_rules": "rules/mine.yaml"}}))
+    config = load_config(config_file)
+    assert config.journey.channel_rules == str(rules.resolve())
+    assert channel_rules_text(config) == (rules.read_text(), str(rules.resolve()))
+    assert channel_rules_text(load_config())[1].endswith("jobs/config/channel_rules.yaml")
+
+    rules.write_text("rules:\n  - channel: x\n    all: [{field: medum, equals: [cpc]}]\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(config_file)
+    assert str(raised.value).startswith(
+        f"{config_file}: journey.channel_rules: {rules}, line 3: rules[0].all[0].field: "
+        "'medum' is not one of")

@@ -45,6 +45,7 @@ DEPENDS: dict[str, set[str]] = {
     "experiments": set(),
     "control": set(),
     "reconcile": set(),
+    "traffic": set(),
 }
 # udfs/'s own modules: the vocabulary every domain may use, the composer of the domains'
 # settings, and the module that keeps old pickles' paths importable

@@ -35,6 +35,11 @@ class JourneyConfig:
     # what it changes: udfs/journeys/corrections.py); only older ones are late (0: every
     # event behind the watermark is late). Every event of the horizon is kept in state.
     correction_days: float = 1.0
+    # ordinary HTTP server spans that land with campaign parameters or from another site
+    # become touches, their channel named by this rule file (udfs/traffic/channel_rules.py;
+    # a path, relative to the config file's folder). Empty: the shipped rules, web
+    # analytics' default channel grouping (jobs/config/channel_rules.yaml)
+    channel_rules: str = ""
 
     def __post_init__(self) -> None:
         # messages name the field: the job config reads its `journey` section into this class

@@ -11,6 +11,7 @@ referring site; a request with none of them is a direct visit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -92,3 +93,30 @@ def traffic_source(url: str, referrer: str = "", own_hosts: frozenset[str] = fro
 
 def _same_site(host: str, own: set[str]) -> bool:
     return any(host == mine or host.endswith("." + mine) for mine in own if mine)
+
+
+# The span attributes a landing is read from (OpenTelemetry's HTTP conventions, current
+# and older): the URL as a whole, or its path and query apart; the referrer header where
+# the instrumentation records it (a list of values, as every request header).
+URL_FULL = "url.full"
+URL_QUERY = "url.query"
+HTTP_URL = "http.url"  # before the 1.21 conventions
+HTTP_TARGET = "http.target"  # before the 1.21 conventions: path and query
+REFERER = "http.request.header.referer"
+LANDING_KEYS = (URL_FULL, URL_QUERY, HTTP_URL, HTTP_TARGET, REFERER)
+
+# What a URL must hold for its span to be looked at as a landing (any case): a UTM
+# parameter or a click id. The protobuf scanner (pipelines/codec/otlp_scan.c) makes the
+# same test, so both decoders pass the same spans on; a span with a referrer is always
+# looked at (pipelines/codec/landings.py).
+LANDING_MARKS = ("utm_", *(f"{name}=" for name in CLICK_IDS))
+
+
+def landing_url(texts: Mapping[str, str]) -> str:
+    """The requested URL, from whichever of the conventions' attributes a span has (their
+    texts by key)."""
+    for key in (URL_FULL, HTTP_URL):
+        if texts.get(key):
+            return texts[key]
+    query = texts.get(URL_QUERY, "")
+    return "?" + query if query else texts.get(HTTP_TARGET, "")

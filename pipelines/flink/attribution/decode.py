@@ -27,6 +27,7 @@ from pipelines.codec.events import (
     scan_group,
 )
 from pipelines.codec.frame import Framed, unframe, ungroup
+from pipelines.codec.landings import use_channel_rules
 from pipelines.codec.otlp import MAX_FUTURE_S
 from pipelines.flink.attribution.group_output import NO_EXTRAS, Extras, GroupOutput
 from pipelines.flink.attribution.support import (
@@ -50,6 +51,7 @@ from schemas.events import (
 )
 from schemas.records import DeadLetter
 from udfs.journeys import arrival_bound, arrived_in_time
+from udfs.traffic import parse_channel_rules
 
 log = logging.getLogger(__name__)
 _OLDEST = -(2**63)  # no event is late by arrival
@@ -78,8 +80,11 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     """
 
     def __init__(self, encoding: str, source: str, buckets: int,
-                 max_future_s: float = MAX_FUTURE_S, correction_ms: int = 0) -> None:
+                 max_future_s: float = MAX_FUTURE_S, correction_ms: int = 0,
+                 channel_rules: tuple[str, str] | None = None) -> None:
         self.encoding = encoding
+        # (text, file) of the rules that name a landing span's channel (None: the shipped)
+        self.channel_rules = channel_rules
         self.max_future_s = max_future_s  # a span further ahead of the clock: dead letter
         self.source = source
         self.correction_ms = correction_ms
@@ -87,6 +92,8 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
+        use_channel_rules(parse_channel_rules(*self.channel_rules)
+                          if self.channel_rules else None)
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         group = GroupOutput()

@@ -58,7 +58,7 @@ from pipelines.flink.runtime.kafka import (
     run_pipeline,
     stay_active,
 )
-from pipelines.settings.job_config import StreamingJobConfig
+from pipelines.settings.job_config import StreamingJobConfig, channel_rules_text
 from udfs.journeys import correction_reach_ms
 
 
@@ -93,7 +93,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     reach_ms = correction_reach_ms(horizon_ms, int(config.event_time.max_future_s * 1000))
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans,
                                      config.flink.user_buckets,
-                                     config.event_time.max_future_s, horizon_ms)) \
+                                     config.event_time.max_future_s, horizon_ms,
+                                     channel_rules_text(config))) \
         .name("decode-otlp").uid("decode-otlp")
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
