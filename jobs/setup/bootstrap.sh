@@ -127,6 +127,27 @@ if [ "$extras" = "dev" ]; then
   fi
 fi
 
+# The dev set-up also installs a shop's web app stack (Flask and OpenTelemetry's
+# auto-instrumentation) in an environment of its own (.cache/webapp-venv: the
+# instrumentation pins an API release other than the project's SDK):
+# tests/integration/test_web_app.py runs tests/web_app.py under it. Rebuilt when its
+# requirements or constraints change.
+webapp_venv="$root/.cache/webapp-venv"
+if [ "$extras" = "dev" ]; then
+  webapp_files="jobs/setup/webapp-requirements.txt jobs/setup/webapp-constraints.txt"
+  webapp_hash=$(hash_of $webapp_files)
+  if [ ! -x "$webapp_venv/bin/python" ] || \
+     [ "$(cat "$stamp_dir/webapp" 2>/dev/null)" != "$webapp_hash" ]; then
+    echo "==> a Flask app with OpenTelemetry auto-instrumentation (.cache/webapp-venv)"
+    rm -rf "$webapp_venv"
+    "$py" -m venv "$webapp_venv"
+    "$webapp_venv/bin/python" -m pip install --quiet --progress-bar off \
+      -r jobs/setup/webapp-requirements.txt -c jobs/setup/webapp-constraints.txt
+    "$webapp_venv/bin/python" -c "import flask, opentelemetry.instrumentation.flask"
+    echo "$webapp_hash" > "$stamp_dir/webapp"
+  fi
+fi
+
 # The dev set-up also builds an OpenTelemetry Collector (receiver otlp, processor batch,
 # contrib kafka exporter/receiver) with the Collector's builder, where a Go toolchain is
 # found: tests/integration/test_collector.py runs the documented Collector configuration in
