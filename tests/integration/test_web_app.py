@@ -30,9 +30,6 @@ from tests.job_io import credit_rows, messages
 WEBAPP_PYTHON = PROJECT_ROOT / ".cache" / "webapp-venv" / "bin" / "python"
 APP = PROJECT_ROOT / "tests" / "web_app.py"
 
-pytestmark = pytest.mark.skipif(
-    not WEBAPP_PYTHON.exists(), reason="no .cache/webapp-venv: `make setup-dev` makes it "
-    "(jobs/setup/bootstrap.sh)")
 
 
 def free_port() -> int:
@@ -76,6 +73,7 @@ def otlp_to_kafka(kafka: str, job_config) -> Iterator[tuple[str, list[int]]]:
 
 @pytest.fixture
 def web_app(otlp_to_kafka: tuple[str, list[int]], tmp_path: Path) -> Iterator[str]:
+    assert WEBAPP_PYTHON.exists(), "no .cache/webapp-venv: `make setup-dev` makes it"
     port = free_port()
     log = tmp_path / "web_app.log"
     with log.open("w") as sink:
