@@ -52,6 +52,10 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--topic", help="default: topics.spans of the config "
                                       f"({TopicsConfig.spans})")
     gen.add_argument("--encoding", choices=["otlp_proto", "otlp_json"], default="otlp_proto")
+    gen.add_argument("--touches", choices=["attributes", "http"], default="attributes",
+                     help="touches as explicit marketing.* attributes, or as plain HTTP "
+                          "landing requests whose UTM parameters or referrer name the "
+                          "channel (what auto-instrumentation sends: schemas/TELEMETRY.md)")
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
@@ -116,7 +120,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
                        repeat_buying=REPEAT_BUYING_PRESETS[args.repeat_buying]
                        if args.repeat_buying else None)
     spans = publish_plan(plan, bootstrap, topic, seed=args.seed, encoding=args.encoding,
-                         partition_by_trace=args.partition_by_trace, client=client)
+                         partition_by_trace=args.partition_by_trace, client=client,
+                         touches=args.touches)
     print(generated_summary(plan, spans, args.users, topic, time.monotonic() - started))
     if args.gpu_recording:
         count = write_gpu_recording(plan, Path(args.gpu_recording), args.seed)

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+from pipelines.sources.landing_form import landing_attributes
 from pipelines.sources.repeat_buying import DIRECT, Order, RepeatBuying
 from schemas import telemetry as attr
 
@@ -258,7 +259,9 @@ class SpanEmitter:
     """The OpenTelemetry SDK set up as an instrumented shop: planned events in, spans out
     through `exporter` in batches of `batch_size`."""
 
-    def __init__(self, exporter: SpanExporter, seed: int = 7, batch_size: int = 500) -> None:
+    def __init__(self, exporter: SpanExporter, seed: int = 7, batch_size: int = 500,
+                 touches: str = "attributes") -> None:
+        self.touches = touches  # TOUCH_FORMS: marketing.* attributes, or plain HTTP landings
         self.processor = BatchingProcessor(exporter, batch_size)
         self.provider = TracerProvider(
             resource=Resource.create({"service.name": "web-shop",
@@ -270,7 +273,7 @@ class SpanEmitter:
 
     def event(self, event: PlannedEvent) -> int:
         """Spans of one event (returns how many)."""
-        return _emit_event(self.tracer, event)
+        return _emit_event(self.tracer, event, self.touches == "http")
 
     def flush(self) -> None:
         self.processor.force_flush()
@@ -303,12 +306,13 @@ def arrivals_ns(events: list[PlannedEvent], ship_every_ns: int = SHIP_EVERY_NS) 
 def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
          seed: int = 7, batch_size: int = 500,
          progress: Callable[[int, int], None] | None = None,
-         ship_every_ns: int = SHIP_EVERY_NS) -> int:
+         ship_every_ns: int = SHIP_EVERY_NS, touches: str = "attributes") -> int:
     """Emit the plan through the OpenTelemetry SDK; returns the number of spans exported.
     Spans go out in messages of at most `batch_size`, one shipping time each
     (`arrivals_ns`), stamped with it where the exporter stamps records (KafkaSpanExporter's
-    `timestamp_ms`: the record's CreateTime)."""
-    emitter = SpanEmitter(exporter, seed, batch_size)
+    `timestamp_ms`: the record's CreateTime). `touches="http"`: touches as plain landing
+    requests (pipelines/sources/landing_form.py)."""
+    emitter = SpanEmitter(exporter, seed, batch_size, touches)
     # Malformed messages go out at fixed points of the stream, between span batches.
     checkpoints = {int(len(plan.events) * (i + 1) / (len(plan.malformed) + 1)): payload
                    for i, payload in enumerate(plan.malformed)}
@@ -332,7 +336,7 @@ def emit(plan: Plan, exporter: SpanExporter, send_raw: Callable[[bytes], None],
     return spans
 
 
-def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
+def _emit_event(tracer: trace.Tracer, event: PlannedEvent, http_touches: bool = False) -> int:
     start = event.ts_ns
     if event.kind == "gpu_batch":
         tracer.start_span("embeddings.refresh", start_time=start, attributes={
@@ -348,11 +352,13 @@ def _emit_event(tracer: trace.Tracer, event: PlannedEvent) -> int:
                           ).end(end_time=start + 3_000_000)
         return 1
     if event.kind == "touchpoint":
-        attributes: dict[str, str | float] = {
+        attributes: dict[str, object] = {
             attr.USER_ID: event.user_id, attr.CHANNEL: event.channel,
             "http.request.method": "GET", "url.path": "/landing"}
         if event.campaign:
             attributes[attr.CAMPAIGN] = event.campaign
+        if http_touches:
+            attributes = landing_attributes(event.user_id, event.channel, event.campaign)
         root = tracer.start_span("GET /landing", kind=trace.SpanKind.SERVER,
                                  attributes=attributes, start_time=start)
         children = 0

@@ -30,12 +30,13 @@ DEMO_EXPERIMENTS = (
 
 def publish_plan(plan: Plan, bootstrap: str, topic: str, seed: int,
                  encoding: str = "otlp_proto", partition_by_trace: bool = False,
-                 client: dict[str, Any] | None = None) -> int:
+                 client: dict[str, Any] | None = None, touches: str = "attributes") -> int:
     """The plan's spans (and malformed messages) to `topic`, each record stamped with when
     it would have arrived; returns the spans exported. A missing topic is created to keep
     those stamps (CreateTime, no retention: SAMPLE_SPANS_TOPIC); one that stamps records
     with the broker's time gets a warning. `client`: kafka-python settings (security:
-    pipelines.kafka.security.for_python)."""
+    pipelines.kafka.security.for_python); `touches`: pipelines.sources.landing_form's
+    TOUCH_FORMS."""
     ensure_topics(bootstrap, [topic], client=client, config=SAMPLE_SPANS_TOPIC)
     if timestamp_type(bootstrap, topic, client) != "CreateTime":
         print(f"warning: {topic} stamps records with the broker's time (LogAppendTime): the "
@@ -47,7 +48,7 @@ def publish_plan(plan: Plan, bootstrap: str, topic: str, seed: int,
     raw = producer(bootstrap, **(client or {}))
     try:
         return emit(plan, exporter, lambda payload: raw.send(topic, payload).get(30),
-                    seed=seed)
+                    seed=seed, touches=touches)
     finally:
         raw.close()
 
