@@ -20,6 +20,7 @@ from jobs.commands import (
     cluster,
     experiments,
     inputs,
+    inspect,
     intervals,
     ltv,
     stack,
@@ -40,7 +41,8 @@ USER_ERRORS = (CliError, ConfigError, StackError, OSError, ValueError)
 
 # in the order `seedance --help` lists them
 COMMANDS = (demo.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
-            inputs.add_generate, inputs.add_spend, stream.add_report, dashboard.add_parser,
+            inputs.add_generate, inspect.add_inspect, inputs.add_spend, stream.add_report,
+            dashboard.add_parser,
             stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
             ltv.add_ltv, cluster.add_cluster, add_control,
             reconcile.add_parser, verify.add_verify, backfill.add_parsers)

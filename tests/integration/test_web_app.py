@@ -110,7 +110,7 @@ def visit(base: str, path: str, user: str, referrer: str = "",
 
 
 def test_an_auto_instrumented_web_apps_landings_are_credited(kafka, flink, job_config,
-                                                             web_app, otlp_to_kafka):
+                                                             web_app, otlp_to_kafka, capsys):
     site = web_app
     # u1: a paid search click (UTM), then a click inside the site, then the checkout
     visit(site, "/?utm_source=google&utm_medium=cpc&utm_campaign=brand", "u1")
@@ -152,3 +152,16 @@ def test_an_auto_instrumented_web_apps_landings_are_credited(kafka, flink, job_c
     # 4 landings and 3 orders used; the click inside the site, the direct visit and the
     # health check are ordinary tracing
     assert (report["used"], report["dead_lettered"]) == (7, 0)
+
+    # and `seedance inspect` reads the same topic as the job, span by span
+    from jobs import cli
+
+    capsys.readouterr()
+    assert cli.main(["inspect", "--topic", config.topics.spans, "--bootstrap", kafka,
+                     "--limit", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "touch - user u1, channel paid_search, campaign brand (channel rule " \
+        "'paid_search')" in out
+    assert "ignored - a click inside the site or a direct visit" in out
+    assert "order - order o1, revenue 40 USD, user u1" in out
+    assert out.splitlines()[-1].startswith("3 spans in 3 messages: 1 touch, 1 order")
