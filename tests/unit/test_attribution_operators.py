@@ -23,6 +23,7 @@ from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.events import decode_events
 from pipelines.codec.frame import NO_TIME, frame, group_frames, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
+from pipelines.codec.otlp import decode_spans
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
@@ -42,6 +43,7 @@ from pipelines.flink.attribution.support import (
 from pipelines.sources.expected import late_beyond
 from pipelines.sources.generator import Plan, PlannedEvent, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from pipelines.sources.landing_form import TOUCH_FORMS, landing_attributes
 from schemas.events import EMPTY, EventColumns, records_of, unpack
 from schemas.records import Touchpoint
 from tests.flink_fakes import FakeContext, Harness, KeyState, Named, StateStore, Timers
@@ -674,3 +676,32 @@ def test_spans_for_the_general_rules_keep_a_message_in_the_group_scan(monkeypatc
     assert grouped == single
     assert seen["general"] > 5 and seen["whole"] > 0, seen
     assert grouped[3][COUNTS.index("dead_lettered")] > 0
+
+
+def test_a_sample_as_plain_http_landings_gets_the_credits_of_its_explicit_attributes():
+    """The sample shop's touches given as plain HTTP landings (UTM parameters, a referrer:
+    pipelines/sources/landing_form.py) get the credits, conversions and counts of the same
+    touches given as explicit `marketing.*` attributes."""
+    def sample(touches: str) -> list[bytes]:
+        sink = CollectingProducer()
+        emit(plan_events(300, seed=21), KafkaSpanExporter("unused:0", producer=sink),
+             sink.append, batch_size=16, touches=touches)
+        return stamped(sink)
+
+    explicit, http = (sample(touches) for touches in TOUCH_FORMS)
+    assert len(explicit) == len(http) and explicit != http
+    assert b"marketing.channel" not in b"".join(http)
+    touches = [r for message in http for r in decode_spans(message).records
+               if isinstance(r, Touchpoint)]
+    assert {t.channel for t in touches} == {"paid_search", "paid_social", "display", "email",
+                                            "affiliate", "organic_search"}
+    by_attributes, by_landings = finish(run(Job(), explicit)), finish(run(Job(), http))
+    assert len(by_attributes.credits) > 500
+    assert by_landings.credits == by_attributes.credits
+    assert by_landings.counts == by_attributes.counts
+    assert by_landings.conversions == by_attributes.conversions
+
+
+def test_a_channel_without_a_landing_form_is_refused() -> None:
+    with pytest.raises(ValueError, match="no landing form for channel 'tv'"):
+        landing_attributes("u1", "tv", "")
