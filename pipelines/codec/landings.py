@@ -99,7 +99,7 @@ def landing(attrs: Mapping[str, Any]) -> tuple[dict[str, str], Classification] |
     traffic = traffic_source(url, texts[REFERER], own_hosts=frozenset(
         host.split(":")[0] for host in own))
     user = texts[USER_ID] or texts[USER_ID_LEGACY]
-    if traffic.is_direct or not user:
+    if not traffic.is_landing or not user:
         return None
     classified = channel_rules().classify(traffic)
     touch = {CHANNEL: classified.channel, USER_ID: user}

@@ -44,8 +44,10 @@ CASES = [
     (f"{SHOP}/", "https://www.linkedin.com/feed/", "organic_social", "referrer", ""),
     (f"{SHOP}/", "https://www.youtube.com/watch?v=1", "organic_video", "referrer", ""),
     (f"{SHOP}/", "https://news.ycombinator.com/item?id=1", "referral", "referrer", ""),
-    (f"{SHOP}/cart", f"{SHOP}/p/1", "direct", "direct", ""),  # internal navigation
-    (f"{SHOP}/", "https://blog.shop.example.com/x", "direct", "direct", ""),
+    (f"{SHOP}/cart", f"{SHOP}/p/1", "direct", "internal", ""),  # a click inside the site
+    (f"{SHOP}/", "https://blog.shop.example.com/x", "direct", "internal", ""),
+    # campaign parameters on an internal link (or passed on by a redirect): no new visit
+    (f"{SHOP}/p/1?utm_source=google&utm_medium=cpc", f"{SHOP}/", "direct", "internal", ""),
     (f"{SHOP}/", "", "direct", "direct", ""),
     (f"{SHOP}/?utm_source=mystery", "", "unassigned", "utm", ""),
 ]

@@ -41,7 +41,8 @@ CLICK_IDS: dict[str, tuple[str, str]] = {
 @dataclass(frozen=True)
 class TrafficSource:
     """A visit's source (a site or platform name, lower case), medium, campaign, and what
-    decided them (`evidence`: "utm", "click_id:<name>", "referrer" or "direct")."""
+    decided them (`evidence`: "utm", "click_id:<name>", "referrer", "direct", or
+    "internal": a click inside the site)."""
 
     source: str
     medium: str
@@ -49,8 +50,10 @@ class TrafficSource:
     evidence: str
 
     @property
-    def is_direct(self) -> bool:
-        return self.evidence == "direct"
+    def is_landing(self) -> bool:
+        """Campaign parameters, a click id or another site: not a direct visit, not a click
+        inside one."""
+        return self.evidence not in ("direct", "internal")
 
 
 def query_of(url: str) -> dict[str, str]:
@@ -74,10 +77,14 @@ def host_of(url: str) -> str:
 def traffic_source(url: str, referrer: str = "", own_hosts: frozenset[str] = frozenset()
                    ) -> TrafficSource:
     """The source of a visit that landed on `url` from `referrer` ("" when not recorded).
-    A referrer on the site itself (the landing URL's host, or one of `own_hosts`) is
-    internal navigation: no referring site."""
+    A referrer on the site itself (the landing URL's host, or one of `own_hosts`) is a
+    click inside a visit: no landing, whatever the URL carries (campaign parameters kept
+    on internal links, a redirect that passes them on), evidence "internal"."""
     params = query_of(url)
     campaign = params.get("utm_campaign", "")
+    referring = host_of(referrer)
+    if referring and _same_site(referring, {host_of(url), *own_hosts}):
+        return TrafficSource(DIRECT_SOURCE, NO_MEDIUM, campaign, "internal")
     if params.get("utm_source") or params.get("utm_medium"):
         return TrafficSource(params.get("utm_source", "").lower() or "(not set)",
                              params.get("utm_medium", "").lower() or "(not set)",
@@ -85,8 +92,7 @@ def traffic_source(url: str, referrer: str = "", own_hosts: frozenset[str] = fro
     for name, (source, medium) in CLICK_IDS.items():
         if params.get(name):
             return TrafficSource(source, medium, campaign, f"click_id:{name}")
-    referring = host_of(referrer)
-    if referring and not _same_site(referring, {host_of(url), *own_hosts}):
+    if referring:
         return TrafficSource(referring, "referral", campaign, "referrer")
     return TrafficSource(DIRECT_SOURCE, NO_MEDIUM, campaign, "direct")
 
