@@ -54,12 +54,14 @@ def test_the_referrer_and_click_ids_name_the_channel_and_clicks_inside_the_site_
          "http.request.header.referer": ("https://www.google.co.uk/",)},
         {"url.path": "/cart", "server.address": "shop.example.com", "user.id": "u-1",
          "http.request.header.referer": (f"{SHOP}/p/1",)},  # a click inside the site
+        {"url.full": f"{SHOP}/p/3?utm_source=google&utm_medium=cpc", "user.id": "u-1",
+         "http.request.header.referer": (f"{SHOP}/",)},  # an internal link with UTM
         {"url.full": f"{SHOP}/", "user.id": "u-3"},  # a direct visit
         {"url.full": f"{SHOP}/?utm_source=news&utm_medium=email"},  # no user: no touch
         {"http.route": "/health"})  # plain tracing
     assert [(r.user_id, r.channel) for r in records] == [("u-1", "paid_social"),
                                                          ("u-2", "organic_search")]
-    assert ignored == 4
+    assert ignored == 5
 
 
 def test_a_span_that_names_its_channel_keeps_it() -> None:
