@@ -49,7 +49,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if bool(args.file) == bool(args.topic):
         raise CliError("give a FILE or --topic, one of them")
     config = job_config(args)
-    use_channel_rules(parse_channel_rules(*channel_rules_text(config)))
+    use_channel_rules(parse_channel_rules(*channel_rules_text(config)),
+                      config.journey.landing_user)
     sources = _file_messages(Path(args.file)) if args.file else _topic_messages(args, config)
     totals: Counter[str] = Counter()
     messages = 0

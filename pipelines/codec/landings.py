@@ -42,13 +42,38 @@ HTTP_HOST = "http.host"  # before the 1.21 conventions
 # what a landing is read from: the span's own attributes (and its resource's user)
 LANDING_READ = (*LANDING_KEYS, SERVER_ADDRESS, HTTP_HOST, USER_ID, USER_ID_LEGACY)
 
+COOKIE = "http.request.header.cookie"  # the Cookie request header, where it is captured
+
 _rules: ChannelRules | None = None
+_user_from = ""  # journey.landing_user: an attribute, or "cookie:<name>" ("": none)
 
 
-def use_channel_rules(rules: ChannelRules | None) -> None:
-    """The rules every later decoding in this process applies (None: the shipped ones)."""
-    global _rules
-    _rules = rules
+def use_channel_rules(rules: ChannelRules | None, user_from: str = "") -> None:
+    """The rules every later decoding in this process applies (None: the shipped ones),
+    and where a landing's user is when the span has no enduser.id / user.id."""
+    global _rules, _user_from
+    _rules, _user_from = rules, user_from
+
+
+def landing_read() -> tuple[str, ...]:
+    """The attributes a landing is read from, the configured user's included."""
+    if not _user_from:
+        return LANDING_READ
+    return (*LANDING_READ, COOKIE if _user_from.startswith("cookie:") else _user_from)
+
+
+def configured_user(attrs: Mapping[str, Any]) -> str:
+    """The user `journey.landing_user` names: an attribute's text, or a cookie's value."""
+    if not _user_from.startswith("cookie:"):
+        return text_of(attrs.get(_user_from)) if _user_from else ""
+    name = _user_from.removeprefix("cookie:")
+    headers = attrs.get(COOKIE)
+    for header in headers if isinstance(headers, list | tuple) else [text_of(headers)]:
+        for pair in str(header).split(";"):
+            key, _, value = pair.strip().partition("=")
+            if key == name and value.strip('"'):
+                return value.strip('"')
+    return ""
 
 
 def channel_rules() -> ChannelRules:
@@ -89,7 +114,8 @@ def landing_candidate(attrs: Mapping[str, Any]) -> bool:
 def landing(attrs: Mapping[str, Any]) -> tuple[dict[str, str], Classification] | None:
     """The touch attributes of a landing span (channel, campaign when there is one, user)
     and the rule that named the channel; None when it is no landing (a direct visit, a
-    click inside the site) or names no user."""
+    click inside the site) or names no user (`enduser.id`, `user.id`, or where
+    `journey.landing_user` says)."""
     if not landing_candidate(attrs):
         return None
     texts = {key: text_of(attrs.get(key)) for key in LANDING_READ}
@@ -98,7 +124,7 @@ def landing(attrs: Mapping[str, Any]) -> tuple[dict[str, str], Classification] |
     url = landing_url(texts)
     traffic = traffic_source(url, texts[REFERER], own_hosts=frozenset(
         host.split(":")[0] for host in own))
-    user = texts[USER_ID] or texts[USER_ID_LEGACY]
+    user = texts[USER_ID] or texts[USER_ID_LEGACY] or configured_user(attrs)
     if not traffic.is_landing or not user:
         return None
     classified = channel_rules().classify(traffic)

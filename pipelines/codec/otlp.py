@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from pipelines.codec.landings import LANDING_READ, has_landing_key, landing
+from pipelines.codec.landings import has_landing_key, landing, landing_read
 from pipelines.codec.wire import LeanTraceRequest
 from schemas.records import Conversion, DeadLetter, GpuCall, Touchpoint
 from schemas.telemetry import (
@@ -189,7 +189,7 @@ def _decode_span(out: Decoded, span: Any, rules: _ResourceRules, gpu_calls: bool
         out.ignored += 1
         return
     attrs = dict(resource)
-    for key in KEYS_READ[kind] if kind is not None else LANDING_READ:
+    for key in KEYS_READ[kind] if kind is not None else landing_read():
         if key in raw:
             attrs[key] = _attr_value(raw[key])
     _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,

@@ -88,3 +88,29 @@ fallback: other
          "user.id": "u-1"},
         {"url.full": f"{SHOP}/?gclid=1", "user.id": "u-2"})
     assert [r.channel for r in records] == ["brand_search", "other"]
+
+
+@pytest.mark.parametrize(("user_from", "attrs"), [
+    ("http.request.header.x-user-id", {"http.request.header.x-user-id": ("u-7",)}),
+    ("cookie:uid", {"http.request.header.cookie": ("theme=dark; uid=u-7; lang=en",)}),
+    ("session.user", {"session.user": "u-7"}),
+])
+def test_a_landing_without_enduser_id_takes_its_user_where_the_config_says(
+        user_from: str, attrs: dict[str, object]) -> None:
+    landing = {"url.full": f"{SHOP}/?utm_source=google&utm_medium=cpc", **attrs}
+    records, ignored, _ = decoded(landing)
+    assert (records, ignored) == ([], 1)  # no user where it looks by default
+    use_channel_rules(None, user_from)
+    records, _, _ = decoded(landing, {"url.full": f"{SHOP}/?gclid=1", "enduser.id": "u-8",
+                                      **attrs})
+    assert [(r.user_id, r.channel) for r in records] == [("u-7", "paid_search"),
+                                                         ("u-8", "paid_search")]
+
+
+def test_a_landing_user_setting_that_names_nothing_is_refused() -> None:
+    from udfs.journeys import JourneyConfig
+
+    for wrong in ("cookie:", " uid", "a b"):
+        with pytest.raises(ValueError, match="landing_user must be an attribute name or "
+                                             "cookie:<name>"):
+            JourneyConfig(landing_user=wrong)

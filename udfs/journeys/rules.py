@@ -40,6 +40,10 @@ class JourneyConfig:
     # a path, relative to the config file's folder). Empty: the shipped rules, web
     # analytics' default channel grouping (jobs/config/channel_rules.yaml)
     channel_rules: str = ""
+    # where a landing span's user is when it has no enduser.id / user.id: a span attribute
+    # (e.g. a header the instrumentation captures, http.request.header.x-user-id), or
+    # "cookie:<name>", a cookie of the captured Cookie header. Empty: nowhere else
+    landing_user: str = ""
 
     def __post_init__(self) -> None:
         # messages name the field: the job config reads its `journey` section into this class
@@ -55,6 +59,10 @@ class JourneyConfig:
         if self.duplicate_order_days is not None and not self.duplicate_order_days > 0:
             raise ValueError("duplicate_order_days must be positive or null, got "
                              f"{self.duplicate_order_days}")
+        if self.landing_user.strip() != self.landing_user or " " in self.landing_user or (
+                self.landing_user.startswith("cookie:") and len(self.landing_user) == 7):
+            raise ValueError("landing_user must be an attribute name or cookie:<name>, got "
+                             f"{self.landing_user!r}")
         if not self.correction_days >= 0:
             raise ValueError(f"correction_days must be 0 or more, got {self.correction_days}")
 

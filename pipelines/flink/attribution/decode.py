@@ -81,10 +81,12 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
 
     def __init__(self, encoding: str, source: str, buckets: int,
                  max_future_s: float = MAX_FUTURE_S, correction_ms: int = 0,
-                 channel_rules: tuple[str, str] | None = None) -> None:
+                 channel_rules: tuple[str, str] | None = None, landing_user: str = "") -> None:
         self.encoding = encoding
-        # (text, file) of the rules that name a landing span's channel (None: the shipped)
+        # (text, file) of the rules that name a landing span's channel (None: the shipped),
+        # and where a landing's user is besides enduser.id / user.id
         self.channel_rules = channel_rules
+        self.landing_user = landing_user
         self.max_future_s = max_future_s  # a span further ahead of the clock: dead letter
         self.source = source
         self.correction_ms = correction_ms
@@ -93,7 +95,7 @@ class DecodeOtlp(ProcessFunction):  # type: ignore[misc]
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
         use_channel_rules(parse_channel_rules(*self.channel_rules)
-                          if self.channel_rules else None)
+                          if self.channel_rules else None, self.landing_user)
 
     def process_element(self, value: bytes, ctx: ProcessFunction.Context) -> Iterator[Any]:
         group = GroupOutput()

@@ -94,7 +94,8 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     decoded = raw.process(DecodeOtlp(config.input.encoding, config.topics.spans,
                                      config.flink.user_buckets,
                                      config.event_time.max_future_s, horizon_ms,
-                                     channel_rules_text(config))) \
+                                     channel_rules_text(config),
+                                     config.journey.landing_user)) \
         .name("decode-otlp").uid("decode-otlp")
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
