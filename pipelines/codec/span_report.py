@@ -45,7 +45,11 @@ def inspect_message(payload: bytes, encoding: str = "auto",
         return MessageReport([], f"{reason.reason}: {reason.detail}" if reason
                              else "no spans in it")
     kind = sniff_encoding(payload) if encoding == "auto" else encoding
-    singles = _proto_singles(payload) if kind == "otlp_proto" else _json_singles(payload)
+    try:
+        singles = list(_proto_singles(payload) if kind == "otlp_proto"
+                       else _json_singles(payload))
+    except ValueError:  # "\n{": protobuf after all, as the decoder found
+        singles = list(_proto_singles(payload))
     return MessageReport([_verdict(*single, max_future_s) for single in singles])
 
 

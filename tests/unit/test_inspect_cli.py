@@ -83,3 +83,13 @@ def test_inspect_wants_a_file_or_a_topic(tmp_path: Path, capsys) -> None:
     assert "give a FILE or --topic" in capsys.readouterr().err
     assert cli.main(["inspect", str(tmp_path / "none.json")]) == 2
     assert f"file not found: {tmp_path / 'none.json'}" in capsys.readouterr().err
+
+
+def test_a_protobuf_message_that_opens_like_json_is_explained_as_protobuf() -> None:
+    from pipelines.codec.span_report import inspect_message
+    from tests.otlp_payloads import json_looking_protobuf
+
+    payload = json_looking_protobuf()
+    assert payload[:2] == b"\n{"
+    report = inspect_message(payload)
+    assert report.unreadable is None and report.spans
