@@ -171,7 +171,10 @@ def stay_active(stream: DataStream, name: str, uid: str) -> DataStream:
 
 def _job_classes():  # noqa: ANN202 (py4j's JVM view)
     """The JVM, with the project's jars loadable by this client (py4j builds the source's
-    deserializer and the event-time assigner here, before the job is submitted)."""
+    deserializer and the event-time assigner here, before the job is submitted). The
+    gateway may start here, before any job: the Python a thread-mode job embeds is fixed
+    then (prefer_this_python)."""
+    prefer_this_python()
     add_jars_to_context_class_loader([jar.as_uri() for jar in flink_connector_jars()])
     return get_gateway().jvm
 
