@@ -62,7 +62,7 @@ class Decoded:
 
 # --- protobuf ------------------------------------------------------------------------
 
-def _any_value(value: AnyValue) -> Any:
+def any_value(value: AnyValue) -> Any:
     kind = value.WhichOneof("value")
     if kind is None:
         return None
@@ -81,7 +81,7 @@ def _span_dead_letter(error: InvalidSpan, trace_id: str, span_id: str, name: str
 
 def _attr_value(value: AnyValue) -> Any:
     text = value.string_value  # most attributes are strings: one C call then
-    return text if text else _any_value(value)
+    return text if text else any_value(value)
 
 
 _TOUCH_KEYS = frozenset(KEYS_READ["touchpoint"])
@@ -157,7 +157,7 @@ class _ResourceRules:
 
 
 def _resource_rules(resource_spans: Any, gpu_calls: bool) -> _ResourceRules:
-    resource_all = {key: _any_value(value)
+    resource_all = {key: any_value(value)
                     for key, value in resource_spans.resource.attributes.items()}
     # resource attributes (k8s pod, namespace) fill in what a span does not say
     resource = {k: v for k, v in resource_all.items() if k in CONTRACT_KEYS}
@@ -194,7 +194,7 @@ def _decode_span(out: Decoded, span: Any, rules: _ResourceRules, gpu_calls: bool
             attrs[key] = _attr_value(raw[key])
     _classify(out, attrs, span.trace_id.hex(), span.span_id.hex(), span.name,
               span.start_time_unix_nano, span.end_time_unix_nano,
-              lambda raw=raw: {k: _any_value(v) for k, v in raw.items()},
+              lambda raw=raw: {k: any_value(v) for k, v in raw.items()},
               gpu_calls)
 
 
@@ -248,18 +248,18 @@ def _json_value(value: dict[str, Any]) -> Any:
     return None
 
 
-def _json_attrs(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
+def json_attrs(items: Iterable[dict[str, Any]] | None) -> dict[str, Any]:
     return {item["key"]: _json_value(item.get("value") or {}) for item in items or ()}
 
 
 def _decode_json(request: dict[str, Any], out: Decoded, gpu_calls: bool) -> None:
     for resource_spans in _get(request, "resourceSpans", "resource_spans", []):
         resource = resource_spans.get("resource") or {}
-        resource_attrs = _json_attrs(resource.get("attributes"))
+        resource_attrs = json_attrs(resource.get("attributes"))
         for scope_spans in _get(resource_spans, "scopeSpans", "scope_spans", []):
             for span in scope_spans.get("spans") or []:
                 out.spans += 1
-                attrs = _json_attrs(span.get("attributes"))
+                attrs = json_attrs(span.get("attributes"))
                 _classify(out, {**resource_attrs, **attrs} if resource_attrs else attrs,
                           str(_get(span, "traceId", "trace_id", "")).lower(),
                           str(_get(span, "spanId", "span_id", "")).lower(),

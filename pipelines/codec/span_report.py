@@ -16,7 +16,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from pipelines.codec.exposures import decode_exposures
 from pipelines.codec.landings import has_landing_key, landing, landing_candidate
-from pipelines.codec.otlp import MAX_FUTURE_S, UTF8_BOM, decode_spans, sniff_encoding
+from pipelines.codec.otlp import (
+    MAX_FUTURE_S,
+    UTF8_BOM,
+    any_value,
+    decode_spans,
+    json_attrs,
+    sniff_encoding,
+)
 from schemas.records import Conversion, GpuCall, Touchpoint
 from schemas.telemetry import CHANNEL, FLAG_KEY, USER_ID, USER_ID_LEGACY
 
@@ -111,7 +118,7 @@ def _proto_singles(payload: bytes) -> Iterator[tuple[bytes, str, dict[str, Any],
     except DecodeError:
         return
     for resource_spans in request.resource_spans:
-        resource = {kv.key: _proto_value(kv.value) for kv in resource_spans.resource.attributes}
+        resource = {kv.key: any_value(kv.value) for kv in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 one = ExportTraceServiceRequest()
@@ -120,17 +127,9 @@ def _proto_singles(payload: bytes) -> Iterator[tuple[bytes, str, dict[str, Any],
                 scope = part.scope_spans.add()
                 scope.scope.CopyFrom(scope_spans.scope)
                 scope.spans.add().CopyFrom(span)
-                attrs = {**resource, **{kv.key: _proto_value(kv.value)
-                                        for kv in span.attributes}}
+                attrs = {**resource, **{kv.key: any_value(kv.value) for kv in span.attributes}}
                 yield (one.SerializeToString(), "otlp_proto", attrs,
                        (span.trace_id.hex(), span.span_id.hex(), span.name))
-
-
-def _proto_value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_proto_value(item) for item in value.array_value.values]
-    return None if kind in (None, "kvlist_value") else getattr(value, kind)
 
 
 def _json_singles(payload: bytes) -> Iterator[tuple[bytes, str, dict[str, Any],
@@ -142,8 +141,8 @@ def _json_singles(payload: bytes) -> Iterator[tuple[bytes, str, dict[str, Any],
             for span in scope_spans.get("spans") or []:
                 one = {"resourceSpans": [{"resource": resource, "scopeSpans": [
                     {"scope": scope_spans.get("scope") or {}, "spans": [span]}]}]}
-                attrs = {**_json_attrs(resource.get("attributes")),
-                         **_json_attrs(span.get("attributes"))}
+                attrs = {**json_attrs(resource.get("attributes")),
+                         **json_attrs(span.get("attributes"))}
                 yield (json.dumps(one).encode(), "otlp_json", attrs,
                        (str(_get(span, "traceId", "trace_id") or "").lower(),
                         str(_get(span, "spanId", "span_id") or "").lower(),
@@ -152,15 +151,3 @@ def _json_singles(payload: bytes) -> Iterator[tuple[bytes, str, dict[str, Any],
 
 def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     return obj.get(camel, obj.get(snake))
-
-
-def _json_attrs(items: Any) -> dict[str, Any]:
-    out = {}
-    for item in items or []:
-        value = item.get("value") or {}
-        array = _get(value, "arrayValue", "array_value")
-        if array is not None:
-            out[item["key"]] = [next(iter(v.values()), None) for v in array.get("values") or []]
-        else:
-            out[item["key"]] = next(iter(value.values()), None)
-    return out
