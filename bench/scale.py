@@ -6,7 +6,9 @@ job's operators are driven directly, one parallel instance of each, as the unit 
 them (bench/scale_driver.py, the fakes of tests/flink_fakes.py): the source's framing and
 grouping (pipelines/codec/frame.py, group_records(config) records per group, not timed: the
 JVM's part), the decoder DecodeOtlp, the duplicate check DedupOrders, the journeys
-AttributeJourneys per bucket and the data-driven fit, the watermark moved after each group.
+AttributeJourneys per bucket, the data-driven fit FitDataDrivenModels (one key: counts per
+path) and its crediting CreditDataDriven per bucket (the converted journeys, credited with
+the fit's weights), the watermark moved after each group.
 Measured:
   spans/s per core   spans / CPU seconds (time.process_time) of the operators' calls;
                      wall spans/s beside it (the machine may be shared: CPU time is the

@@ -2,7 +2,10 @@
 tests/unit/test_attribution_operators.py's `Job` drives them (the fakes of
 tests/flink_fakes.py: keyed state pickled on write, timers fired as the watermark passes),
 with the time of each operator counted, the keyed state's size, a checkpoint (every
-operator's keyed state and timers, pickled) and a restore from it.
+operator's keyed state and timers, pickled) and a restore from it. The data-driven models
+run in two phases, as in the job: the journeys' counts per path go to the fit (one key),
+their converted journeys to the crediting operator by bucket (input 1), and the fit's
+weights to the same bucket there (input 2), which yields the credits.
 
 The population: the 200,000-user sample bench/streaming.py caches (plan_events + emit:
 the OpenTelemetry SDK through KafkaSpanExporter, 500 spans per message, seed 11); a larger
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pipelines.codec.frame import NO_TIME, frame, group_frames, newest_start_ms
+from pipelines.flink.attribution.credit import CreditDataDriven
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
@@ -31,12 +35,13 @@ from pipelines.flink.attribution.support import (
     DEAD_LETTERS,
     LATE_EVENTS,
     ORDERS,
+    PATH_COUNTS,
 )
 from tests.flink_fakes import FakeContext, Harness, KeyState, StateStore, Timers
 from udfs.journeys import correction_reach_ms
 
 BASE_USERS = 200_000
-STAGES = ("decode", "journeys", "dedup", "fit")
+STAGES = ("decode", "journeys", "dedup", "fit", "credit")
 
 
 def population(users: int, base: list[tuple[bytes, int | None]],
@@ -77,9 +82,10 @@ def state_bytes(state: StateStore | KeyState) -> int:
 
 
 class OperatorJob:
-    """One parallel instance of each operator (decode -> dedup -> journeys by bucket -> fit)
-    reading one partition, as the test's Job: the watermark is the partition's newest event
-    time less the allowed out-of-orderness, moved after each group."""
+    """One parallel instance of each operator (decode -> dedup -> journeys by bucket ->
+    fit, one key -> credit by bucket) reading one partition, as the test's Job: the
+    watermark is the partition's newest event time less the allowed out-of-orderness, moved
+    after each group."""
 
     def __init__(self, config: Any, state: dict[str, Any] | None = None) -> None:
         settings = config.computation
@@ -95,7 +101,9 @@ class OperatorJob:
         self.attribute = AttributeJourneys(journey, settings.per_conversion, settings.params,
                                            refit, False, buckets, reach)
         self.dedup = DedupOrders(buckets, journey.duplicate_order_ms, False, "spans")
-        self.fit = FitDataDrivenModels(settings.data_driven, settings.params, False, reach)
+        self.fit = FitDataDrivenModels(settings.data_driven, settings.params, False, reach,
+                                       buckets)
+        self.credit = CreditDataDriven(reach, False)
         state = state or {}
         self.store: StateStore = state.get("store", StateStore())
         self.timers: Timers = state.get("timers", Timers())
@@ -103,9 +111,13 @@ class OperatorJob:
         self.dedup_timers: Timers = state.get("dedup_timers", Timers())
         self.fit_state: KeyState = state.get("fit_state", KeyState())
         self.fit_timers: Timers = state.get("fit_timers", Timers())
+        self.credit_store: StateStore = state.get("credit_store", StateStore())  # by bucket
+        # (it registers no timers: the fit's weights carry the watermark it needs)
+        self.credit_timers: Timers = state.get("credit_timers", Timers())
         self.attributing = Harness(self.attribute, self.store, self.timers)
         self.deduping = Harness(self.dedup, self.dedup_store, self.dedup_timers)
         self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
+        self.crediting = Harness(self.credit, self.credit_store, self.credit_timers)
         self.newest = NO_TIME
         self.offset = 0
         self.counts = [0] * len(COUNTS)
@@ -117,11 +129,12 @@ class OperatorJob:
     def _parts(self) -> dict[str, Any]:
         return {"store": self.store, "timers": self.timers, "dedup_store": self.dedup_store,
                 "dedup_timers": self.dedup_timers, "fit_state": self.fit_state,
-                "fit_timers": self.fit_timers}
+                "fit_timers": self.fit_timers, "credit_store": self.credit_store,
+                "credit_timers": self.credit_timers}
 
     def state_bytes(self) -> dict[str, int]:
         return {"journeys": state_bytes(self.store), "dedup": state_bytes(self.dedup_store),
-                "fit": state_bytes(self.fit_state)}
+                "fit": state_bytes(self.fit_state), "credit": state_bytes(self.credit_store)}
 
     def checkpoint(self) -> bytes:
         """Every operator's keyed state and timers, serialised (the heap backend's full
@@ -170,13 +183,14 @@ class OperatorJob:
 
     def advance(self, watermark: int) -> None:
         """The watermark moves on: the duplicate check's timers first, then the journeys'
-        and the fit's, in time order."""
+        and the fit's, in time order (the crediting operator has none)."""
         self.dedup_timers.watermark = max(self.dedup_timers.watermark, watermark)
         for timer in self.dedup_timers.due():
             self.dedup_timers.registered.discard(timer)
             self._dedup(lambda timer=timer: self.deduping.on_timer(*timer))
         self.timers.watermark = self.fit_timers.watermark = max(self.timers.watermark,
                                                                  watermark)
+        self.credit_timers.watermark = self.timers.watermark
         while True:
             due, fit_due = self.timers.due(), self.fit_timers.due()
             if not due and not fit_due:
@@ -205,7 +219,10 @@ class OperatorJob:
         for out in self._timed("journeys", call):
             if isinstance(out, tuple):
                 tag, value = out
-                if tag is CLOSED_JOURNEYS:
+                if tag is CLOSED_JOURNEYS:  # kept by its bucket, to be credited there
+                    self._credit(lambda value=value: self.crediting.process_input(
+                        1, value, value[0]))
+                elif tag is PATH_COUNTS:
                     self._fit(lambda value=value: self.fitting.process(value))
                 elif tag is CONVERSIONS:
                     self.outputs["conversions"] += 1
@@ -215,7 +232,13 @@ class OperatorJob:
             self.outputs["credits"] += 1  # a credit message, as the sink gets it
 
     def _fit(self, call: Any) -> None:
-        self.outputs["credits"] += len(self._timed("fit", call))
+        """The fit's weights (or journeys an earlier version kept), to the bucket they
+        name."""
+        for out in self._timed("fit", call):
+            self._credit(lambda out=out: self.crediting.process_input(2, out, out[0]))
+
+    def _credit(self, call: Any) -> None:
+        self.outputs["credits"] += len(self._timed("credit", call))
 
     @property
     def spans(self) -> int:

@@ -60,14 +60,15 @@ class FakeValueState:
 
 
 class FakeListState:
-    """PyFlink's ListState. get() gives a list, empty when nothing was added (PyFlink's
-    thread mode may give None there: the operators read it as `state.get() or []`)."""
+    """PyFlink's ListState. get() gives a generator, as PyFlink's does (truthy even when
+    nothing was added; its thread mode may give None there: the operators read it as
+    `list(state.get() or [])`)."""
 
     def __init__(self) -> None:
         self.stored: list[bytes] = []
 
-    def get(self) -> list[Any]:
-        return [pickle.loads(value) for value in self.stored]
+    def get(self) -> Iterator[Any]:
+        return (pickle.loads(value) for value in self.stored)
 
     def add(self, value: Any) -> None:
         self.stored.append(pickle.dumps(value))
@@ -82,7 +83,7 @@ class FakeListState:
         self.stored = []
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.get())
+        return self.get()
 
 
 class FakeMapState:
@@ -226,7 +227,7 @@ class CurrentKeyListState(_CurrentKey):
     def _state(self) -> FakeListState:
         return self.store.current().get_list_state(self.name)
 
-    def get(self) -> list[Any]:
+    def get(self) -> Iterator[Any]:
         return self._state().get()
 
     def add(self, value: Any) -> None:
@@ -382,6 +383,12 @@ class Harness:
         self._as(key)
         return outputs(self.function.process_element(
             value, FakeContext(self.timers, key, timestamp)))
+
+    def process_input(self, number: int, value: Any, key: Any = None) -> list[Any]:
+        """process_element<number>(value, ctx) of a co-process function, as `key`."""
+        self._as(key)
+        method = getattr(self.function, f"process_element{number}")
+        return outputs(method(value, FakeContext(self.timers, key)))
 
     def on_timer(self, timestamp: int, key: Any = None) -> list[Any]:
         """on_timer(timestamp, ctx) as `key` (the caller takes the timer out of

@@ -1,14 +1,18 @@
 """What the stateful operators keep in Flink's keyed state, and which classes its pickles
 name: the attribution job's journeys (`AttributeJourneys`), duplicate check (`DedupOrders`)
-and data-driven fit (`FitDataDrivenModels`) driven over a generated plan through the state
-fakes (tests.flink_fakes), as tests/unit/test_attribution_operators.py drives them; and a
-reader of the globals (module, name) a pickle (and every pickle inside it: the operators
-store pickled bytes in a pickled-bytes state) refers to.
+and data-driven models in their two phases, the fit (`FitDataDrivenModels`, counts per
+path) and the crediting (`CreditDataDriven`, the converted journeys by bucket), driven over
+a generated plan through the state fakes (tests.flink_fakes), as
+tests/unit/test_attribution_operators.py drives them; and a reader of the globals (module,
+name) a pickle (and every pickle inside it: the operators store pickled bytes in a
+pickled-bytes state) refers to.
 
 A class a pickle in state names by its module must stay importable under that name for as
 long as such state may be restored (udfs/pickle_paths.py); tests/unit/test_pickle_pins.py
 checks it, and tests/fixtures/state/make_pre_move_pickles.py kept the bytes the code before
-the move of udfs/ into packages stored."""
+the move of udfs/ into packages stored. (It ran with this module as it was before the fit
+had two phases: one operator, whose "settled-periods" held the converted journeys
+themselves; the crediting operator keeps them now.)"""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from pipelines.codec.frame import NO_TIME, frame, newest_start_ms
+from pipelines.flink.attribution.credit import CreditDataDriven
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
@@ -33,6 +38,7 @@ from pipelines.flink.attribution.support import (
     DEAD_LETTERS,
     LATE_EVENTS,
     ORDERS,
+    PATH_COUNTS,
 )
 from pipelines.sources.generator import emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
@@ -124,20 +130,26 @@ def stream(users: int = 40, seed: int = 5) -> list[bytes]:
 
 
 class AttributionOperators:
-    """One parallel instance of the attribution job's decoder, duplicate check, journeys
-    and fit, fed one partition, the watermark following it (tests/unit/
-    test_attribution_operators.py's Job, without its accounting)."""
+    """One parallel instance of the attribution job's decoder, duplicate check, journeys,
+    fit and crediting, fed one partition, the watermark following it (tests/unit/
+    test_attribution_operators.py's Job, without its accounting): the journeys' closed
+    journeys go to the crediting (input 1, keyed by bucket), their counts per path to the
+    fit (one key), and what the fit sends to the crediting (input 2) as the bucket it
+    names."""
 
     def __init__(self, observe: bool = False) -> None:
         journey = JourneyConfig()
         # with `observe`: the project classes every stored value names, gathered after each
-        # call (a fit's pending periods stay in state only until its timer fires)
+        # call (a fit's pending periods stay in state only until its timer fires, a
+        # bucket's closed journeys only until their period is credited)
         self.named: set[tuple[str, str]] | None = set() if observe else None
         reach = correction_reach_ms(journey.correction_ms, MAX_FUTURE_MS)
         self.decode = DecodeOtlp("auto", "spans", BUCKETS, correction_ms=journey.correction_ms)
         self.store, self.timers = StateStore(), Timers()
         self.dedup_store, self.dedup_timers = StateStore(), Timers()
         self.fit_state, self.fit_timers = KeyState(), Timers()
+        # the crediting sets no timers (the fit's weights carry its watermark)
+        self.credit_store, self.credit_timers = StateStore(), Timers()
         self.attributing = Harness(
             AttributeJourneys(journey, PER_CONVERSION_MODELS, ModelParams(), REFIT_MS,
                               process_mode=False, buckets=BUCKETS, reach_ms=reach),
@@ -146,14 +158,16 @@ class AttributionOperators:
                                             process_mode=False, source="spans"),
                                 self.dedup_store, self.dedup_timers)
         self.fitting = Harness(FitDataDrivenModels(DATA_DRIVEN_MODELS, ModelParams(),
-                                                   horizon_ms=reach),
+                                                   horizon_ms=reach, buckets=BUCKETS),
                                self.fit_state, self.fit_timers)
+        self.crediting = Harness(CreditDataDriven(reach), self.credit_store,
+                                 self.credit_timers)
         self.newest = NO_TIME
         self.offset = 0
 
     def stores(self) -> dict[str, StateStore | KeyState]:
         return {"attribute-journeys": self.store, "dedup-orders": self.dedup_store,
-                "fit-models": self.fit_state}
+                "fit-models": self.fit_state, "credit-models": self.credit_store}
 
     def feed(self, message: bytes) -> None:
         event_time = newest_start_ms(message, 2**62)
@@ -194,7 +208,7 @@ class AttributionOperators:
                 self._collect(self.attributing.on_timer(*timer))
             for timer in self.fit_timers.due():
                 self.fit_timers.registered.discard(timer)
-                list(self.fitting.on_timer(*timer))
+                self._collect_fit(self.fitting.on_timer(*timer))
 
     def _collect_dedup(self, outputs: Iterable[Any]) -> None:
         for out in outputs:
@@ -203,9 +217,22 @@ class AttributionOperators:
 
     def _collect(self, outputs: Iterable[Any]) -> None:
         for out in outputs:
-            if isinstance(out, tuple) and out[0] is CLOSED_JOURNEYS:
-                list(self.fitting.process(out[1]))
+            if not isinstance(out, tuple):
+                continue
+            tag, value = out
+            if tag is CLOSED_JOURNEYS:  # kept by its bucket, to be credited there
+                list(self.crediting.process_input(1, value, key=value[0]))
+                self._observe(self.credit_store)
+            elif tag is PATH_COUNTS:
+                self._collect_fit(self.fitting.process(value))
                 self._observe(self.fit_state)
+
+    def _collect_fit(self, outputs: Iterable[tuple[Any, ...]]) -> None:
+        """The fit's weights (and journeys an earlier version of it kept), each to the
+        bucket it names."""
+        for out in outputs:
+            list(self.crediting.process_input(2, out, key=out[0]))
+            self._observe(self.credit_store)
 
 
 def operators_over(messages: list[bytes], share: float = 0.7,

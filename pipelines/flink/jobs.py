@@ -104,11 +104,13 @@ ATTRIBUTION = StreamingJob(
          "{topics.late})",
     uids=("source-otlp-spans", "source-otlp-spans-groups", "decode-otlp",
           "dedup-orders-by-order-id", "attribute-journeys-by-bucket",
-          "fit-data-driven-models-by-period", "count-late", "count-duplicate-orders",
+          "fit-data-driven-models-by-period", "credit-data-driven-models-by-bucket",
+          "count-late", "count-duplicate-orders",
           "run-accounting", "credits-sink", "dead-letter-sink", "late-events-sink",
           "conversions-sink", "accounting-sink"),
     state="the journeys in progress (touches waiting for a conversion), the order ids already "
-          "credited and the journeys the data-driven models are fitted on")
+          "credited, the counts per path the data-driven models are fitted on and the conversions "
+          "they credit")
 
 GPU_COST = StreamingJob(
     "gpu-cost", "GPU cost", "seedance-gpu-cost",

@@ -24,6 +24,7 @@ from pipelines.codec.events import decode_events
 from pipelines.codec.frame import NO_TIME, frame, group_frames, newest_start_ms
 from pipelines.codec.journey_wire import events_to_wire, state_to_wire
 from pipelines.codec.otlp import decode_spans
+from pipelines.flink.attribution.credit import CreditDataDriven
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
@@ -38,6 +39,7 @@ from pipelines.flink.attribution.support import (
     LATE_EVENTS,
     ONE_DUPLICATE_ORDER,
     ORDERS,
+    PATH_COUNTS,
     WITHDRAWN,
 )
 from pipelines.sources.expected import late_beyond
@@ -80,7 +82,8 @@ class Job:
         self.attribute = AttributeJourneys(journey, PER_CONVERSION, ModelParams(),
                                            REFIT_MS, process_mode=False, buckets=BUCKETS,
                                            reach_ms=reach)
-        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(), horizon_ms=reach)
+        self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(), horizon_ms=reach,
+                                       buckets=BUCKETS)
         self.dedup = DedupOrders(BUCKETS, JourneyConfig().duplicate_order_ms,
                                  process_mode=False, source="spans")
         state = copy.deepcopy(state) if state else {}
@@ -88,6 +91,7 @@ class Job:
         self.dedup_store: StateStore = state.get("dedup_store", StateStore())  # by order id
         self.dedup_timers: Timers = state.get("dedup_timers", Timers())
         self.fit_state: KeyState = state.get("fit_state", KeyState())  # one key
+        self.credit_store: StateStore = state.get("credit_store", StateStore())  # by bucket
         # both operators' watermark is the job's (the timers' watermark)
         self.timers: Timers = state.get("timers", Timers())
         self.fit_timers: Timers = state.get("fit_timers", Timers())
@@ -97,6 +101,7 @@ class Job:
         self.attributing = Harness(self.attribute, self.store, self.timers)
         self.deduping = Harness(self.dedup, self.dedup_store, self.dedup_timers)
         self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
+        self.crediting = Harness(CreditDataDriven(reach), self.credit_store, Timers())
         self.credit_messages: list[bytes] = []  # as the credits topic gets them
         self.conversions = 0
         self.late = 0
@@ -107,6 +112,7 @@ class Job:
 
     def checkpoint(self) -> dict[str, Any]:
         return copy.deepcopy({"store": self.store, "fit_state": self.fit_state,
+                              "credit_store": self.credit_store,
                               "timers": self.timers, "fit_timers": self.fit_timers,
                               "dedup_store": self.dedup_store,
                               "dedup_timers": self.dedup_timers})
@@ -178,7 +184,9 @@ class Job:
         for out in outputs:
             if isinstance(out, tuple):
                 tag, value = out
-                if tag is CLOSED_JOURNEYS:
+                if tag is CLOSED_JOURNEYS:  # kept by the bucket, to be credited there
+                    self._collect_credits(self.crediting.process_input(1, value, value[0]))
+                elif tag is PATH_COUNTS:
                     self._collect_fit(self.fitting.process(value))
                 elif tag is CONVERSIONS:
                     self.conversions += 1
@@ -191,7 +199,12 @@ class Job:
                 continue
             self.credit_messages.append(table_messages.unkeyed(out))
 
-    def _collect_fit(self, outputs: Iterable[bytes]) -> None:
+    def _collect_fit(self, outputs: Iterable[tuple[Any, ...]]) -> None:
+        """The fit's weights, to the bucket they name."""
+        for out in outputs:
+            self._collect_credits(self.crediting.process_input(2, out, out[0]))
+
+    def _collect_credits(self, outputs: Iterable[bytes]) -> None:
         for out in outputs:
             self.credit_messages.append(table_messages.unkeyed(out))
 

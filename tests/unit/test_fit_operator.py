@@ -1,27 +1,41 @@
-"""The data-driven fit operator's state, with in-memory stand-ins for Flink's keyed state
-that pickle what they store, as Flink does (tests.flink_fakes): stopping and restoring
-between refits, or restoring counts an earlier version kept as one value, must give the
-credits of one uninterrupted run."""
+"""The data-driven models' two operators, with in-memory stand-ins for Flink's keyed state
+that pickle what they store, as Flink does (tests.flink_fakes): the fit (one key: counts
+per path, a refit per period) and the crediting (per bucket: the converted journeys,
+credited with the weights the fit sends back). Stopping and restoring between refits,
+weights that overtake their journeys, or state an earlier version kept (counts as one
+value, journeys in the fit) must give the credits of one uninterrupted run."""
 
 from __future__ import annotations
 
 import copy
 import pickle
 import random
-import struct
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.codec.journey_wire import period_from_wire, periods_to_wire
+from pipelines.flink.attribution.credit import CreditDataDriven
 from pipelines.flink.attribution.fit import FINAL, FitDataDrivenModels
 from schemas.records import Conversion, Touchpoint
-from tests.flink_fakes import Harness, KeyState, Named, Timers
-from udfs.attribution.data_driven import period_end, period_runs, runs_periods
+from tests.flink_fakes import Harness, KeyState, Named, StateStore, Timers
+from udfs.attribution import merged_period, split_runs, weights_for
+from udfs.attribution.data_driven import (
+    PathCounts,
+    conversion_credit_rows,
+    period_end,
+    period_runs,
+    runs_periods,
+)
 from udfs.attribution.models import ModelParams
+from udfs.journeys.book import bucket_of
 from udfs.journeys.rules import ClosedJourney, ConvertedJourney, NonConvertingJourney
 
 PERIOD_MS = 3_600_000
 MODELS = ("shapley", "markov")
+BUCKETS = 3
 
 
 def closed_journeys(seed: int, periods: int) -> list[list[ClosedJourney]]:
@@ -54,118 +68,261 @@ def wire_of(journeys: list[ClosedJourney]) -> list[Any]:
     return [period_from_wire(period) for period in legacy_wire_of(journeys)]
 
 
-def run(operator: FitDataDrivenModels, backend: KeyState, periods: list[list[ClosedJourney]],
-        timers: Timers, settle: bool = True) -> list[str]:
-    """Each period's journeys in two arrivals, then (with `settle`) the watermark moved
-    to the period's end."""
-    harness = Harness(operator, backend, timers)
-    out: list[str] = []
+def user_of(journey: ClosedJourney) -> str:
+    return journey.conversion.user_id if isinstance(journey, ConvertedJourney) \
+        else journey.user_id
+
+
+@dataclass
+class Backend:
+    """The two operators' state (and what the journeys operator keeps of them: each
+    bucket's last message number), as a checkpoint holds it."""
+
+    fit: KeyState = field(default_factory=KeyState)
+    credit: StateStore = field(default_factory=StateStore)
+    sent: dict[int, int] = field(default_factory=dict)
+    timers: Timers = field(default_factory=Timers)
+
+
+class TwoPhase:
+    """The fit and the crediting over `backend`, fed as the journeys operator feeds them:
+    a step's closed journeys split by bucket, each bucket's converted journeys to its
+    crediting and its counts to the fit; the fit's weights to the bucket they name. With
+    `overtake`, the journeys reach the crediting only after the weights of the next
+    settling (the two inputs have no order between them)."""
+
+    def __init__(self, backend: Backend, horizon_ms: int = 0, overtake: bool = False) -> None:
+        self.backend = backend
+        self.fit = Harness(FitDataDrivenModels(MODELS, ModelParams(), horizon_ms=horizon_ms,
+                                               buckets=BUCKETS), backend.fit, backend.timers)
+        self.credit = Harness(CreditDataDriven(horizon_ms), backend.credit, Timers())
+        self.overtake = overtake
+        self.held: list[Any] = []  # journeys on their way to the crediting
+        self.messages = 0
+
+    def send(self, journeys: list[ClosedJourney]) -> list[bytes]:
+        out = []
+        for bucket in range(BUCKETS):
+            mine = [j for j in journeys if bucket_of(user_of(j), BUCKETS) == bucket]
+            if not mine:
+                continue
+            kept, counts = split_runs(period_runs(wire_of(mine)))
+            seq = self.backend.sent.get(bucket, 0)
+            if kept[0]:
+                seq = self.backend.sent[bucket] = seq + 1
+                self.held.append((bucket, seq, "n", kept[0], pickle.dumps(kept)))
+                if not self.overtake:
+                    out += self.flush()
+            out += self.weights(self.fit.process((bucket, seq, counts, [])))
+            self.messages += 1
+        return out
+
+    def weights(self, fitted: list[Any]) -> list[bytes]:
+        return [message for weights in fitted
+                for message in self.credit.process_input(2, weights, weights[0])]
+
+    def settle(self, watermark: int) -> list[bytes]:
+        timers = self.backend.timers
+        timers.watermark = max(timers.watermark, watermark)
+        out = []
+        for timestamp, key in timers.due():
+            timers.registered.discard((timestamp, key))
+            out += self.weights(self.fit.on_timer(timestamp, key))
+        return out + self.flush()
+
+    def flush(self) -> list[bytes]:
+        """The journeys on their way reach the crediting."""
+        held, self.held = self.held, []
+        return [message for journeys in held
+                for message in self.credit.process_input(1, journeys, journeys[0])]
+
+
+def run(pipeline: TwoPhase, periods: list[list[ClosedJourney]],
+        settle: bool = True) -> list[bytes]:
+    """Each period's journeys in two steps, then (with `settle`) the watermark moved to
+    the period's end."""
+    out: list[bytes] = []
     for journeys in periods:
         half = len(journeys) // 2
         for part in (journeys[:half], journeys[half:]):
-            harness.process(pickle.dumps(wire_of(part)))
+            out += pipeline.send(part)
         if settle:
-            end = wire_of(journeys)[0][0]
-            timers.watermark = end
-            out += harness.on_timer(end)
+            out += pipeline.settle(wire_of(journeys)[0][0])
     return out
 
 
-def settle_all(operator: FitDataDrivenModels, backend: KeyState, timers: Timers) -> list[str]:
-    """A restored operator, the watermark moved past every pending period."""
-    harness = Harness(operator, backend, timers)
-    timers.watermark = timers.latest()
-    return harness.on_timer(timers.watermark)
+def settle_all(pipeline: TwoPhase) -> list[bytes]:
+    """The watermark moved past every pending period."""
+    return pipeline.settle(pipeline.backend.timers.latest())
 
 
-def operator() -> FitDataDrivenModels:
-    return FitDataDrivenModels(MODELS, ModelParams())
+def credited(outputs: list[Any]) -> dict[tuple[str, str, int], float]:
+    """The credits that hold after these messages: (model, order, touch) -> credit."""
+    rows = credit_messages.latest(table_messages.unkeyed(out) for out in outputs)
+    return {(row["model"], row["order_id"], row["touch_index"]): row["credit"]
+            for row in rows}
+
+
+def reference(periods: list[list[ClosedJourney]]) -> dict[tuple[str, str, int], float]:
+    """One fit over every journey, period by period, crediting every conversion there
+    (what the fit did alone before the two phases)."""
+    counts, out = PathCounts(), []
+    for journeys in periods:
+        for _, converted, unconverted in wire_of(journeys):
+            for message in credit_messages.encode_chunks_bytes(conversion_credit_rows(
+                    counts, converted, unconverted, MODELS, ModelParams())):
+                out.append(table_messages.keyed(("data-driven",), message))
+    return credited(out)
+
+
+def test_the_two_phases_give_the_credits_of_one_fit_over_every_journey():
+    periods = closed_journeys(3, 8)
+    out = run(TwoPhase(Backend()), periods)
+    assert len(credited(out)) > 300
+    expected = reference(periods)
+    got = credited(out)
+    assert got.keys() == expected.keys()
+    assert all(np.isclose(got[k], expected[k], rtol=1e-12) for k in expected)
+
+
+def test_weights_that_overtake_their_journeys_wait_for_them():
+    periods = closed_journeys(7, 6)
+    whole = run(TwoPhase(Backend()), periods)
+    pipeline = TwoPhase(Backend(), overtake=True)
+    out = run(pipeline, periods)
+    assert credited(out) == credited(whole)
+    assert out != whole  # the same credits, but some sent later (their weights waited)
 
 
 def test_a_restore_between_refits_gives_the_credits_of_an_uninterrupted_run():
     periods = closed_journeys(3, 8)
-    whole = run(operator(), KeyState(), periods, Timers())
+    whole = run(TwoPhase(Backend()), periods)
     assert len(whole) >= 8  # every period credits some conversions
 
-    backend, timers = KeyState(), Timers()
-    first = run(operator(), backend, periods[:5], timers)
+    backend = Backend()
+    first = run(TwoPhase(backend), periods[:5])
     checkpoint = copy.deepcopy(backend)
-    rest = run(operator(), checkpoint, periods[5:], timers)
+    rest = run(TwoPhase(checkpoint), periods[5:])
     assert first + rest == whole
     # one entry per distinct path, in first-seen order
-    stored = sorted(checkpoint.states["path-cells"].values())
+    stored = sorted(checkpoint.fit.states["path-cells"].values())
     assert [row for row, *_ in stored] == list(range(len(stored)))
 
 
 def test_counts_stored_as_one_value_by_an_earlier_version_move_into_the_map():
     periods = closed_journeys(5, 6)
-    whole = run(operator(), KeyState(), periods, Timers())
+    whole = run(TwoPhase(Backend()), periods)
 
-    before, timers = operator(), Timers()
-    first = run(before, KeyState(), periods[:3], timers)
-    legacy = KeyState()
-    assert before.path_counts is not None
-    legacy.get_state(Named("path-counts")).update(before.path_counts.counts)
-    rest = run(operator(), legacy, periods[3:], timers)
+    backend = Backend()
+    before = TwoPhase(backend)
+    first = run(before, periods[:3])
+    legacy = copy.deepcopy(backend)
+    legacy.fit = KeyState()
+    counts = before.fit.function.path_counts
+    assert counts is not None
+    legacy.fit.get_state(Named("path-counts")).update(counts.counts)
+    rest = run(TwoPhase(legacy), periods[3:])
     assert first + rest == whole
-    assert legacy.states["path-counts"].value() is None
-    stored = sorted(legacy.states["path-cells"].values())
+    assert legacy.fit.states["path-counts"].value() is None
+    stored = sorted(legacy.fit.states["path-cells"].values())
     moved = {path: [conversions, non] for _, path, conversions, non in stored}
-    assert set(before.path_counts.counts) <= set(moved)
+    assert set(counts.counts) <= set(moved)
 
 
 def test_periods_pending_at_a_restore_are_settled_as_if_uninterrupted():
     periods = closed_journeys(11, 7)
-    whole = run(operator(), KeyState(), periods, Timers())
+    whole = run(TwoPhase(Backend()), periods)
 
-    backend, timers = KeyState(), Timers()
-    first = run(operator(), backend, periods[:4], timers)
-    run(operator(), backend, periods[4:], timers, settle=False)  # three periods pending
-    assert len(backend.states["pending-periods"].stored) == 6
-    rest = settle_all(operator(), copy.deepcopy(backend), timers)
+    backend = Backend()
+    first = run(TwoPhase(backend), periods[:4])
+    pending = TwoPhase(backend)
+    run(pending, periods[4:], settle=False)  # three periods pending
+    assert len(backend.fit.states["pending-periods"].stored) == pending.messages
+    rest = settle_all(TwoPhase(copy.deepcopy(backend)))
+    assert credited(first + rest) == credited(whole)
     assert first + rest == whole
 
 
-def test_periods_pending_in_the_list_an_earlier_version_kept_move_into_the_map():
-    periods = closed_journeys(13, 5)
-    whole = run(operator(), KeyState(), periods, Timers())
-
-    backend, timers = KeyState(), Timers()
-    first = run(operator(), backend, periods[:2], timers)
+def legacy_fit(periods: list[list[ClosedJourney]], store: Any) -> tuple[list[bytes], Backend]:
+    """The credits of the first two periods, and the state with every later period's
+    journeys stored in the fit (`store(pending, number, journeys)`), as an earlier
+    version kept them, and their timers."""
+    backend = Backend()
+    first = run(TwoPhase(backend), periods[:2])
     legacy = copy.deepcopy(backend)
-    for journeys in periods[2:]:  # as the earlier version stored them: one list entry each
+    for number, journeys in enumerate(periods[2:]):
+        store(legacy.fit, 100 + number, journeys)
+        for end in {period[0] for period in legacy_wire_of(journeys)}:
+            legacy.timers.register(end)
+    return first, legacy
+
+
+def test_periods_pending_in_the_list_an_earlier_version_kept_go_to_their_buckets():
+    periods = closed_journeys(13, 5)
+    whole = run(TwoPhase(Backend()), periods)
+
+    def in_a_list(fit: KeyState, number: int, journeys: list[ClosedJourney]) -> None:
         for part in (journeys[:len(journeys) // 2], journeys[len(journeys) // 2:]):
             for period in legacy_wire_of(part):
-                legacy.get_list_state(Named("closed-journeys")).add(period)
-                timers.register(period[0])
-    rest = settle_all(operator(), legacy, timers)
-    assert first + rest == whole
-    assert legacy.states["closed-journeys"].get() == []
-    assert legacy.states["pending-periods"].stored == {}
+                fit.get_list_state(Named("closed-journeys")).add(period)
+
+    first, legacy = legacy_fit(periods, in_a_list)
+    rest = settle_all(TwoPhase(legacy))
+    assert credited(first + rest) == credited(whole)
+    assert list(legacy.fit.states["closed-journeys"].get()) == []
+    assert legacy.fit.states["pending-periods"].stored == {}
 
 
-def test_pending_entries_in_the_form_an_earlier_version_stored_are_settled_the_same():
+def test_pending_entries_in_the_forms_an_earlier_version_stored_go_to_their_buckets():
     periods = closed_journeys(17, 5)
-    whole = run(operator(), KeyState(), periods, Timers())
+    whole = run(TwoPhase(Backend()), periods)
 
-    backend, timers = KeyState(), Timers()
-    first = run(operator(), backend, periods[:2], timers)
-    legacy = copy.deepcopy(backend)
-    pending = legacy.get_map_state(Named("pending-periods"))
-    for number, journeys in enumerate(periods[2:]):
-        for period in legacy_wire_of(journeys):
-            pending.put_all({f"{period[0]}:{number}": period})
-            timers.register(period[0])
-    rest = settle_all(operator(), legacy, timers)
-    assert first + rest == whole
-    assert pending.stored == {}
+    def per_period(fit: KeyState, number: int, journeys: list[ClosedJourney]) -> None:
+        for at, period in enumerate(legacy_wire_of(journeys)):
+            fit.get_map_state(Named("pending-periods")).put_all(
+                {f"{period[0]}:{number * 10 + at}": period})
+
+    def as_runs(fit: KeyState, number: int, journeys: list[ClosedJourney]) -> None:
+        periods = wire_of(journeys)
+        ends = ",".join(str(period[0]) for period in periods)
+        fit.get_map_state(Named("pending-periods")).put_all(
+            {f"n{number}:{ends}": pickle.dumps(period_runs(periods))})
+
+    for form in (per_period, as_runs):
+        first, legacy = legacy_fit(periods, form)
+        pipeline = TwoPhase(legacy)
+        rest = settle_all(pipeline)
+        assert credited(first + rest) == credited(whole), form.__name__
+        assert legacy.fit.states["pending-periods"].stored == {}
+        assert not any(key.startswith(("n", "k")) for store in legacy.credit.by_key.values()
+                       for key in store.states["closed-conversions"].stored), form.__name__
 
 
-def credited(outputs: list[Any]) -> dict[tuple[str, str, int], float]:
-    """The credits that hold after the fit's messages: (model, order, touch) -> credit."""
-    rows = credit_messages.latest(table_messages.unkeyed(out) for out in outputs)
-    return {(row["model"], row["order_id"], row["touch_index"]): row["credit"]
-            for row in rows}
+def test_settled_periods_an_earlier_version_kept_are_credited_again_by_their_buckets():
+    """With a horizon the fit kept each settled period's converted journeys, to credit
+    them again should a correction come; now each bucket keeps its own. Journeys after
+    the final watermark settle the last period again: the credits of the period's
+    journeys the earlier version kept come again, from their buckets."""
+    horizon = 2 * PERIOD_MS
+    periods = closed_journeys(9, 5)
+    last = periods[-1]
+    whole = run(TwoPhase(Backend(), horizon), periods)
+    backend = Backend()
+    first = run(TwoPhase(backend, horizon), [*periods[:-1], last[:20]])
+    settled = backend.fit.states["settled-periods"]
+    end = max(settled.stored)
+    journeys = [period for period in wire_of(last[:20]) if period[0] == end]
+    # as the earlier version kept the period: its journeys, in the fit; none in the buckets
+    settled.put(end, pickle.dumps((journeys[0][1], journeys[0][2])))
+    for store in backend.credit.by_key.values():
+        store.states["closed-conversions"].remove(f"m{end}")
+    backend.timers.watermark = FINAL
+    again = TwoPhase(backend, horizon)
+    rest = again.send(last[20:])
+    assert credited(first + rest) == credited(whole)
+    moved = [key for store in backend.credit.by_key.values()
+             for key in store.states["closed-conversions"].stored]
+    assert f"m{end}" in moved
 
 
 def test_journeys_that_come_after_the_final_watermark_are_credited_at_once():
@@ -173,93 +330,36 @@ def test_journeys_that_come_after_the_final_watermark_are_credited_at_once():
     watermark: the final watermark can pass before that subtask's last journeys come, and
     no timer fires after it. They are settled as they come, with the credits they would
     have had before it (the period settled again, as a correction settles it)."""
-    def correcting() -> FitDataDrivenModels:
-        return FitDataDrivenModels(MODELS, ModelParams(), horizon_ms=2 * PERIOD_MS)
-
+    horizon = 2 * PERIOD_MS
     periods = closed_journeys(9, 5)
-    whole = run(correcting(), KeyState(), periods, Timers())
+    whole = run(TwoPhase(Backend(), horizon), periods)
 
-    backend, timers = KeyState(), Timers()
-    harness = Harness(correcting(), backend, timers)
-    out = run(harness.function, backend, periods[:-1], timers)
+    backend = Backend()
+    pipeline = TwoPhase(backend, horizon)
+    out = run(pipeline, periods[:-1])
     last = periods[-1]
-    out += harness.process(pickle.dumps(wire_of(last[:20])))
-    timers.watermark = FINAL
-    for timestamp, key in timers.due():
-        timers.registered.discard((timestamp, key))
-        out += harness.on_timer(timestamp, key)
+    out += pipeline.send(last[:20])
+    out += pipeline.settle(FINAL)
     before = credited(out)
-    late = harness.process(pickle.dumps(wire_of(last[20:])))
+    late = pipeline.send(last[20:])
     assert late, "journeys after the final watermark must be credited"
     assert credited(out + late) == credited(whole) != before
-    assert not timers.due(), "no timer is left waiting for a watermark that cannot come"
+    assert not backend.timers.due(), "no timer is left waiting for a watermark that cannot come"
 
 
-def run_arrivals(periods: list[list[ClosedJourney]], message: Any,
-                 restore_after: int | None = None) -> tuple[list[str], list[list[str]]]:
-    """The journeys in arrivals of 90, each spanning up to three periods, each followed by
-    the watermark at the end of the period before its newest one (so an arrival's last
-    period waits while its earlier ones settle); with `restore_after`, a new operator
-    over a copy of the state after that many arrivals. Also the pending keys after each."""
-    journeys = [journey for period in periods for journey in period]
-    backend, timers = KeyState(), Timers()
-    harness = Harness(operator(), backend, timers)
-    out: list[str] = []
-    keys: list[list[str]] = []
-    for number, start in enumerate(range(0, len(journeys), 90)):
-        arrival = wire_of(journeys[start:start + 90])
-        out += harness.process(message(arrival))
-        timers.watermark = max(timers.watermark, arrival[-1][0] - PERIOD_MS)
-        for timestamp, key in timers.due():
-            timers.registered.discard((timestamp, key))
-            out += harness.on_timer(timestamp, key)
-        keys.append(sorted(backend.states["pending-periods"].stored))
-        if number + 1 == restore_after:
-            backend = copy.deepcopy(backend)
-            harness = Harness(operator(), backend, timers)
-    return out + settle_all(harness.function, backend, timers), keys
-
-
-def test_a_step_of_several_periods_is_stored_once_and_settled_period_by_period():
-    """A journeys step sends all the periods it closed journeys in as one message, which
-    the fit stores as it came (one entry per arrival, not a pickle per period): the
-    credits equal those of the per-period entries, with and without a restore between a
-    period of an arrival settled and its next one."""
-    periods = closed_journeys(23, 6)
-    per_period, _ = run_arrivals(periods, pickle.dumps)
-    whole, keys = run_arrivals(periods, as_runs)
-    assert credited(whole) == credited(per_period)
-    assert len(credited(whole)) > 100
-    assert whole == per_period  # the same messages, in the same order
-    # one entry per arrival waiting, named by the periods it still holds
-    # (the first arrival: period 0's 60 journeys and 30 of period 1's; period 0 settled)
-    assert keys[0] == [f"n0:{2 * PERIOD_MS - 1}"]
-    spanning = [pending for pending in keys if any("," in key for key in pending)]
-    assert not spanning, "an entry holds only periods not yet settled"
-    assert all(key.startswith("n") for pending in keys for key in pending)
-    for restore_after in (1, 2, 3):
-        restored, _ = run_arrivals(periods, as_runs, restore_after)
-        assert restored == whole
-    # arrivals an earlier version stored (a list of period tables), read after a restore
-    for restore_after in (1, 2):
-        restored, _ = run_arrivals(periods, as_a_list_of_periods, restore_after)
-        assert restored == whole
-
-
-def as_runs(arrival: list[Any]) -> bytes:
-    """A journeys step's message: its periods as runs of one table."""
-    from pipelines.flink.attribution.support import closed_periods_message
-
-    return closed_periods_message(period_runs(arrival))
-
-
-def as_a_list_of_periods(arrival: list[Any]) -> bytes:
-    """The message (and entry) of a step as earlier versions made it: a table a period."""
-    from pipelines.flink.attribution.support import _CLOSED, _COUNT
-
-    ends = [period[0] for period in arrival]
-    return b"".join([_CLOSED, _COUNT.pack(len(ends)), struct.pack(f"<{len(ends)}q", *ends),
-                     pickle.dumps(arrival)])
+def test_a_buckets_weights_are_the_whole_fits_for_its_paths():
+    counts = PathCounts()
+    for journeys in closed_journeys(4, 3):
+        for _, converted, unconverted in wire_of(journeys):
+            conversion_credit_rows(counts, converted, unconverted, MODELS, ModelParams())
+    fitted = counts.fit(MODELS, ModelParams())
+    converted, _ = merged_period([(period[1], {}, 1) for period in
+                                  wire_of(closed_journeys(4, 3)[2])])
+    chosen = weights_for(fitted, [tuple(t.channel for t in j.touches)
+                                  for j in closed_journeys(4, 3)[2]
+                                  if isinstance(j, ConvertedJourney)])
+    assert len(chosen.rows) < len(fitted.rows)
+    assert chosen.credit_rows(converted) == fitted.credit_rows(converted)
 
 
 def test_runs_of_a_steps_periods_give_back_each_period() -> None:

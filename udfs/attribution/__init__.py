@@ -35,8 +35,24 @@ from udfs.attribution.models import (
     touch_weights,
     validate_models,
 )
+from udfs.attribution.two_phase import (
+    CountPeriod,
+    converted_periods,
+    journeys_paths,
+    merged_counts,
+    period_counts,
+    split_runs,
+    weights_for,
+)
 
 __all__ = [
+    "CountPeriod",
+    "converted_periods",
+    "journeys_paths",
+    "merged_counts",
+    "period_counts",
+    "split_runs",
+    "weights_for",
     "DATA_DRIVEN_MODELS",
     "DEFAULT_RESAMPLES",
     "FittedModels",

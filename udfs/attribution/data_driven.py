@@ -127,6 +127,17 @@ class PathCounts:
             self.add_path(path, non_conversions=-count)
         self._retracted = True
 
+    def add_counts(self, converted: Mapping[Path, float], unconverted: Mapping[Path, float],
+                   sign: int = 1) -> None:
+        """Conversions and non-conversions per path, added (sign 1) or taken out again
+        (-1: a correction restates a period)."""
+        for path, count in converted.items():
+            self.add_path(path, conversions=sign * count)
+        for path, count in unconverted.items():
+            self.add_path(path, non_conversions=sign * count)
+        if sign < 0:
+            self._retracted = True
+
     def _drop_empty(self) -> None:
         """Forget the paths no journey holds any more: a fit sees only paths counted, as a
         batch over the same journeys does (their rows are indexed afresh)."""

@@ -1,90 +1,102 @@
-"""The data-driven models in the stream: one key for the whole stream keeps the path counts
-of every closed journey and credits each refit period's conversions when it closes."""
+"""The data-driven models in the stream, the fit's half: one key adds up the counts per
+path that every bucket's closed journeys send (udfs.attribution.two_phase), refits the
+models when a refit period closes, and sends each bucket the fitted weights of the paths
+its conversions of that period took; the buckets credit their conversions with them
+(credit.py). The fit's work is per distinct path, whatever the parallelism."""
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
-from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.attribution.legacy_state import LegacyFitState, pending_period
 from pipelines.flink.attribution.support import (
+    FITTED_WEIGHTS,
+    KEPT_JOURNEYS,
     PICKLE_PROTOCOL,
-    closed_periods_ends,
     collect_garbage_rarely,
     put_all,
     stored_periods,
 )
 from udfs.attribution import (
-    ModelParams,
+    CountPeriod,
     PathCounts,
     Period,
-    conversion_credit_rows,
-    merged_period,
-    period_runs,
+    journeys_paths,
+    merged_counts,
+    weights_for,
 )
-from udfs.journeys import ConvertedJourneys, settle_step_ms
+from udfs.journeys import ConvertedJourneys, bucket_of, settle_step_ms
 
-# the key of the fit's credit messages: every version of a period's credits in one
-# partition, in order
-FIT_KEY = ("data-driven",)
 FINAL = 2**63 - 1  # the watermark at the end of the input (a drain, a bounded run)
+NO_BUCKET = -1  # a part with no conversions (an earlier version's, moved)
+
+# A pending entry: a bucket's counts of the periods one message closed, added (1) or
+# retracted (-1: a correction): [(bucket, [CountPeriod], sign)]
+Entry = list[tuple[int, list[CountPeriod], int]]
+# One period's parts of an entry: (bucket, conversions per path, the others, sign)
+Part = tuple[int, dict, dict, int]
+# A settled period: (conversions per path by bucket, non-conversions per path)
+Settled = tuple[dict[int, dict], dict]
 
 
 class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
-    """One key for the whole stream: path counts of every closed journey, and the credits
-    of each period's conversions from the models refitted when the period closes.
+    """One key for the whole stream: the counts per path of every closed journey, and a
+    refit when a refit period closes.
 
-    Journeys arrive grouped by refit period (udfs.attribution.data_driven.Period: the conversions,
-    and only counts per path of the journeys that did not convert) and wait in state until
-    the watermark passes the period's end. A correction (late events changed closed
-    journeys: udfs/journeys/corrections.py) retracts journeys and adds others; where it
-    concerns a period already settled, that period and every later one are settled again
-    from the counts before it (each fit counts every journey closed up to its period's
-    end), and their conversions credited again. Settled periods are kept for
-    `horizon_ms` (the correction horizon) for that."""
+    Counts arrive from each bucket (journeys.py) as (bucket, sequence number, counts of
+    the periods added, of those retracted) and wait in state until the watermark passes
+    their period's end; then the models are refitted on every journey closed up to it,
+    and each bucket that converted in the period gets the weights of its paths
+    (FITTED_WEIGHTS, with the sequence number of its last message counted, so it credits
+    once it holds every journey counted). A correction of a period already settled
+    settles that period and every later one again, from the counts before it, and their
+    buckets get the new weights. Settled periods are kept for `horizon_ms` for that.
+    Journeys an earlier version kept here (pending or settled) are handed to their
+    buckets once after a restore (KEPT_JOURNEYS), their counts kept here."""
 
-    def __init__(self, models: tuple[str, ...], params: ModelParams,
-                 process_mode: bool = False, horizon_ms: int = 0) -> None:
+    def __init__(self, models: tuple[str, ...], params: Any, process_mode: bool = False,
+                 horizon_ms: int = 0, buckets: int = 1) -> None:
         self.models = models
         self.params = params
         self.process_mode = process_mode
         self.horizon_ms = horizon_ms
+        self.buckets = buckets  # to hand journeys an earlier version kept to their bucket
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
         # One entry per distinct path, (row, path, conversions, non-conversions), so a
-        # refit stores only the paths it counted (not all of them, tens of thousands, as
-        # one value); the row keeps first-seen order across a restore.
+        # refit stores only the paths it counted; the row keeps first-seen order.
         self.cells = runtime_context.get_map_state(
             MapStateDescriptor("path-cells", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
-        # Closed journeys waiting for their period to end: one entry per arrival, keyed
-        # "n<arrival number>:<its periods' ends>" and stored as it came (the pickled
-        # periods), so a timer reads only the arrivals with periods it settles (reading
-        # one list of everything pending at every timer grew with the backlog). Entries
-        # of a single period, keyed "period end:arrival number": corrections, and
-        # arrivals stored by earlier versions.
+        # Counts waiting for their period to end: one entry per message, keyed
+        # "c<arrival number>:<its periods' ends>", so a timer reads only the entries with
+        # periods it settles. (Earlier versions kept journeys here: "n..." and
+        # "<end>:<number>" entries, moved once after a restore.)
         self.pending = runtime_context.get_map_state(
             MapStateDescriptor("pending-periods", Types.STRING(), Types.PICKLED_BYTE_ARRAY()))
-        # settled periods that a correction may restate: period end -> pickled
-        # (converted journeys, counts per path of the others)
+        # settled periods that a correction may restate: period end -> pickled Settled
         self.settled = runtime_context.get_map_state(
             MapStateDescriptor("settled-periods", Types.LONG(), Types.PICKLED_BYTE_ARRAY()))
-        self.settled_periods: dict[int, tuple[ConvertedJourneys, dict]] | None = None
+        self.settled_periods: dict[int, Settled] | None = None
         self.last_settled = runtime_context.get_state(
             ValueStateDescriptor("last-settled-period", Types.LONG()))
+        # each bucket's last message counted: its sequence number
+        self.seen_state = runtime_context.get_map_state(
+            MapStateDescriptor("buckets-seen", Types.INT(), Types.LONG()))
+        self.seen: dict[int, int] | None = None
         self.legacy = LegacyFitState(runtime_context)  # as earlier versions stored them
         self.waiting: dict[int, list[str]] | None = None  # period end -> its entries' keys
         self.arrivals = 0
-        # The counts in memory between refits (one key: this operator alone writes them);
-        # read from state once after a (re)start, not once per refit, and the refit's
-        # index of their paths kept with them.
         self.path_counts: PathCounts | None = None
+        self.moved = False  # journeys an earlier version kept: handed over since (re)start
 
     def _counts(self) -> PathCounts:
         if self.path_counts is None:
@@ -108,6 +120,11 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                                  for path in counts.changed}, self.process_mode)
             counts.changed.clear()
 
+    def _seen(self) -> dict[int, int]:
+        if self.seen is None:
+            self.seen = {int(bucket): int(seq) for bucket, seq in self.seen_state.items()}
+        return self.seen
+
     def _waiting(self) -> dict[int, list[str]]:
         """The pending entries' keys by period end, in arrival order (from the stored keys
         once after a (re)start)."""
@@ -119,56 +136,43 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             for _, end, key in arrivals:
                 self.waiting.setdefault(end, []).append(key)
             self.arrivals = arrivals[-1][0] + 1 if arrivals else 0
-            legacy = self.legacy.take_periods()
-            if legacy:  # state written by an earlier version: moved into the map
-                self._add(legacy)
         return self.waiting
 
-    def _add_arrival(self, ends: list[int], periods: bytes) -> None:
-        """A step's closed journeys, stored as they came: one entry for all its periods."""
+    def _put_entry(self, number: int, entry: Entry) -> str:
+        ends = sorted({end for _, periods, _ in entry for end, *_ in periods})
+        key = f"c{number}:{','.join(map(str, ends))}"
+        put_all(self.pending, {key: pickle.dumps(entry, PICKLE_PROTOCOL)}, self.process_mode)
         waiting = self._waiting()
-        key = _arrival_key(self.arrivals, ends)
-        self.arrivals += 1
-        put_all(self.pending, {key: periods}, self.process_mode)
         for end in ends:
             waiting.setdefault(end, []).append(key)
-
-    def _add(self, periods: list[Period], sign: int = 1) -> None:
-        waiting, entries = self._waiting(), {}
-        for period in periods:
-            key = f"{period[0]}:{self.arrivals}"
-            self.arrivals += 1
-            entries[key] = pickle.dumps(period if sign > 0 else (*period, sign),
-                                        PICKLE_PROTOCOL)
-            waiting.setdefault(period[0], []).append(key)
-        put_all(self.pending, entries, self.process_mode)
+        return key
 
     def _last_settled(self) -> int:
         last = self.last_settled.value()
         return -(2**63) if last is None else int(last)
 
-    def _settled(self) -> dict[int, tuple[ConvertedJourneys, dict]]:
+    def _settled(self) -> dict[int, Settled]:
         if self.settled_periods is None:
             self.settled_periods = {end: pickle.loads(value)
                                     for end, value in self.settled.items()}
         return self.settled_periods
 
-    def process_element(self, payload: bytes, ctx: KeyedProcessFunction.Context
-                        ) -> Iterator[bytes]:
-        arrival = closed_periods_ends(payload)
-        if arrival is not None:
-            ends = arrival[0]
-            self._add_arrival(*arrival)
-        else:
-            periods: list[Period] | tuple[list[Period], list[Period]] = pickle.loads(payload)
-            if isinstance(periods, tuple):  # a correction: (retracted, added)
-                retracted, added = periods
-                self._add(retracted, -1)
-                self._add(added)
-                periods = [*retracted, *added]
-            else:
-                self._add(periods)
-            ends = [period[0] for period in periods]
+    def process_element(self, message: tuple[int, int, list[CountPeriod], list[CountPeriod]],
+                        ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        yield from self._move_kept_journeys()
+        bucket, seq, added, retracted = message
+        seen = self._seen()
+        if seq > seen.get(bucket, 0):
+            seen[bucket] = seq
+            self.seen_state.put(bucket, seq)
+        entry: Entry = [(bucket, periods, sign) for periods, sign in ((added, 1),
+                                                                      (retracted, -1))
+                        if periods]
+        if not entry:
+            return
+        self._waiting()
+        self._put_entry(self.arrivals, entry)
+        self.arrivals += 1
         if ctx.timer_service().current_watermark() >= FINAL:
             # Journeys after the end of the input: they came from an attribution subtask
             # whose output was idle when the final watermark passed the others (Flink
@@ -176,15 +180,17 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             yield from self._settle(FINAL)
             return
         last = self._last_settled()
-        for end in set(ends):
+        for end in {end for _, periods, _ in entry for end, *_ in periods}:
             # a settled period is settled again with the next period that closes (all
             # corrections since in one pass), or at the end of the input
             ctx.timer_service().register_event_time_timer(end if end > last else FINAL)
 
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[bytes]:
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext
+                 ) -> Iterator[Any]:
+        yield from self._move_kept_journeys()
         yield from self._settle(max(timestamp, ctx.timer_service().current_watermark()))
 
-    def _settle(self, watermark: int) -> Iterator[bytes]:
+    def _settle(self, watermark: int) -> Iterator[Any]:
         """Every period the watermark has passed is settled now, in period order (a replay
         moves the watermark over many periods at once); a correction of a settled period
         settles it and the later ones again, from the counts before it."""
@@ -198,27 +204,35 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         settled = self._settled() if self.horizon_ms else {}
         again = sorted(end for end in settled if end >= due[0])
         for end in reversed(again):
-            counts.retract(*settled[end])
-        read: dict[str, dict[int, Period]] = {}  # arrivals read: their periods left
+            by_bucket, unconverted = settled[end]
+            counts.add_counts(merged_counts((c, 1) for c in by_bucket.values()),
+                              unconverted, -1)
+        read: dict[str, dict[int, list[Part]]] = {}  # entries read: their periods left
+        seen = self._seen()
         for end in sorted({*again, *due}):
-            parts = [(*settled[end], 1)] if end in settled else []
+            parts: list[Part] = []
+            if end in settled:
+                by_bucket, unconverted = settled[end]
+                parts += [(bucket, paths, {}, 1) for bucket, paths in by_bucket.items()]
+                parts.append((NO_BUCKET, {}, unconverted, 1))
             for key in waiting.pop(end, []):
-                if key.startswith("n"):  # an arrival: the period of it that ends here
-                    if key not in read:
-                        read[key] = {period[0]: period for period in stored_periods(
-                            pickle.loads(self.pending.get(key)))}
-                    _, journeys, paths = read[key].pop(end)
-                    parts.append((journeys, paths, 1))
-                    continue
-                _, journeys, paths, *sign = pending_period(self.pending.get(key))
-                self.pending.remove(key)
-                parts.append((journeys, paths, sign[0] if sign else 1))
-            converted, unconverted = merged_period(parts)
-            for message in credit_messages.encode_chunks_bytes(conversion_credit_rows(
-                    counts, converted, unconverted, self.models, self.params)):
-                yield table_messages.keyed(FIT_KEY, message)
+                if key not in read:
+                    read[key] = _by_period(pickle.loads(self.pending.get(key)))
+                parts += read[key].pop(end)
+            by_bucket = {}
+            for bucket in {part[0] for part in parts if part[1]}:
+                paths = merged_counts((c, s) for b, c, _, s in parts if b == bucket)
+                if paths:
+                    by_bucket[bucket] = paths
+            unconverted = merged_counts((u, s) for _, _, u, s in parts)
+            counts.add_counts(merged_counts((c, 1) for c in by_bucket.values()), unconverted)
+            if by_bucket:
+                fitted = counts.fit(self.models, self.params)
+                for bucket in sorted(by_bucket):
+                    yield (bucket, FITTED_WEIGHTS, end, seen.get(bucket, 0), watermark,
+                           weights_for(fitted, by_bucket[bucket]))
             if self.horizon_ms:
-                settled[end] = (converted, unconverted)
+                settled[end] = (by_bucket, unconverted)
                 self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
         # a correction reaches back at most the horizon (and the step the settled journeys
         # trail by): older periods are final. Not at the end of the input: journeys that
@@ -231,8 +245,8 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         self._store_counts(counts)
         self._keep_unsettled(read)
 
-    def _keep_unsettled(self, read: dict[str, dict[int, Period]]) -> None:
-        """Arrivals this settling read: gone once every period of theirs is settled; the
+    def _keep_unsettled(self, read: dict[str, dict[int, list[Part]]]) -> None:
+        """Entries this settling read: gone once every period of theirs is settled; the
         periods still waiting kept under a key naming only them (the same arrival number:
         the same place in their periods' order)."""
         waiting = self._waiting()
@@ -241,20 +255,94 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             if not left:
                 continue
             number = _entry_periods(key)[0][0]
-            kept = _arrival_key(number, sorted(left))
-            put_all(self.pending, {kept: pickle.dumps(period_runs(list(left.values())),
-                                                      PICKLE_PROTOCOL)}, self.process_mode)
             for end in left:
-                waiting[end] = [kept if entry == key else entry for entry in waiting[end]]
+                waiting[end].remove(key)
+            kept = self._put_entry(number, _as_entry(left))
+            for end in left:  # back in its place among the period's entries
+                keys = waiting[end]
+                keys.remove(kept)
+                keys.insert(_place(keys, number), kept)
+
+    def _move_kept_journeys(self) -> Iterator[Any]:
+        """Once after a (re)start: journeys an earlier version kept here, pending or
+        settled, go to their buckets (KEPT_JOURNEYS: the bucket credits them when their
+        period's weights come), and their counts stay here in place of them."""
+        if self.moved:
+            return
+        self.moved = True
+        legacy = self.legacy.take_periods()
+        kept = [key for key in self.pending.keys()  # noqa: SIM118 (Flink's map state)
+                if not key.startswith("c")]
+        if legacy or kept:
+            self._waiting()
+            for period in legacy:
+                yield from self._hand_over(self.arrivals, [period], 1, False)
+                self.arrivals += 1
+            for key in kept:
+                number = _entry_periods(key)[0][0]
+                stored = self.pending.get(key)
+                self.pending.remove(key)
+                for end in {end for _, end in _entry_periods(key)}:
+                    self.waiting[end].remove(key)  # type: ignore[index]
+                if key.startswith("n"):
+                    yield from self._hand_over(number, stored_periods(pickle.loads(stored)),
+                                               1, False)
+                else:
+                    end, journeys, paths, *sign = pending_period(stored)
+                    yield from self._hand_over(number, [(end, journeys, paths)],
+                                               sign[0] if sign else 1, False)
+        settled = self._settled()
+        for end, value in list(settled.items()):
+            if isinstance(value[0], ConvertedJourneys):  # (converted journeys, the others)
+                by_bucket: dict[int, dict] = {}
+                for bucket, part in self._split(value[0]).items():
+                    yield bucket, KEPT_JOURNEYS, end, 1, True, part
+                    by_bucket[bucket] = journeys_paths(part)
+                settled[end] = (by_bucket, dict(value[1]))
+                self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
+
+    def _split(self, journeys: ConvertedJourneys) -> dict[int, ConvertedJourneys]:
+        buckets = np.fromiter((bucket_of(user, self.buckets)
+                               for user in journeys.user_id.tolist()), np.int64,
+                              len(journeys))
+        return {int(bucket): journeys.select(buckets == bucket)
+                for bucket in np.unique(buckets)}
+
+    def _hand_over(self, number: int, periods: list[Period], sign: int,
+                   settled: bool) -> Iterator[Any]:
+        entry: Entry = []
+        for end, journeys, unconverted in periods:
+            for bucket, part in self._split(journeys).items():
+                yield bucket, KEPT_JOURNEYS, end, sign, settled, part
+                entry.append((bucket, [(end, journeys_paths(part), {})], sign))
+            entry.append((NO_BUCKET, [(end, {}, dict(unconverted))], sign))
+        self._put_entry(number, entry)
 
 
-def _arrival_key(number: int, ends: list[int]) -> str:
-    return f"n{number}:{','.join(map(str, ends))}"
+def _by_period(entry: Entry) -> dict[int, list[Part]]:
+    parts: dict[int, list[Part]] = {}
+    for bucket, periods, sign in entry:
+        for end, converted, unconverted in periods:
+            parts.setdefault(end, []).append((bucket, converted, unconverted, sign))
+    return parts
+
+
+def _as_entry(left: dict[int, list[Part]]) -> Entry:
+    return [(bucket, [(end, converted, unconverted)], sign)
+            for end, parts in left.items() for bucket, converted, unconverted, sign in parts]
+
+
+def _place(keys: list[str], number: int) -> int:
+    """Where an entry of arrival `number` goes among a period's keys (arrival order)."""
+    for at, key in enumerate(keys):
+        if _entry_periods(key)[0][0] > number:
+            return at
+    return len(keys)
 
 
 def _entry_periods(key: str) -> list[tuple[int, int]]:
     """(arrival number, period end) of each period a pending entry's key names."""
-    if key.startswith("n"):
+    if key[0] in "cn":
         number, ends = key[1:].split(":")
         return [(int(number), int(end)) for end in ends.split(",")]
     end, number = key.split(":")

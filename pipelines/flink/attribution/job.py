@@ -31,6 +31,7 @@ from pyflink.common import JobExecutionResult, Types
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 
 from pipelines.flink.attribution.accounting import RunAccounting
+from pipelines.flink.attribution.credit import CreditDataDriven
 from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
@@ -46,6 +47,7 @@ from pipelines.flink.attribution.support import (
     ONE_EXPIRED,
     ONE_LATE,
     ORDERS,
+    PATH_COUNTS,
     RESULT_TYPE,
 )
 from pipelines.flink.jobs import ATTRIBUTION
@@ -121,16 +123,27 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
     if data_driven:
-        # the fit waits for every attribution subtask's watermark, so that the journeys one
-        # closes come before the watermark that settles their period (a drain included)
-        closed = stay_active(attributed.get_side_output(CLOSED_JOURNEYS),
+        # In two phases: the counts per path of every closed journey go to the fit, one
+        # key for the stream; the converted journeys stay with their bucket, which credits
+        # them with the weights the fit sends back for their paths. The fit waits for
+        # every attribution subtask's watermark, so that the journeys one closes come
+        # before the watermark that settles their period (a drain included).
+        counts = stay_active(attributed.get_side_output(PATH_COUNTS),
                              "closed-journeys-stay-active", "closed-journeys-stay-active")
-        fitted = (closed
+        fitted = (counts
                   .key_by(lambda _: 0, key_type=Types.INT())
-                  .process(FitDataDrivenModels(data_driven, params, process_mode, reach_ms),
-                           output_type=RESULT_TYPE)
+                  .process(FitDataDrivenModels(data_driven, params, process_mode, reach_ms,
+                                               config.flink.user_buckets),
+                           output_type=Types.PICKLED_BYTE_ARRAY())
                   .name("fit-data-driven-models").uid("fit-data-driven-models-by-period"))
-        credits = attributed.union(fitted)
+        closed = attributed.get_side_output(CLOSED_JOURNEYS)
+        credited = (closed.key_by(lambda message: message[0], key_type=Types.INT())
+                    .connect(fitted.key_by(lambda message: message[0], key_type=Types.INT()))
+                    .process(CreditDataDriven(reach_ms, process_mode),
+                             output_type=RESULT_TYPE)
+                    .name("credit-data-driven-models")
+                    .uid("credit-data-driven-models-by-bucket"))
+        credits = attributed.union(credited)
     # late by arrival (the decoder, which counts its own in its accounting), or behind what
     # the journeys still keep: with a horizon, lost events that counted (an alarm); without
     # one, every event behind the watermark

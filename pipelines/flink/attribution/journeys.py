@@ -1,6 +1,7 @@
 """The attribution job's keyed heart: per bucket of users, a journey book advanced by the
 watermark; the conversions a step closes are credited by the per-conversion models, and the
-closed journeys go on to the data-driven fit."""
+closed journeys go on to the data-driven models in two parts: the converted ones to be
+credited with their bucket (credit.py), their counts per path to the fit (fit.py)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,11 @@ from pipelines.flink.attribution.support import (
     CLOSED_JOURNEYS,
     CONVERSIONS,
     LATE_EVENTS,
+    PATH_COUNTS,
     PICKLE_PROTOCOL,
     STATE_EXPIRED,
     WITHDRAWN,
     Batch,
-    closed_periods_message,
     collect_garbage_rarely,
     event_json,
     put_all,
@@ -42,10 +43,16 @@ from schemas.events import (
     without_orders,
 )
 from udfs.attribution import (
+    CountPeriod,
     ModelParams,
+    Period,
+    PeriodRuns,
     closed_by_period,
     closed_period_runs,
+    converted_periods,
     per_conversion_credit_rows,
+    period_counts,
+    split_runs,
 )
 from udfs.journeys import (
     Changes,
@@ -85,8 +92,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
     behind the watermark once it admits them (an ADMITTED batch). Events newer than the
     book's watermark wait in it; those behind it but within the correction horizon
     correct what they change at once (the conversions and credits of the changed
-    journeys are reported again, the fit gets the journeys retracted and added:
-    udfs/journeys/corrections.py); older ones go to the late side output. One timer per
+    journeys are reported again, the data-driven models get the journeys retracted and
+    added: udfs/journeys/corrections.py); older ones go to the late side output. One timer per
     bucket, at the earliest time the book has something to do (a waiting event, a
     journey that could close unconverted, an order history running out), brings the
     whole bucket up to the watermark in one call. State per bucket: the settled book (at
@@ -130,6 +137,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         self.unmatched = runtime_context.get_state(
             ValueStateDescriptor("orders-to-withdraw", Types.PICKLED_BYTE_ARRAY()))
         self.unmatched_by_bucket: dict[int, Counter[tuple]] = {}
+        # how many CLOSED_JOURNEYS messages the bucket has sent (their sequence numbers)
+        self.sent = runtime_context.get_state(
+            ValueStateDescriptor("closed-journeys-sent", Types.LONG()))
 
     def _book(self, bucket: int) -> CorrectingBook:
         book = self.books.get(bucket)
@@ -248,9 +258,35 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         yield from self._reported(bucket, correction.added.converted)
         if self.refit_period_ms:
             period = self.refit_period_ms
-            yield CLOSED_JOURNEYS, pickle.dumps(
-                (closed_by_period(_for_fit(correction.retracted), period),
-                 closed_by_period(_for_fit(correction.added), period)), PICKLE_PROTOCOL)
+            retracted = closed_by_period(_for_fit(correction.retracted), period)
+            added = closed_by_period(_for_fit(correction.added), period)
+            yield from self._to_fit(bucket, None, (retracted, added))
+
+    def _to_fit(self, bucket: int, runs: PeriodRuns | None,
+                correction: tuple[list[Period], list[Period]] | None = None
+                ) -> Iterator[Any]:
+        """Closed journeys for the data-driven models, in two parts: the converted ones
+        stay with the bucket, to be credited here when their period's weights come
+        (CLOSED_JOURNEYS, numbered), and the counts per path go to the fit (PATH_COUNTS,
+        with the number of the bucket's last message: the fit's weights wait for it)."""
+        seq = self.sent.value() or 0
+        retracted_counts: list[CountPeriod] = []
+        payload: PeriodRuns | tuple[list[Period], list[Period]]
+        if runs is not None:
+            kept, counts = split_runs(runs)
+            ends, payload = kept[0], kept
+        else:
+            assert correction is not None
+            retracted, added = correction
+            counts, retracted_counts = period_counts(added), period_counts(retracted)
+            payload = (converted_periods(retracted), converted_periods(added))
+            ends = sorted({end for periods in payload for end, *_ in periods})
+        if ends:
+            seq += 1
+            self.sent.update(seq)
+            yield CLOSED_JOURNEYS, (bucket, seq, "n" if runs is not None else "c", ends,
+                                    pickle.dumps(payload, PICKLE_PROTOCOL))
+        yield PATH_COUNTS, (bucket, seq, counts, retracted_counts)
 
     def _reported(self, bucket: int, converted: ConvertedJourneys) -> Iterator[Any]:
         """Conversions and per-conversion credits, keyed by the bucket: every version of
@@ -308,10 +344,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
             self.timers.pop(bucket, None)
         yield from self._reported(bucket, advanced.closed.converted)
         if self.refit_period_ms and len(advanced.closed):
-            # pickled here, stored as it is by the fit and read once (the key selector
-            # between passes bytes on)
-            yield CLOSED_JOURNEYS, closed_periods_message(closed_period_runs(
-                _for_fit(advanced.closed), self.refit_period_ms))
+            yield from self._to_fit(bucket, closed_period_runs(_for_fit(advanced.closed),
+                                                               self.refit_period_ms))
         self._schedule(bucket, book, ctx)
 
 

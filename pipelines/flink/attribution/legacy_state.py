@@ -81,7 +81,7 @@ class LegacyFitState:
 
     def take_periods(self) -> list[Period]:
         """The pending periods, once (cleared as they are read)."""
-        stored = self.pending.get()
+        stored = list(self.pending.get() or [])  # (PyFlink gives a generator)
         if not stored:
             return []
         self.pending.clear()

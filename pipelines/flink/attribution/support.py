@@ -4,11 +4,8 @@ the batch record between decoder and journeys, and how they keep Python's costs 
 from __future__ import annotations
 
 import gc
-import pickle
-import struct
 from typing import Any
 
-import numpy as np
 import orjson
 from pyflink.common import Types
 from pyflink.datastream import OutputTag
@@ -19,7 +16,20 @@ from udfs.attribution import Period, PeriodRuns, runs_periods
 
 DEAD_LETTERS = OutputTag("dead-letters", Types.STRING())
 LATE_EVENTS = OutputTag("late-events", Types.STRING())
+# A bucket's converted journeys, kept where they closed to be credited there (credit.py):
+# (bucket, sequence number, "n" for a step's runs or "c" for a correction, the periods'
+# ends, the pickled runs or (retracted, added) periods)
 CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
+# ... and their counts per path, to the fit (fit.py): (bucket, the sequence number of the
+# bucket's last CLOSED_JOURNEYS message, the periods' counts added, those retracted)
+PATH_COUNTS = OutputTag("path-counts", Types.PICKLED_BYTE_ARRAY())
+# What the fit sends a bucket (its first field the bucket):
+# (bucket, FITTED_WEIGHTS, period end, the bucket's sequence number counted, the fit's
+# watermark, udfs.attribution.FittedModels of the bucket's paths)
+FITTED_WEIGHTS = 0
+# (bucket, KEPT_JOURNEYS, period end, sign, settled, ConvertedJourneys): journeys an
+# earlier version of the fit kept, handed to their bucket once
+KEPT_JOURNEYS = 1
 DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
 # orders, from the decoder to the duplicate check: (order id's bucket, 0, rows)
 ORDERS = OutputTag("orders", Types.PICKLED_BYTE_ARRAY())
@@ -79,37 +89,10 @@ def collect_garbage_rarely() -> None:
     gc.set_threshold(50_000, 20, 100)
 
 
-# What a journeys step sends the fit (CLOSED_JOURNEYS): the ends of the refit periods it
-# closed journeys in, before the pickled list of udfs.attribution Periods, so that the fit
-# files the arrival by period without unpickling it, and stores it as it came (one entry
-# per arrival, not one pickle per period). A correction, (retracted, added), comes pickled
-# alone, as do arrivals from earlier versions.
-_CLOSED = b"CJ1\0"
-_COUNT = struct.Struct("<I")
-
-
-def closed_periods_message(runs: PeriodRuns) -> bytes:
-    """The message for a step's closed journeys grouped by period (closed_period_runs)."""
-    ends = np.array(runs[0], np.int64)
-    return b"".join([_CLOSED, _COUNT.pack(len(ends)), ends.tobytes(),
-                     pickle.dumps(runs, PICKLE_PROTOCOL)])
-
-
 def stored_periods(stored: PeriodRuns | list[Period]) -> list[Period]:
-    """The periods of a step's closed journeys as the fit stores them: runs of one table,
-    or (as earlier versions stored them) a list of periods."""
+    """The periods of a step's closed journeys as earlier versions of the fit stored them:
+    runs of one table, or a list of periods."""
     return stored if isinstance(stored, list) else runs_periods(stored)
-
-
-def closed_periods_ends(message: bytes) -> tuple[list[int], bytes] | None:
-    """(the periods' ends, the pickled periods) of a `closed_periods_message`; None for a
-    message in another form (a correction, an earlier version's)."""
-    if not message.startswith(_CLOSED):
-        return None
-    (count,) = _COUNT.unpack_from(message, len(_CLOSED))
-    start = len(_CLOSED) + _COUNT.size
-    ends = np.frombuffer(message, np.int64, count, start).tolist()
-    return ends, message[start + 8 * count:]
 
 
 def put_all(state: Any, values: dict[Any, Any], process_mode: bool) -> None:
