@@ -116,19 +116,24 @@ def test_hand_computed_journeys_get_exact_credits(kafka, flink, job_config, tmp_
     warehouse.close()
 
 
-@pytest.mark.parametrize(("encoding", "buckets", "step_s"), [
-    ("otlp_json", None, None),
+@pytest.mark.parametrize(("encoding", "buckets", "step_s", "mode"), [
+    ("otlp_json", None, None, "thread"),
     # many buckets a subtask, watermark steps held 3 s apart by the source's grouping
-    ("otlp_proto", 64, 3.0)])
+    ("otlp_proto", 64, 3.0, "thread"),
+    # the mode of the cluster config (jobs/config/cluster.yaml): a Python worker process
+    # per slot, whose state and list APIs differ from thread mode's
+    ("otlp_proto", 8, None, "process")])
 def test_generated_population_matches_the_batch_reference(kafka, flink, job_config, topic,
-                                                           encoding, buckets, step_s):
+                                                           encoding, buckets, step_s, mode):
     # every model; data-driven ones refitted every 6 hours, so many periods are exercised;
     # three partitions (the exporter spreads its messages over them) read by two subtasks
     job_config = job_config.replace("attribution", refit_every_s=6 * 3600.0)
     job_config = job_config.replace("topics", spans=topic("spans", 3))
-    job_config = job_config.replace("flink", parallelism=2)
+    job_config = job_config.replace("flink", parallelism=2, python_execution_mode=mode)
     if buckets:
-        job_config = job_config.replace("flink", user_buckets=buckets, step_interval_s=step_s)
+        job_config = job_config.replace("flink", user_buckets=buckets)
+    if step_s:
+        job_config = job_config.replace("flink", step_interval_s=step_s)
     plan = plan_events(400, seed=21)
     publish(kafka, job_config.topics.spans, plan, encoding=encoding)
     run_job(job_config, kafka, env=flink.environment(job_config))

@@ -239,8 +239,9 @@ def test_periods_pending_at_a_restore_are_settled_as_if_uninterrupted():
     run(pending, periods[4:], settle=False)  # three periods pending
     assert len(backend.fit.states["pending-periods"].stored) == pending.messages
     rest = settle_all(TwoPhase(copy.deepcopy(backend)))
+    # the same credits (in fewer messages: one settling credits the three periods)
     assert credited(first + rest) == credited(whole)
-    assert first + rest == whole
+    assert len(rest) < len(whole) - len(first)
 
 
 def legacy_fit(periods: list[list[ClosedJourney]], store: Any) -> tuple[list[bytes], Backend]:
@@ -315,14 +316,16 @@ def test_settled_periods_an_earlier_version_kept_are_credited_again_by_their_buc
     # as the earlier version kept the period: its journeys, in the fit; none in the buckets
     settled.put(end, pickle.dumps((journeys[0][1], journeys[0][2])))
     for store in backend.credit.by_key.values():
-        store.states["closed-conversions"].remove(f"m{end}")
+        kept = store.states["closed-conversions"]
+        for key in [key for key in kept.stored if str(end) in key.split(":")[1]]:
+            kept.remove(key)
     backend.timers.watermark = FINAL
     again = TwoPhase(backend, horizon)
     rest = again.send(last[20:])
     assert credited(first + rest) == credited(whole)
     moved = [key for store in backend.credit.by_key.values()
              for key in store.states["closed-conversions"].stored]
-    assert f"m{end}" in moved
+    assert any(key.startswith("s") and str(end) in key for key in moved)  # credited again
 
 
 def test_journeys_that_come_after_the_final_watermark_are_credited_at_once():
@@ -355,9 +358,9 @@ def test_a_buckets_weights_are_the_whole_fits_for_its_paths():
     fitted = counts.fit(MODELS, ModelParams())
     converted, _ = merged_period([(period[1], {}, 1) for period in
                                   wire_of(closed_journeys(4, 3)[2])])
-    chosen = weights_for(fitted, [tuple(t.channel for t in j.touches)
-                                  for j in closed_journeys(4, 3)[2]
-                                  if isinstance(j, ConvertedJourney)])
+    chosen = weights_for(fitted, dict.fromkeys([tuple(t.channel for t in j.touches)
+                                                for j in closed_journeys(4, 3)[2]
+                                                if isinstance(j, ConvertedJourney)], 1.0))
     assert len(chosen.rows) < len(fitted.rows)
     assert chosen.credit_rows(converted) == fitted.credit_rows(converted)
 

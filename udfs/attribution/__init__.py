@@ -41,6 +41,7 @@ from udfs.attribution.two_phase import (
     journeys_paths,
     merged_counts,
     period_counts,
+    periods_credit_rows,
     split_runs,
     weights_for,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "journeys_paths",
     "merged_counts",
     "period_counts",
+    "periods_credit_rows",
     "split_runs",
     "weights_for",
     "DATA_DRIVEN_MODELS",

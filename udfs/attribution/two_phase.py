@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from udfs.attribution.credits import CreditRow, credit_rows
 from udfs.attribution.data_driven import FittedModels, Path, Period, PeriodRuns
-from udfs.journeys import ConvertedJourneys, paths_of
+from udfs.journeys import ConvertedJourneys, concat_converted, paths_of
 
 CountPeriod = tuple[int, dict[Path, float], dict[Path, float]]
 """A refit period's closed journeys of one bucket as the fit counts them: (period end,
@@ -69,11 +70,11 @@ def merged_counts(parts: Iterable[tuple[Mapping[Path, float], int]]) -> dict[Pat
     return {path: count for path, count in total.items() if count}
 
 
-def weights_for(fitted: FittedModels, paths: Iterable[Path]) -> FittedModels:
-    """The fitted weights of `paths` only (each counted by the fit), as a FittedModels of
+def weights_for(fitted: FittedModels, paths: Mapping[Path, float]) -> FittedModels:
+    """The fitted weights of the paths counted in `paths` only, as a FittedModels of
     its own: what one bucket needs to credit its conversions on those paths, the same
     numbers as the whole fit's."""
-    chosen = [path for path in dict.fromkeys(paths) if path]
+    chosen = [path for path in paths if path]  # (distinct: the keys of a count)
     rows = np.fromiter((fitted.rows[path] for path in chosen), np.int64, len(chosen))
     starts = fitted.offsets[rows]
     lengths = fitted.offsets[rows + 1] - starts
@@ -87,3 +88,32 @@ def weights_for(fitted: FittedModels, paths: Iterable[Path]) -> FittedModels:
 def journeys_paths(converted: ConvertedJourneys) -> dict[Path, float]:
     """Conversions per path of converted journeys."""
     return path_tally(paths_of(converted.touches))
+
+
+def periods_credit_rows(periods: Sequence[tuple[ConvertedJourneys, FittedModels]]
+                        ) -> list[CreditRow]:
+    """Credit rows of several periods' conversions, each period's with its own fitted
+    weights, in one call: the periods' weights side by side as one table (a catch-up
+    settles tens of periods at once, and numpy calls per period and bucket cost more
+    than the crediting itself)."""
+    periods = [(journeys, fitted) for journeys, fitted in periods if len(journeys)]
+    if not periods:
+        return []
+    journeys = concat_converted([journeys for journeys, _ in periods])
+    models = list(periods[0][1].weights)
+    rows: list[int] = []
+    base = 0
+    for part, fitted in periods:  # each journey's row among every period's paths
+        own = fitted.rows
+        rows += [base + own[path] for path in paths_of(part.touches) if path]
+        base += len(fitted.offsets) - 1
+    path_lengths = np.concatenate([np.diff(fitted.offsets) for _, fitted in periods])
+    offsets = np.zeros(len(path_lengths) + 1, np.int64)
+    np.cumsum(path_lengths, out=offsets[1:])
+    picked = np.array(rows, np.int64)
+    starts = offsets[picked]
+    lengths = offsets[picked + 1] - starts
+    before = np.cumsum(lengths) - lengths
+    flat = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+    return credit_rows(journeys, ((model, np.concatenate(
+        [fitted.weights[model] for _, fitted in periods])[flat]) for model in models))

@@ -27,6 +27,7 @@ from pipelines.flink.attribution.support import (
 )
 from udfs.attribution import (
     CountPeriod,
+    FittedModels,
     PathCounts,
     Period,
     journeys_paths,
@@ -55,8 +56,9 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
     the periods added, of those retracted) and wait in state until the watermark passes
     their period's end; then the models are refitted on every journey closed up to it,
     and each bucket that converted in the period gets the weights of its paths
-    (FITTED_WEIGHTS, with the sequence number of its last message counted, so it credits
-    once it holds every journey counted). A correction of a period already settled
+    (FITTED_WEIGHTS: one message per bucket for all the periods one settling settles,
+    with the sequence number of its last message counted, so it credits once it holds
+    every journey counted). A correction of a period already settled
     settles that period and every later one again, from the counts before it, and their
     buckets get the new weights. Settled periods are kept for `horizon_ms` for that.
     Journeys an earlier version kept here (pending or settled) are handed to their
@@ -138,13 +140,15 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.arrivals = arrivals[-1][0] + 1 if arrivals else 0
         return self.waiting
 
-    def _put_entry(self, number: int, entry: Entry) -> str:
+    def _put_entry(self, number: int, entry: Entry, listed: bool = True) -> str:
+        """Store an entry; `listed`: add it to its periods' keys (last)."""
         ends = sorted({end for _, periods, _ in entry for end, *_ in periods})
         key = f"c{number}:{','.join(map(str, ends))}"
         put_all(self.pending, {key: pickle.dumps(entry, PICKLE_PROTOCOL)}, self.process_mode)
-        waiting = self._waiting()
-        for end in ends:
-            waiting.setdefault(end, []).append(key)
+        if listed:
+            waiting = self._waiting()
+            for end in ends:
+                waiting.setdefault(end, []).append(key)
         return key
 
     def _last_settled(self) -> int:
@@ -208,7 +212,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             counts.add_counts(merged_counts((c, 1) for c in by_bucket.values()),
                               unconverted, -1)
         read: dict[str, dict[int, list[Part]]] = {}  # entries read: their periods left
-        seen = self._seen()
+        weights: dict[int, list[tuple[int, FittedModels]]] = {}  # by bucket, in period order
         for end in sorted({*again, *due}):
             parts: list[Part] = []
             if end in settled:
@@ -219,18 +223,22 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 if key not in read:
                     read[key] = _by_period(pickle.loads(self.pending.get(key)))
                 parts += read[key].pop(end)
+            of_bucket: dict[int, list[tuple[dict, int]]] = {}
+            for bucket, converted, _, sign in parts:
+                if converted:
+                    of_bucket.setdefault(bucket, []).append((converted, sign))
             by_bucket = {}
-            for bucket in {part[0] for part in parts if part[1]}:
-                paths = merged_counts((c, s) for b, c, _, s in parts if b == bucket)
+            for bucket, bucket_parts in of_bucket.items():
+                paths = bucket_parts[0][0] if len(bucket_parts) == 1 and \
+                    bucket_parts[0][1] > 0 else merged_counts(bucket_parts)
                 if paths:
                     by_bucket[bucket] = paths
             unconverted = merged_counts((u, s) for _, _, u, s in parts)
             counts.add_counts(merged_counts((c, 1) for c in by_bucket.values()), unconverted)
             if by_bucket:
                 fitted = counts.fit(self.models, self.params)
-                for bucket in sorted(by_bucket):
-                    yield (bucket, FITTED_WEIGHTS, end, seen.get(bucket, 0), watermark,
-                           weights_for(fitted, by_bucket[bucket]))
+                for bucket, paths in by_bucket.items():
+                    weights.setdefault(bucket, []).append((end, weights_for(fitted, paths)))
             if self.horizon_ms:
                 settled[end] = (by_bucket, unconverted)
                 self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
@@ -244,6 +252,10 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             self.settled.remove(end)
         self._store_counts(counts)
         self._keep_unsettled(read)
+        # each bucket's weights of every period settled now, in one message
+        seen = self._seen()
+        for bucket in sorted(weights):
+            yield bucket, FITTED_WEIGHTS, seen.get(bucket, 0), watermark, weights[bucket]
 
     def _keep_unsettled(self, read: dict[str, dict[int, list[Part]]]) -> None:
         """Entries this settling read: gone once every period of theirs is settled; the
@@ -255,13 +267,9 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
             if not left:
                 continue
             number = _entry_periods(key)[0][0]
-            for end in left:
-                waiting[end].remove(key)
-            kept = self._put_entry(number, _as_entry(left))
-            for end in left:  # back in its place among the period's entries
-                keys = waiting[end]
-                keys.remove(kept)
-                keys.insert(_place(keys, number), kept)
+            kept = self._put_entry(number, _as_entry(left), listed=False)
+            for end in left:  # in its place among the period's entries
+                waiting[end] = [kept if entry == key else entry for entry in waiting[end]]
 
     def _move_kept_journeys(self) -> Iterator[Any]:
         """Once after a (re)start: journeys an earlier version kept here, pending or
@@ -330,14 +338,6 @@ def _by_period(entry: Entry) -> dict[int, list[Part]]:
 def _as_entry(left: dict[int, list[Part]]) -> Entry:
     return [(bucket, [(end, converted, unconverted)], sign)
             for end, parts in left.items() for bucket, converted, unconverted, sign in parts]
-
-
-def _place(keys: list[str], number: int) -> int:
-    """Where an entry of arrival `number` goes among a period's keys (arrival order)."""
-    for at, key in enumerate(keys):
-        if _entry_periods(key)[0][0] > number:
-            return at
-    return len(keys)
 
 
 def _entry_periods(key: str) -> list[tuple[int, int]]:

@@ -24,8 +24,9 @@ CLOSED_JOURNEYS = OutputTag("closed-journeys", Types.PICKLED_BYTE_ARRAY())
 # bucket's last CLOSED_JOURNEYS message, the periods' counts added, those retracted)
 PATH_COUNTS = OutputTag("path-counts", Types.PICKLED_BYTE_ARRAY())
 # What the fit sends a bucket (its first field the bucket):
-# (bucket, FITTED_WEIGHTS, period end, the bucket's sequence number counted, the fit's
-# watermark, udfs.attribution.FittedModels of the bucket's paths)
+# (bucket, FITTED_WEIGHTS, the bucket's sequence number counted, the fit's watermark,
+# [(period end, udfs.attribution.FittedModels of the bucket's paths in it)] in period
+# order: every period one settling settled)
 FITTED_WEIGHTS = 0
 # (bucket, KEPT_JOURNEYS, period end, sign, settled, ConvertedJourneys): journeys an
 # earlier version of the fit kept, handed to their bucket once
