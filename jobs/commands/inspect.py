@@ -37,6 +37,12 @@ def add_inspect(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     inspect.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
     inspect.add_argument("--config", help=f"{CONFIG_HELP} (its channel rules, Kafka address "
                                           "and security)")
+    inspect.add_argument("--order-changes", metavar="MAPPING",
+                         help="read the messages as an orders table's change stream "
+                              "(Debezium change events, or rows: the mapping's `format`), "
+                              "its columns named by this mapping file (e.g. "
+                              "jobs/config/order_changes.yaml), and show what each says of "
+                              "its order: placed, corrected, refunded, deleted, or nothing")
     inspect.set_defaults(func=cmd_inspect)
 
 
@@ -49,6 +55,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if bool(args.file) == bool(args.topic):
         raise CliError("give a FILE or --topic, one of them")
     config = job_config(args)
+    if args.order_changes:
+        return _inspect_order_changes(args, config)
     use_channel_rules(parse_channel_rules(*channel_rules_text(config)),
                       config.journey.landing_user)
     sources = _file_messages(Path(args.file)) if args.file else _topic_messages(args, config)
@@ -71,6 +79,45 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     unreadable = totals["unreadable message"]
     print(f"{spans} spans in {messages} messages: {counted}"
           + (f"; {unreadable} messages unreadable" if unreadable else ""))
+    return 0
+
+
+def _inspect_order_changes(args: argparse.Namespace, config: StreamingJobConfig) -> int:
+    from udfs.orders import (
+        KINDS as CHANGE_KINDS,
+    )
+    from udfs.orders import (
+        OrderChangeError,
+        OrderMappingError,
+        decode_order_change,
+        load_order_mapping,
+    )
+
+    try:
+        mapping = load_order_mapping(Path(args.order_changes))
+    except OrderMappingError as error:
+        raise CliError(str(error)) from None
+    sources = _file_messages(Path(args.file)) if args.file else _topic_messages(args, config)
+    totals: Counter[str] = Counter()
+    messages = 0
+    for where, payload in islice(sources, args.limit):
+        messages += 1
+        try:
+            change = decode_order_change(payload, mapping)
+        except OrderChangeError as error:
+            print(f"message {messages} ({where}): dead letter - {error}")
+            totals["dead_letter"] += 1
+            continue
+        totals[change.kind] += 1
+        if not change.order_id:
+            print(f"message {messages} ({where}): {change.kind} - {change.why}")
+            continue
+        before = "" if change.previous is None else f"{change.previous:.2f} -> "
+        print(f"message {messages} ({where}): order {change.order_id} of "
+              f"{change.user_id}: {change.kind} - {change.why}; revenue "
+              f"{before}{change.revenue:.2f} {change.currency}")
+    counted = ", ".join(f"{totals[kind]} {kind}" for kind in (*CHANGE_KINDS, "dead_letter"))
+    print(f"{messages} messages: {counted}".replace("dead_letter", "dead letter"))
     return 0
 
 

@@ -46,6 +46,7 @@ DEPENDS: dict[str, set[str]] = {
     "control": set(),
     "reconcile": set(),
     "traffic": set(),
+    "orders": set(),
 }
 # udfs/'s own modules: the vocabulary every domain may use, the composer of the domains'
 # settings, and the module that keeps old pickles' paths importable

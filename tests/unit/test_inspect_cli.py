@@ -4,6 +4,7 @@ dead letters with their reasons, and a message that cannot be read at all."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,39 @@ def test_a_protobuf_message_that_opens_like_json_is_explained_as_protobuf() -> N
     assert payload[:2] == b"\n{"
     report = inspect_message(payload)
     assert report.unreadable is None and report.spans
+
+
+def test_inspect_reads_an_orders_change_stream_by_its_mapping(tmp_path: Path, capsys) -> None:
+    """`--order-changes MAPPING`: each change event of a JSON-lines file (Debezium's, as a
+    file sink or kcat writes them) with what it says of its order, and the totals."""
+    row = {"id": 7, "customer_id": "u-1", "total_cents": 5000, "refunded_cents": 0,
+           "currency": "usd", "status": "paid", "created_at": "2026-11-02T10:15:00Z"}
+    source = {"schema": "shop", "table": "orders", "ts_ms": 1_794_200_000_000}
+    events = [{"op": "c", "before": None, "after": row, "source": source},
+              {"op": "u", "before": row, "after": {**row, "refunded_cents": 1000},
+               "source": source},
+              {"op": "u", "before": row, "after": {**row, "status": "cancelled"},
+               "source": source},
+              {"op": "d", "before": row, "after": None, "source": source},
+              {"op": "u", "before": row, "after": {**row, "total_cents": "MTIz"},
+               "source": source}]
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text("\n".join(json.dumps({"schema": {}, "payload": event})
+                                 for event in events) + "\n")
+    mapping = Path(__file__).resolve().parents[2] / "jobs" / "config" / "order_changes.yaml"
+    assert cli.main(["inspect", str(changes), "--order-changes", str(mapping)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("order 7 of u-1: order - created; revenue 50.00 USD")
+    assert "correction - revenue 50 -> 40; revenue 50.00 -> 40.00 USD" in out[1]
+    assert "refund - status 'paid' -> 'cancelled': withdrawn; revenue 50.00 -> 0.00" in out[2]
+    assert "delete - the row was deleted" in out[3]
+    assert "dead letter - revenue: column `total_cents` is 'MTIz'" in out[4]
+    assert "decimal.handling.mode" in out[4]
+    assert out[5] == ("5 messages: 1 order, 1 correction, 1 refund, 1 delete, 0 ignored, "
+                      "1 dead letter")
+    # a mapping that cannot be used stops with its file, line and field
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("columns:\n  order_id: id\n")
+    assert cli.main(["inspect", str(changes), "--order-changes", str(bad)]) == 2
+    assert f"{bad}, line 1, `columns`: names no column for user_id, revenue" in \
+        capsys.readouterr().err
