@@ -187,13 +187,18 @@ class FittedModels:
             paths = paths_of(journeys.touches) if isinstance(journeys, ConvertedJourneys) \
                 else [path_of(journey) for journey in journeys]
         rows = np.fromiter((self.rows[path] for path in paths if path), np.int64)
-        starts = self.offsets[rows]
-        lengths = self.offsets[rows + 1] - starts
-        # each touch's place in the flat weights: its path's start plus its position
-        before = np.cumsum(lengths) - lengths
-        flat = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+        flat = touch_positions(self.offsets, rows)
         return credit_rows(journeys, ((model, weights[flat])
                                       for model, weights in self.weights.items()))
+
+
+def touch_positions(offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Where each touch of paths `rows` (in order) sits in weights flat over all paths
+    (path r's touches at offsets[r]:offsets[r + 1]): its path's start plus its place."""
+    starts = offsets[rows]
+    lengths = offsets[rows + 1] - starts
+    before = np.cumsum(lengths) - lengths
+    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
 
 
 def credit_period(counts: PathCounts, closed: Iterable[ClosedJourney],

@@ -16,7 +16,13 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from udfs.attribution.credits import CreditRow, credit_rows
-from udfs.attribution.data_driven import FittedModels, Path, Period, PeriodRuns
+from udfs.attribution.data_driven import (
+    FittedModels,
+    Path,
+    Period,
+    PeriodRuns,
+    touch_positions,
+)
 from udfs.journeys import ConvertedJourneys, concat_converted, paths_of
 
 CountPeriod = tuple[int, dict[Path, float], dict[Path, float]]
@@ -76,11 +82,9 @@ def weights_for(fitted: FittedModels, paths: Mapping[Path, float]) -> FittedMode
     numbers as the whole fit's."""
     chosen = [path for path in paths if path]  # (distinct: the keys of a count)
     rows = np.fromiter((fitted.rows[path] for path in chosen), np.int64, len(chosen))
-    starts = fitted.offsets[rows]
-    lengths = fitted.offsets[rows + 1] - starts
-    before = np.cumsum(lengths) - lengths
-    flat = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    flat = touch_positions(fitted.offsets, rows)
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(fitted.offsets[rows + 1] - fitted.offsets[rows], out=offsets[1:])
     return FittedModels({path: row for row, path in enumerate(chosen)}, offsets,
                         {model: weights[flat] for model, weights in fitted.weights.items()})
 
@@ -110,10 +114,6 @@ def periods_credit_rows(periods: Sequence[tuple[ConvertedJourneys, FittedModels]
     path_lengths = np.concatenate([np.diff(fitted.offsets) for _, fitted in periods])
     offsets = np.zeros(len(path_lengths) + 1, np.int64)
     np.cumsum(path_lengths, out=offsets[1:])
-    picked = np.array(rows, np.int64)
-    starts = offsets[picked]
-    lengths = offsets[picked + 1] - starts
-    before = np.cumsum(lengths) - lengths
-    flat = np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
+    flat = touch_positions(offsets, np.array(rows, np.int64))
     return credit_rows(journeys, ((model, np.concatenate(
         [fitted.weights[model] for _, fitted in periods])[flat]) for model in models))

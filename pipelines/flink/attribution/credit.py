@@ -106,7 +106,7 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
         bucket, kind = message[:2]
         if kind != FITTED_WEIGHTS:  # journeys an earlier version of the fit kept
             # pending or settled there, they are part of the period's next crediting
-            _, _, end, sign, _, journeys = message
+            _, _, end, sign, journeys = message
             self._keep(bucket, [(end, journeys, sign)],
                        f"k{end}.{sign}.{len(self._index(bucket).get(end, []))}")
             return

@@ -284,7 +284,7 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         if legacy or kept:
             self._waiting()
             for period in legacy:
-                yield from self._hand_over(self.arrivals, [period], 1, False)
+                yield from self._hand_over(self.arrivals, [period], 1)
                 self.arrivals += 1
             for key in kept:
                 number = _entry_periods(key)[0][0]
@@ -293,18 +293,17 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
                 for end in {end for _, end in _entry_periods(key)}:
                     self.waiting[end].remove(key)  # type: ignore[index]
                 if key.startswith("n"):
-                    yield from self._hand_over(number, stored_periods(pickle.loads(stored)),
-                                               1, False)
+                    yield from self._hand_over(number, stored_periods(pickle.loads(stored)), 1)
                 else:
                     end, journeys, paths, *sign = pending_period(stored)
                     yield from self._hand_over(number, [(end, journeys, paths)],
-                                               sign[0] if sign else 1, False)
+                                               sign[0] if sign else 1)
         settled = self._settled()
         for end, value in list(settled.items()):
             if isinstance(value[0], ConvertedJourneys):  # (converted journeys, the others)
                 by_bucket: dict[int, dict] = {}
                 for bucket, part in self._split(value[0]).items():
-                    yield bucket, KEPT_JOURNEYS, end, 1, True, part
+                    yield bucket, KEPT_JOURNEYS, end, 1, part
                     by_bucket[bucket] = journeys_paths(part)
                 settled[end] = (by_bucket, dict(value[1]))
                 self.settled.put(end, pickle.dumps(settled[end], PICKLE_PROTOCOL))
@@ -316,12 +315,11 @@ class FitDataDrivenModels(KeyedProcessFunction):  # type: ignore[misc]
         return {int(bucket): journeys.select(buckets == bucket)
                 for bucket in np.unique(buckets)}
 
-    def _hand_over(self, number: int, periods: list[Period], sign: int,
-                   settled: bool) -> Iterator[Any]:
+    def _hand_over(self, number: int, periods: list[Period], sign: int) -> Iterator[Any]:
         entry: Entry = []
         for end, journeys, unconverted in periods:
             for bucket, part in self._split(journeys).items():
-                yield bucket, KEPT_JOURNEYS, end, sign, settled, part
+                yield bucket, KEPT_JOURNEYS, end, sign, part
                 entry.append((bucket, [(end, journeys_paths(part), {})], sign))
             entry.append((NO_BUCKET, [(end, {}, dict(unconverted))], sign))
         self._put_entry(number, entry)

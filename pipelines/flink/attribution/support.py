@@ -28,8 +28,8 @@ PATH_COUNTS = OutputTag("path-counts", Types.PICKLED_BYTE_ARRAY())
 # [(period end, udfs.attribution.FittedModels of the bucket's paths in it)] in period
 # order: every period one settling settled)
 FITTED_WEIGHTS = 0
-# (bucket, KEPT_JOURNEYS, period end, sign, settled, ConvertedJourneys): journeys an
-# earlier version of the fit kept, handed to their bucket once
+# (bucket, KEPT_JOURNEYS, period end, sign, ConvertedJourneys): journeys an earlier
+# version of the fit kept (pending or settled), handed to their bucket once
 KEPT_JOURNEYS = 1
 DUPLICATE_ORDERS = OutputTag("duplicate-orders", Types.STRING())
 # orders, from the decoder to the duplicate check: (order id's bucket, 0, rows)
