@@ -50,7 +50,7 @@ DEPENDS: dict[str, set[str]] = {
 }
 # udfs/'s own modules: the vocabulary every domain may use, the composer of the domains'
 # settings, and the module that keeps old pickles' paths importable
-SHARED = {"periods", "lifecycle", "ratios"}
+SHARED = {"periods", "lifecycle", "ratios", "config_files"}
 COMPOSER = "settings"
 TOP_LEVEL = {"__init__", COMPOSER, "pickle_paths", *SHARED}
 MAX_MODULES = 15

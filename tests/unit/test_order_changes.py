@@ -146,5 +146,15 @@ def test_a_mapping_that_cannot_be_used_names_the_line_and_field(text: str, says:
 def test_the_shipped_mapping_reads_what_its_comment_describes():
     assert MAPPING.format == "debezium" and MAPPING.table == "shop.orders"
     assert MAPPING.column("refunded") == "refunded_cents" and MAPPING.revenue_scale == 0.01
-    with pytest.raises(OrderMappingError, match="not found"):
+    with pytest.raises(OrderMappingError, match="order mapping file not found"):
         load_order_mapping(SHIPPED.with_name("missing.yaml"))
+
+
+def test_a_mapping_file_that_cannot_be_read_says_why(tmp_path: Path):
+    latin = tmp_path / "orders.yaml"
+    latin.write_bytes("columns: {order_id: n\u00famero}\n".encode("latin-1"))
+    with pytest.raises(OrderMappingError,
+                       match=r"orders.yaml: not a text file \(byte 21 is not UTF-8\)"):
+        load_order_mapping(latin)
+    with pytest.raises(OrderMappingError, match="cannot read it: Is a directory"):
+        load_order_mapping(tmp_path)

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from udfs.config_files import read_config_text
+
 FORMATS = ("debezium", "json")
 REQUIRED = ("order_id", "user_id", "revenue")
 OPTIONAL = ("currency", "status", "ts", "refunded")
@@ -43,15 +45,7 @@ class OrderMapping:
 
 def load_order_mapping(path: Path) -> OrderMapping:
     """The mapping of a file, or an OrderMappingError naming the file, line and field."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise OrderMappingError(f"order mapping file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise OrderMappingError(f"{path}: not a text file (byte {error.start} is not "
-                                "UTF-8)") from None
-    except OSError as error:
-        raise OrderMappingError(f"{path}: cannot read it: {error.strerror}") from None
+    text = read_config_text(path, OrderMappingError, "order mapping")
     return parse_order_mapping(text, str(path))
 
 

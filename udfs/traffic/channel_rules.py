@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from udfs.config_files import read_config_text
 from udfs.traffic.landing import TrafficSource
 
 FIELDS = ("source", "medium", "campaign", "evidence")
@@ -99,15 +100,7 @@ def in_site_list(value: str, sites: Sequence[str]) -> bool:
 
 def load_channel_rules(path: Path) -> ChannelRules:
     """The rules of a file, or a ChannelRulesError naming the file, line and field."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ChannelRulesError(f"channel rules file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise ChannelRulesError(f"{path}: not a text file (byte {error.start} is not "
-                                "UTF-8)") from None
-    except OSError as error:
-        raise ChannelRulesError(f"{path}: cannot read it: {error.strerror}") from None
+    text = read_config_text(path, ChannelRulesError, "channel rules")
     return parse_channel_rules(text, str(path))
 
 
