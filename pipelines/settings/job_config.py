@@ -32,6 +32,7 @@ from udfs.ltv import (
     LTV_SEGMENT,
     SegmentWeights,
 )
+from udfs.orders import OrderMappingError, load_order_mapping
 from udfs.periods import DAY_MS
 from udfs.settings import ComputeSettings
 from udfs.traffic import ChannelRulesError, load_channel_rules
@@ -64,6 +65,19 @@ class EventTimeConfig:
     # a span starting further ahead of the clock is a dead letter (a skewed clock): it
     # would move its partition's event time and make the partition's next spans late
     max_future_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class OrderChangesConfig:
+    # the orders table's change stream (Debezium change events, or plain JSON rows of the
+    # orders: docs/order-changes.md); empty: orders come from spans alone
+    topic: str = ""
+    # the YAML mapping of the table's columns (relative to the config file's folder)
+    mapping: str = ""
+    # how long after an order its changes (a refund, a corrected amount) still correct its
+    # credits: each credited order's rows are kept this long (roi.retention_days bounds
+    # how far back the ROI figures follow)
+    window_days: float = 40.0
 
 
 @dataclass(frozen=True)
@@ -165,6 +179,7 @@ class StreamingJobConfig:
     input: InputConfig = InputConfig()
     event_time: EventTimeConfig = EventTimeConfig()
     journey: JourneyConfig = JourneyConfig()
+    order_changes: OrderChangesConfig = OrderChangesConfig()
     attribution: AttributionConfig = AttributionConfig()
     flink: FlinkConfig = FlinkConfig()
     gpu: GpuConfig = GpuConfig()
@@ -218,6 +233,11 @@ class StreamingJobConfig:
             (self.attribution.refit_every_s >= 1, "attribution.refit_every_s",
              "must be at least 1 second"),
             (self.roi.link_window_days > 0, "roi.link_window_days", "must be positive"),
+            (self.order_changes.window_days > 0, "order_changes.window_days",
+             "must be positive"),
+            (bool(self.order_changes.mapping) or not self.order_changes.topic,
+             "order_changes.mapping", "is needed with order_changes.topic: the file that "
+             "names the orders table's columns (docs/order-changes.md)"),
             (0 < self.event_time.max_future_s <= MAX_FUTURE_LIMIT_S, "event_time.max_future_s",
              f"must be between 0 and {MAX_FUTURE_LIMIT_S:.0f} seconds"),
             (self.roi.retention_days >= 1, "roi.retention_days", "must be at least 1"),
@@ -343,7 +363,21 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
         except ChannelRulesError as error:
             raise ConfigError(f"{source}: journey.channel_rules: {error}") from None
         config = config.replace("journey", channel_rules=str(where.resolve()))
+    mapping = config.order_changes.mapping
+    if mapping:  # checked now, and named absolutely, as the channel rules
+        where = Path(mapping) if Path(mapping).is_absolute() else Path(source).parent / mapping
+        try:
+            load_order_mapping(where)
+        except OrderMappingError as error:
+            raise ConfigError(f"{source}: order_changes.mapping: {error}") from None
+        config = config.replace("order_changes", mapping=str(where.resolve()))
     return config
+
+
+def order_mapping_text(config: StreamingJobConfig) -> tuple[str, str]:
+    """(the text, the file) of the orders table's mapping, read where the job is built."""
+    where = Path(config.order_changes.mapping)
+    return where.read_text(encoding="utf-8"), str(where)
 
 
 def channel_rules_text(config: StreamingJobConfig) -> tuple[str, str]:

@@ -74,14 +74,14 @@ class Job:
     (the source reader keeps them in memory)."""
 
     def __init__(self, state: dict[str, Any] | None = None,
-                 journey: JourneyConfig | None = None) -> None:
+                 journey: JourneyConfig | None = None, revisions_ms: int = 0) -> None:
         journey = journey or JourneyConfig()
         self.decode = DecodeOtlp("auto", "spans", BUCKETS,
                                  correction_ms=journey.correction_ms)
         reach = correction_reach_ms(journey.correction_ms, MAX_FUTURE_MS)
         self.attribute = AttributeJourneys(journey, PER_CONVERSION, ModelParams(),
                                            REFIT_MS, process_mode=False, buckets=BUCKETS,
-                                           reach_ms=reach)
+                                           reach_ms=reach, revisions_ms=revisions_ms)
         self.fit = FitDataDrivenModels(DATA_DRIVEN, ModelParams(), horizon_ms=reach,
                                        buckets=BUCKETS)
         self.dedup = DedupOrders(BUCKETS, JourneyConfig().duplicate_order_ms,
@@ -101,9 +101,11 @@ class Job:
         self.attributing = Harness(self.attribute, self.store, self.timers)
         self.deduping = Harness(self.dedup, self.dedup_store, self.dedup_timers)
         self.fitting = Harness(self.fit, self.fit_state, self.fit_timers)
-        self.crediting = Harness(CreditDataDriven(reach), self.credit_store, Timers())
+        self.crediting = Harness(CreditDataDriven(reach, revisions_ms=revisions_ms),
+                                 self.credit_store, Timers())
         self.credit_messages: list[bytes] = []  # as the credits topic gets them
         self.conversions = 0
+        self.conversion_messages: list[bytes] = []  # as the conversions topic gets them
         self.late = 0
         self.dead = 0
         self.duplicates: list[dict[str, Any]] = []
@@ -190,6 +192,7 @@ class Job:
                     self._collect_fit(self.fitting.process(value))
                 elif tag is CONVERSIONS:
                     self.conversions += 1
+                    self.conversion_messages.append(table_messages.unkeyed(value))
                 elif tag is LATE_EVENTS:
                     self.late += 1
                 elif tag is DUPLICATE_ORDERS:  # counted as the job's graph counts them

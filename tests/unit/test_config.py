@@ -7,6 +7,7 @@ from pipelines.settings.job_config import (
     group_linger_ms,
     group_records,
     load_config,
+    order_mapping_text,
     step_interval_ms,
 )
 
@@ -183,3 +184,21 @@ def test_a_group_waits_up_to_a_step_for_records_by_default():
     assert group_linger_ms(many.replace("flink", batch_linger_ms=50)) == 50
     with pytest.raises(ConfigError, match="flink.batch_linger_ms must not be negative"):
         config.replace("flink", batch_linger_ms=-1)
+
+
+def test_an_order_change_stream_needs_a_mapping_named_relative_to_the_config(tmp_path):
+    """The mapping is checked when the config loads (a mistake names the config, the
+    mapping file and its line), and named absolutely, as the channel rules."""
+    config = tmp_path / "job.yaml"
+    config.write_text("order_changes: {topic: shop.shop.orders}\n")
+    with pytest.raises(ConfigError, match="order_changes.mapping is needed"):
+        load_config(config)
+    (tmp_path / "orders.yaml").write_text(
+        "columns: {order_id: id, user_id: customer_id, revenue: total}\n")
+    config.write_text("order_changes: {topic: shop.shop.orders, mapping: orders.yaml}\n")
+    loaded = load_config(config)
+    assert loaded.order_changes.mapping == str((tmp_path / "orders.yaml").resolve())
+    assert order_mapping_text(loaded)[0].startswith("columns:")
+    (tmp_path / "orders.yaml").write_text("columns: {order_id: id, buyer: customer_id}\n")
+    with pytest.raises(ConfigError, match=r"order_changes.mapping: .*orders.yaml, line 1"):
+        load_config(config)

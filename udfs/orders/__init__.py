@@ -1,6 +1,7 @@
 """Orders from the orders table's change stream: what each change event says of an order
 (placed, its revenue corrected, refunded or cancelled, deleted), read by a small mapping
-of the table's columns (mapping.py, changes.py)."""
+of the table's columns (mapping.py, changes.py); what a change does to what was reported of
+the order (revisions.py)."""
 
 from udfs.orders.changes import (
     CORRECTED,
@@ -19,8 +20,18 @@ from udfs.orders.mapping import (
     load_order_mapping,
     parse_order_mapping,
 )
+from udfs.orders.revisions import (
+    CONVERSION_REVENUE,
+    OrderRevision,
+    credits_by_order,
+    order_revenue,
+    revised_conversion,
+    revised_credits,
+    supersedes,
+)
 
 __all__ = [
+    "CONVERSION_REVENUE",
     "CORRECTED",
     "DELETED",
     "IGNORED",
@@ -31,7 +42,13 @@ __all__ = [
     "OrderChangeError",
     "OrderMapping",
     "OrderMappingError",
+    "OrderRevision",
+    "credits_by_order",
     "decode_order_change",
     "load_order_mapping",
+    "order_revenue",
     "parse_order_mapping",
+    "revised_conversion",
+    "revised_credits",
+    "supersedes",
 ]

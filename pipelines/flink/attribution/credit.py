@@ -19,6 +19,7 @@ from pyflink.datastream.state import (
 )
 
 from pipelines.codec import credit_messages, table_messages
+from pipelines.flink.attribution.revisions import OrderRevisions
 from pipelines.flink.attribution.support import (
     FITTED_WEIGHTS,
     PICKLE_PROTOCOL,
@@ -33,6 +34,7 @@ from udfs.attribution import (
     runs_periods,
 )
 from udfs.journeys import ConvertedJourneys, settle_step_ms
+from udfs.orders import OrderRevision
 
 FINAL = 2**63 - 1
 Parts = list[tuple[ConvertedJourneys, int]]  # a period's journeys: added (1), retracted (-1)
@@ -51,11 +53,14 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
     entry, keyed "<n|c><number>:<its periods' ends>"), the periods credited of it noted
     beside it; with a correction horizon, the credited periods' journeys are kept (one
     entry "s<...>:<ends>" per crediting, runs of one table) until the watermark is past
-    the horizon, to be credited again."""
+    the horizon, to be credited again. Changes to orders (input 1, kind "r", from the
+    journeys) write the rows of the orders credited here again (revisions.py)."""
 
-    def __init__(self, horizon_ms: int = 0, process_mode: bool = False) -> None:
+    def __init__(self, horizon_ms: int = 0, process_mode: bool = False,
+                 revisions_ms: int = 0) -> None:
         self.horizon_ms = horizon_ms
         self.process_mode = process_mode
+        self.revisions_ms = revisions_ms  # with an orders change stream (revisions.py)
 
     def open(self, runtime_context: RuntimeContext) -> None:
         collect_garbage_rarely()
@@ -70,6 +75,8 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
             ListStateDescriptor("weights-waiting", Types.PICKLED_BYTE_ARRAY()))
         self.index: dict[int, dict[int, list[str]]] = {}  # bucket -> period end -> keys
         self.decoded: dict[tuple[int, str], dict[int, Parts]] = {}
+        self.revisions = OrderRevisions(runtime_context, self.revisions_ms,
+                                        self.process_mode)
 
     def _index(self, bucket: int) -> dict[int, list[str]]:
         """The bucket's entries by period end, the periods credited of them left out
@@ -87,6 +94,10 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
     def process_element1(self, message: tuple[int, int, str, list[int], bytes],
                          ctx: KeyedCoProcessFunction.Context) -> Iterator[Any]:
         bucket, seq, kind, ends, payload = message
+        if kind == "r":  # orders changed: their rows again, with the revenue they have now
+            revisions = [OrderRevision(*revision) for revision in pickle.loads(payload)]
+            yield from _keyed(bucket, self.revisions.revise(revisions)[1])
+            return
         key = f"{kind}{seq}:{','.join(map(str, ends))}"
         index = self._index(bucket)  # (from the stored keys before this one is stored)
         put_all(self.entries, {key: payload}, self.process_mode)
@@ -146,8 +157,11 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
             if len(converted):
                 credited.append((end, converted, fitted))
         rows = periods_credit_rows([(converted, fitted) for _, converted, fitted in credited])
-        for message in credit_messages.encode_chunks_bytes(rows):
-            yield table_messages.keyed((bucket,), message)
+        if self.revisions.active:  # each order with the revenue it has now
+            rows = self.revisions.reported([], rows)[1]
+            if watermark < FINAL:
+                self.revisions.expire(bucket, watermark)
+        yield from _keyed(bucket, rows)
         if self.horizon_ms and credited:  # kept to be credited again, should a correction come
             runs = period_runs([(end, converted, {}) for end, converted, _ in credited])
             key = f"s{credited[0][0]}.{watermark}:{','.join(map(str, runs[0]))}"
@@ -192,6 +206,11 @@ class CreditDataDriven(KeyedCoProcessFunction):  # type: ignore[misc]
         if old:
             waiting = {end for weights in self._early() for end, _ in weights[4]}
             self._take(bucket, [end for end in old if end not in waiting])
+
+
+def _keyed(bucket: int, rows: list[Any]) -> Iterator[bytes]:
+    for message in credit_messages.encode_chunks_bytes(rows):
+        yield table_messages.keyed((bucket,), message)
 
 
 def plain_weights(fitted: FittedModels) -> PlainWeights:

@@ -17,6 +17,14 @@ is decided at once. An order the decoder held (it was behind the decoder's water
 will correct its journey, udfs/journeys/corrections.py) reaches its journey only from here,
 once admitted (an ADMITTED record to its user bucket); a held copy turned down is only
 dead-lettered (its journey never had it).
+
+Orders from the orders table's change stream (order_changes.py) come as copies too
+(flagged CHANGE_COPY, with their commit time): an order on both paths counts once. Of
+copies due together a span's counts first (it carries the order's trace, which brings
+its compute cost); a copy from the table that does not count is no duplicate but the
+table's word on the order's revenue: withdrawn quietly, it goes to the order's bucket as
+a revision (revisions.py). A span copy of an order the table brought first is withdrawn
+quietly too (map "orders-from-changes").
 """
 
 from __future__ import annotations
@@ -35,12 +43,14 @@ from pipelines.flink.attribution.support import (
     ADMITTED,
     DUPLICATE_ORDERS,
     PICKLE_PROTOCOL,
+    REVISED,
     WITHDRAWN,
     collect_garbage_rarely,
     put_all,
 )
 from schemas.records import Conversion, DeadLetter
 from udfs.journeys import OrderLedger, bucket_of
+from udfs.orders import PLACED, OrderRevision
 from udfs.periods import DAY_MS
 
 # (order bucket, held: 1 or 0, rows: Conversion's fields, then the record's partition and
@@ -48,6 +58,9 @@ from udfs.periods import DAY_MS
 OrderRows = tuple[int, int, list[tuple]]
 FIELDS = len(Conversion._fields)
 HELD = FIELDS + 2  # a waiting row's place for its held flag (absent in rows stored before)
+CHANGED_AT = HELD + 1  # ... and a change copy's commit time (only change copies have one)
+HELD_COPY, CHANGE_COPY = 1, 2  # the flags of an ORDERS message (change copies: rows
+# with their commit time after partition and offset)
 
 
 class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
@@ -70,6 +83,9 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
             ListStateDescriptor("orders-waiting", Types.PICKLED_BYTE_ARRAY()))
         self.seen = runtime_context.get_map_state(
             MapStateDescriptor("orders-seen", Types.STRING(), Types.LONG()))
+        # the ids of the horizon whose counting copy came from the orders table
+        self.from_changes = runtime_context.get_map_state(
+            MapStateDescriptor("orders-from-changes", Types.STRING(), Types.LONG()))
         self.ledgers: dict[int, OrderLedger] = {}
         self.timers: dict[int, int] = {}  # key -> the timer last registered
 
@@ -82,8 +98,10 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
 
     def process_element(self, value: OrderRows,
                         ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        key, held, rows = value
-        if held:
+        key, flags, rows = value
+        if flags & CHANGE_COPY:
+            rows = [(*row[:HELD], bool(flags & HELD_COPY), row[HELD]) for row in rows]
+        elif flags:
             rows = [(*row, True) for row in rows]
         timers = ctx.timer_service()
         watermark = timers.current_watermark()
@@ -116,13 +134,46 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
                 timers.register_event_time_timer(self.timers[key])
         for order_id in self._ledger(key).expire(watermark):
             self.seen.remove(order_id)
+            if self.from_changes.contains(order_id):
+                self.from_changes.remove(order_id)
 
     def _decide(self, key: int, rows: list[tuple]) -> Iterator[Any]:
-        """Admit the first copies (earliest first), dead-letter and withdraw the others."""
-        keep, added = self._ledger(key).admit(
-            [(row[2], row[1], row[0], row[6]) for row in rows])  # id, time, user, span
+        """Admit the first copies (earliest first; spans' before the table's), dead-letter
+        and withdraw the others."""
+        spans = [row for row in rows if len(row) <= CHANGED_AT]
+        changes = [row for row in rows if len(row) > CHANGED_AT]
         withdrawn: dict[int, list[tuple]] = {}
         admitted: dict[int, list[tuple]] = {}
+        revised: dict[int, list[tuple]] = {}
+        if spans:
+            yield from self._decide_spans(key, spans, withdrawn, admitted)
+        if changes:
+            keep, added = self._ledger(key).admit(
+                [(row[2], row[1], row[0], row[6]) for row in changes])
+            for row, first in zip(changes, keep, strict=True):
+                order, bucket = row[:FIELDS], bucket_of(row[0], self.buckets)
+                if first:
+                    if row[HELD]:
+                        admitted.setdefault(bucket, []).append(order)
+                    continue
+                if not row[HELD]:
+                    withdrawn.setdefault(bucket, []).append(order)
+                revised.setdefault(bucket, []).append(tuple(OrderRevision(
+                    row[2], row[0], row[3], row[1], row[CHANGED_AT], PLACED)))
+            if added:
+                put_all(self.seen, added, self.process_mode)
+                put_all(self.from_changes, added, self.process_mode)
+        for bucket, copies in sorted(withdrawn.items()):
+            yield bucket, WITHDRAWN, pickle.dumps(copies, PICKLE_PROTOCOL)
+        for bucket, orders in sorted(admitted.items()):
+            yield bucket, ADMITTED, pickle.dumps(orders, PICKLE_PROTOCOL)
+        for bucket, revisions in sorted(revised.items()):
+            yield bucket, REVISED, pickle.dumps(revisions, PICKLE_PROTOCOL)
+
+    def _decide_spans(self, key: int, rows: list[tuple], withdrawn: dict[int, list[tuple]],
+                      admitted: dict[int, list[tuple]]) -> Iterator[Any]:
+        keep, added = self._ledger(key).admit(
+            [(row[2], row[1], row[0], row[6]) for row in rows])  # id, time, user, span
         for row, first in zip(rows, keep, strict=True):
             order, (partition, offset) = row[:FIELDS], row[FIELDS:HELD]
             held = len(row) > HELD and row[HELD]
@@ -132,13 +183,11 @@ class DedupOrders(KeyedProcessFunction):  # type: ignore[misc]
                 continue
             if not held:
                 withdrawn.setdefault(bucket_of(row[0], self.buckets), []).append(order)
+            if self.from_changes.contains(row[2]):
+                continue  # the order's table counted it first: on both paths, counted once
             yield DUPLICATE_ORDERS, dead_letter_json(DeadLetter(
                 "duplicate_order", f"order {row[2]} was seen before (within "
                 f"{self.horizon_ms / DAY_MS:g} days of event time): credited once",
                 orjson.dumps(Conversion(*order)._asdict())), self.source, partition, offset)
         if added:
             put_all(self.seen, added, self.process_mode)
-        for bucket, copies in sorted(withdrawn.items()):
-            yield bucket, WITHDRAWN, pickle.dumps(copies, PICKLE_PROTOCOL)
-        for bucket, orders in sorted(admitted.items()):
-            yield bucket, ADMITTED, pickle.dumps(orders, PICKLE_PROTOCOL)

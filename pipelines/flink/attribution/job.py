@@ -36,6 +36,7 @@ from pipelines.flink.attribution.decode import DecodeOtlp
 from pipelines.flink.attribution.dedup import DedupOrders
 from pipelines.flink.attribution.fit import FitDataDrivenModels
 from pipelines.flink.attribution.journeys import AttributeJourneys
+from pipelines.flink.attribution.order_changes import DecodeOrderChanges
 from pipelines.flink.attribution.support import (
     ACCOUNTING,
     CLOSED_JOURNEYS,
@@ -60,8 +61,13 @@ from pipelines.flink.runtime.kafka import (
     run_pipeline,
     stay_active,
 )
-from pipelines.settings.job_config import StreamingJobConfig, channel_rules_text
+from pipelines.settings.job_config import (
+    StreamingJobConfig,
+    channel_rules_text,
+    order_mapping_text,
+)
 from udfs.journeys import correction_reach_ms
+from udfs.periods import DAY_MS
 
 
 def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
@@ -76,7 +82,16 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
     # the decoder is called once per group of records, and sends one batch per bucket per
     # group: what reaches the journeys does not multiply with the bucket count
     raw = grouped(raw, config, "otlp-spans-groups", "source-otlp-spans-groups")
-    write(transform(raw, config), config, bootstrap)
+    changes = None
+    topic = config.order_changes.topic
+    if topic:  # the orders table's change stream: event time is each record's arrival
+        changes = from_kafka(env, build_source(config, bootstrap, topic,
+                                               framed_max_future_ms=int(
+                                                   config.event_time.max_future_s * 1000),
+                                               signal="ARRIVAL"),
+                             otlp_event_time(config, bootstrap, topic), "order-changes",
+                             "source-order-changes")
+    write(transform(raw, config, changes), config, bootstrap)
 
 
 class JobOutputs(NamedTuple):
@@ -87,7 +102,8 @@ class JobOutputs(NamedTuple):
     accounting: DataStream
 
 
-def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
+def transform(raw: DataStream, config: StreamingJobConfig,
+              changes: DataStream | None = None) -> JobOutputs:
     settings = config.computation
     horizon_ms = settings.journey.correction_ms
     # how far behind the watermark an event that counts by arrival can reach its journey:
@@ -99,12 +115,27 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                                      channel_rules_text(config),
                                      config.journey.landing_user)) \
         .name("decode-otlp").uid("decode-otlp")
+    orders, dead_letters, accounting = (decoded.get_side_output(ORDERS),
+                                        decoded.get_side_output(DEAD_LETTERS),
+                                        decoded.get_side_output(ACCOUNTING))
+    events, revisions_ms = decoded, 0
+    if changes is not None:
+        # orders placed go to their journeys and the duplicate check as the spans' do;
+        # changes to them (refunds, amounts) to their user's bucket (order_changes.py)
+        revisions_ms = int(config.order_changes.window_days * DAY_MS)
+        changed = changes.process(DecodeOrderChanges(
+            order_mapping_text(config), config.order_changes.topic, config.flink.user_buckets,
+            horizon_ms, revisions_ms)).name("decode-order-changes").uid("decode-order-changes")
+        events = decoded.union(changed)
+        orders = orders.union(changed.get_side_output(ORDERS))
+        dead_letters = dead_letters.union(changed.get_side_output(DEAD_LETTERS))
+        accounting = accounting.union(changed.get_side_output(ACCOUNTING))
     per_conversion, data_driven = settings.per_conversion, settings.data_driven
     params = settings.params
     process_mode = config.flink.python_execution_mode == "process"
     # an order counts once whatever user sent it: checked by order id, the copies that do
     # not count withdrawn from their journeys
-    dedup = (decoded.get_side_output(ORDERS)
+    dedup = (orders
              .key_by(lambda rows: rows[0], key_type=Types.INT())
              .process(DedupOrders(config.flink.user_buckets,
                                   settings.journey.duplicate_order_ms, process_mode,
@@ -113,12 +144,12 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     # the withdrawals must reach the journeys before the watermark that would step the
     # copies: the journeys always wait for this input's watermark
     withdrawals = stay_active(dedup, "dedup-orders-stay-active", "dedup-orders-stay-active")
-    attributed = (decoded.union(withdrawals)
+    attributed = (events.union(withdrawals)
                   .key_by(lambda batch: batch[0], key_type=Types.INT())
                   .process(AttributeJourneys(settings.journey, per_conversion, params,
                                              settings.refit_every_ms if data_driven else None,
                                              process_mode, config.flink.user_buckets,
-                                             reach_ms),
+                                             reach_ms, revisions_ms),
                            output_type=RESULT_TYPE)
                   .name("attribute-journeys").uid("attribute-journeys-by-bucket"))
     credits = attributed
@@ -139,7 +170,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
         closed = attributed.get_side_output(CLOSED_JOURNEYS)
         credited = (closed.key_by(lambda message: message[0], key_type=Types.INT())
                     .connect(fitted.key_by(lambda message: message[0], key_type=Types.INT()))
-                    .process(CreditDataDriven(reach_ms, process_mode),
+                    .process(CreditDataDriven(reach_ms, process_mode, revisions_ms),
                              output_type=RESULT_TYPE)
                     .name("credit-data-driven-models")
                     .uid("credit-data-driven-models-by-bucket"))
@@ -151,7 +182,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
     late = decoded.get_side_output(LATE_EVENTS).union(behind_state)
     duplicates = dedup.get_side_output(DUPLICATE_ORDERS)
     one_behind = ONE_EXPIRED if horizon_ms else ONE_LATE
-    accounting = (decoded.get_side_output(ACCOUNTING)
+    accounting = (accounting
                   .union(behind_state.map(lambda _: one_behind,
                                              output_type=Types.PICKLED_BYTE_ARRAY())
                          .name("count-late").uid("count-late"),
@@ -163,7 +194,7 @@ def transform(raw: DataStream, config: StreamingJobConfig) -> JobOutputs:
                                          int(config.flink.accounting_every_s * 1000)),
                            output_type=Types.STRING())
                   .name("run-accounting").uid("run-accounting"))
-    return JobOutputs(credits, decoded.get_side_output(DEAD_LETTERS).union(duplicates), late,
+    return JobOutputs(credits, dead_letters.union(duplicates), late,
                       attributed.get_side_output(CONVERSIONS), accounting)
 
 

@@ -16,6 +16,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from pipelines.codec import credit_messages, table_messages
 from pipelines.flink.attribution.legacy_state import LegacyBookState
+from pipelines.flink.attribution.revisions import OrderRevisions
 from pipelines.flink.attribution.support import (
     ADMITTED,
     BEHIND_WATERMARK,
@@ -24,6 +25,7 @@ from pipelines.flink.attribution.support import (
     LATE_EVENTS,
     PATH_COUNTS,
     PICKLE_PROTOCOL,
+    REVISED,
     STATE_EXPIRED,
     WITHDRAWN,
     Batch,
@@ -64,6 +66,9 @@ from udfs.journeys import (
     JourneyConfig,
     Progress,
 )
+from udfs.orders import OrderRevision
+
+FINAL = 2**63 - 1
 
 CONVERSION_FIELDS = rows.CONVERSION.names
 
@@ -107,8 +112,11 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
 
     def __init__(self, journey: JourneyConfig, models: tuple[str, ...],
                  params: ModelParams, refit_period_ms: int | None, process_mode: bool,
-                 buckets: int | None = None, reach_ms: int | None = None) -> None:
+                 buckets: int | None = None, reach_ms: int | None = None,
+                 revisions_ms: int = 0) -> None:
         self.journey = journey
+        # with an orders change stream: how long reported orders are kept for their changes
+        self.revisions_ms = revisions_ms
         # how far behind the watermark an event may still correct (udfs.journeys.arrival.
         # correction_reach_ms; by default the horizon itself)
         self.horizon_ms = journey.correction_ms if reach_ms is None else reach_ms
@@ -140,6 +148,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         # how many CLOSED_JOURNEYS messages the bucket has sent (their sequence numbers)
         self.sent = runtime_context.get_state(
             ValueStateDescriptor("closed-journeys-sent", Types.LONG()))
+        self.revisions = OrderRevisions(runtime_context, self.revisions_ms,
+                                        self.process_mode)
 
     def _book(self, bucket: int) -> CorrectingBook:
         book = self.books.get(bucket)
@@ -220,6 +230,9 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if newest_ts == WITHDRAWN:
             self._withdraw(bucket, book, Counter(pickle.loads(payload)))
             return
+        if newest_ts == REVISED:  # orders changed (refunded, amounts corrected)
+            yield from self._revised(bucket, payload)
+            return
         if newest_ts == ADMITTED:  # orders the duplicate check held, then admitted
             events: EventColumns = EventColumns(EMPTY.touches,
                                                 order_columns(pickle.loads(payload)))
@@ -293,14 +306,29 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         an order's rows goes to one partition, in order (a reader keeps the last)."""
         if not len(converted):
             return
+        conversions = conversion_rows(converted)
+        credits = per_conversion_credit_rows(converted, self.models, self.params) \
+            if self.models else []
+        if self.revisions.active:  # each order with the revenue it has now
+            conversions, credits = self.revisions.reported(conversions, credits)
+        yield from self._emit(bucket, conversions, credits)
+
+    def _emit(self, bucket: int, conversions: list[tuple[Any, ...]],
+              credits: list[tuple[Any, ...]]) -> Iterator[Any]:
         key = (bucket,)
-        for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS,
-                                                          conversion_rows(converted)):
+        for message in table_messages.encode_chunks_bytes(CONVERSION_FIELDS, conversions):
             yield CONVERSIONS, table_messages.keyed(key, message)
-        if self.models:
-            for message in credit_messages.encode_chunks_bytes(
-                    per_conversion_credit_rows(converted, self.models, self.params)):
-                yield table_messages.keyed(key, message)
+        for message in credit_messages.encode_chunks_bytes(credits):
+            yield table_messages.keyed(key, message)
+
+    def _revised(self, bucket: int, payload: bytes) -> Iterator[Any]:
+        """Changes to orders of the bucket: the conversions and per-conversion credits of
+        those reported already written again, with the revenue each has now; the changes
+        go on to the data-driven crediting, which does the same for its models' rows."""
+        revisions = [OrderRevision(*revision) for revision in pickle.loads(payload)]
+        yield from self._emit(bucket, *self.revisions.revise(revisions))
+        if self.refit_period_ms:
+            yield CLOSED_JOURNEYS, (bucket, 0, "r", [], payload)
 
     def _unmatched(self, bucket: int) -> Counter[tuple]:
         """The bucket's withdrawals still waiting for their copy: kept in memory, read
@@ -343,6 +371,8 @@ class AttributeJourneys(KeyedProcessFunction):  # type: ignore[misc]
         if self.timers.get(bucket, watermark) <= watermark:  # it fired, or fires now
             self.timers.pop(bucket, None)
         yield from self._reported(bucket, advanced.closed.converted)
+        if watermark < FINAL:
+            self.revisions.expire(bucket, watermark)
         if self.refit_period_ms and len(advanced.closed):
             yield from self._to_fit(bucket, closed_period_runs(_for_fit(advanced.closed),
                                                                self.refit_period_ms))

@@ -40,6 +40,9 @@ WITHDRAWN = -(2**63)
 # ... and this: orders the duplicate check admitted after holding them (they were behind
 # the watermark when decoded, so they reach their journeys only once admitted)
 ADMITTED = -(2**63) + 1
+# ... and this: changes to orders from the orders' change stream (udfs.orders.OrderRevision
+# as plain tuples, pickled), to the bucket of the order's user (revisions.py)
+REVISED = -(2**63) + 2
 # credits and conversions are JSON tables handed to Flink as UTF-8 bytes (see
 # table_messages.encode_bytes)
 RESULT_TYPE = Types.PRIMITIVE_ARRAY(Types.BYTE())

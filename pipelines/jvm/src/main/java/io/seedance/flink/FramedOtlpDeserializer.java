@@ -35,9 +35,11 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
     public static final int EVENT_TIME_AT = 22;
     private static final long MIN_MS = 946_684_800_000L; // 2000-01-01T00:00:00Z
     private static final String NO_SIGNAL = "NONE";
+    private static final String ARRIVAL = "ARRIVAL";
 
     private final long maxFutureMs;
     private final OtlpEventTime.Signal signal;
+    private final boolean byArrival; // the record's Kafka timestamp is its event time
     private final String group; // null: read positions are not reported (PartitionLag)
     private transient Map<Integer, Long> newestByPartition;
     private transient PartitionLag lag;
@@ -49,7 +51,8 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
     }
 
     /** @param signal TRACES or METRICS: where a record's event time is; NONE: the record
-     * is no OTLP (a JSON row), framed for its place alone, without event time */
+     * is no OTLP (a JSON row), framed for its place alone, without event time; ARRIVAL: no
+     * OTLP either, its Kafka timestamp is its event time (a change stream's commit time) */
     public FramedOtlpDeserializer(long maxFutureMs, String signal) {
         this(maxFutureMs, signal, null);
     }
@@ -58,7 +61,9 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
      * {@link PartitionLag} under it, for the watermarks' idleness */
     public FramedOtlpDeserializer(long maxFutureMs, String signal, String group) {
         this.maxFutureMs = maxFutureMs;
-        this.signal = NO_SIGNAL.equals(signal) ? null : OtlpEventTime.Signal.valueOf(signal);
+        this.byArrival = ARRIVAL.equals(signal);
+        this.signal = NO_SIGNAL.equals(signal) || byArrival ? null
+                : OtlpEventTime.Signal.valueOf(signal);
         this.group = group;
     }
 
@@ -80,8 +85,10 @@ public final class FramedOtlpDeserializer implements KafkaRecordDeserializationS
         long now = System.currentTimeMillis();
         long arrival = record.timestamp();
         long maxMs = (arrival > 0 ? Math.min(now, arrival) : now) + maxFutureMs;
-        long eventTime = signal == null ? OtlpEventTime.NONE : OtlpEventTime.newestMs(value,
-                signal, MIN_MS, maxMs);
+        long eventTime = byArrival ? (arrival >= MIN_MS ? Math.min(arrival, maxMs)
+                : OtlpEventTime.NONE)
+                : signal == null ? OtlpEventTime.NONE : OtlpEventTime.newestMs(value, signal,
+                        MIN_MS, maxMs);
         Long before = newestByPartition.get(record.partition());
         long newestBefore = before == null ? OtlpEventTime.NONE : before;
         if (eventTime > newestBefore) {

@@ -1,0 +1,63 @@
+"""What a change to an order (its amount corrected, refunded, cancelled, deleted) does to
+what was reported of it: the conversion row and every credit row again, the revenue the
+order has now in place of the one it had. The credit shares stay as they are: the buyer
+still bought, after the same touches; only the money changed.
+
+A revision names the order's revenue after the change, not a difference, so the newest
+one wins whatever came before it (`supersedes`), and applying one twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from schemas import rows
+
+CREDIT_SHARE = rows.CREDIT.names.index("credit")
+CREDIT_REVENUE = rows.CREDIT.names.index("revenue")
+CREDIT_ORDER = rows.CREDIT.names.index("order_id")
+CONVERSION_REVENUE = rows.CONVERSION.names.index("revenue")
+CONVERSION_ORDER = rows.CONVERSION.names.index("order_id")
+
+
+class OrderRevision(NamedTuple):
+    """An order's revenue after a change of it (udfs.orders.changes.OrderChange)."""
+
+    order_id: str
+    user_id: str
+    revenue: float  # net of refunds; 0 when refunded, cancelled or deleted
+    order_ts_ms: int  # when the order was placed
+    changed_ms: int  # when it changed (the database's commit time; 0: unknown)
+    kind: str  # correction, refund, delete, or order (a copy from the table, as it is now)
+
+
+def supersedes(revision: OrderRevision, known: tuple[float, int] | None) -> bool:
+    """True when `revision` is at least as new as the (revenue, changed_ms) kept: a change
+    that comes after a newer one of the same order says what no longer holds."""
+    return known is None or revision.changed_ms >= known[1]
+
+
+def revised_credits(credits: Iterable[Sequence[Any]], revenue: float) -> list[tuple]:
+    """Credit rows with the order's revenue now: each touch's share of it."""
+    return [(*row[:CREDIT_REVENUE], row[CREDIT_SHARE] * revenue, *row[CREDIT_REVENUE + 1:])
+            for row in credits]
+
+
+def revised_conversion(conversion: Sequence[Any], revenue: float) -> tuple:
+    return (*conversion[:CONVERSION_REVENUE], revenue, *conversion[CONVERSION_REVENUE + 1:])
+
+
+def credits_by_order(credits: Iterable[Sequence[Any]]) -> dict[str, list[Sequence[Any]]]:
+    """Credit rows by their order (each order's rows in the order given)."""
+    out: dict[str, list[Sequence[Any]]] = {}
+    for row in credits:
+        out.setdefault(row[CREDIT_ORDER], []).append(row)
+    return out
+
+
+def order_revenue(credits: Sequence[Sequence[Any]]) -> float:
+    """An order's revenue from its credit rows under one model (the first row's): their
+    shares of it add up to it."""
+    model = credits[0][0]
+    return float(sum(row[CREDIT_REVENUE] for row in credits if row[0] == model))
