@@ -119,7 +119,8 @@ def _state(row: dict[str, Any], mapping: OrderMapping, changed: int,
     user_id = _required_text(row, mapping, "user_id")
     amount = _number(row, mapping, "revenue")
     refunded = _number(row, mapping, "refunded") if mapping.column("refunded") else 0.0
-    revenue = (amount - refunded) * mapping.revenue_scale
+    # rounded past any currency's minor unit: 2390 cents x 0.01 is 23.9, not 23.900000000000002
+    revenue = round((amount - refunded) * mapping.revenue_scale, 9)
     status = _optional_text(row, mapping.column("status")).lower()
     currency = (_optional_text(row, mapping.column("currency")) or
                 mapping.default_currency).upper()
