@@ -56,7 +56,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.scale_driver import BASE_USERS, STAGES, OperatorJob, population  # noqa: E402
 from pipelines.codec.events import SCANNER_BUILT  # noqa: E402
-from pipelines.settings.job_config import group_records, load_config  # noqa: E402
+from pipelines.settings.job_config import load_config  # noqa: E402
+from pipelines.settings.stepping import group_records  # noqa: E402
 
 SAMPLES = 40  # state-size samples over the input
 

@@ -3,13 +3,15 @@
 The jobs write these rows to the result topics, the loader and the backfill store them in
 the warehouse (schemas/sql/*.sql, whose tables must have exactly these columns: a unit test
 compares them; the LTV rows are in schemas/ltv_rows.py, the reconciliation's in
-schemas/reconcile_rows.py), the dashboard reads them back. Consumers derive what they need from a
-declaration -- a tuple of names, a Spark DDL string, pandas dtypes -- instead of keeping
-a copy of the layout (schemas/row_layout.py says how).
+schemas/reconcile_rows.py, the control loop's in schemas/control_rows.py), the dashboard
+reads them back. Consumers derive what they need from a declaration -- a tuple of names,
+a Spark DDL string, pandas dtypes -- instead of keeping a copy of the layout
+(schemas/row_layout.py says how).
 """
 
 from __future__ import annotations
 
+from schemas.control_rows import CONTROL_ACTION, CONTROL_DECISION, CONTROL_VERIFICATION
 from schemas.ltv_rows import (  # noqa: F401
     CUSTOMER_LTV,
     LTV_CALIBRATION,
@@ -73,6 +75,15 @@ CONVERSION = Row(
      Column("touches", "bigint", "touches in the journey"),
      Column("trace_ids", "array<string>", "the order's trace, then its touches' traces")),
     key=("order_id",))
+
+CONVERSIONS_TABLE = CONVERSION.derive(
+    "conversions",
+    "Each order as the attribution job last reported it (conversions topic): its revenue "
+    "net of refunds, what every model's credited revenue ties to (`seedance verify`).",
+    ("order_id", "user_id", "conversion_ts_ms",
+     Column("conversion_date", "date", "order day (UTC)"), "revenue", "currency", "stage",
+     "touches"),
+    key=("order_id",), table="conversions")
 
 # -- ad spend and ROI ---------------------------------------------------------------------
 AD_SPEND = Row(
@@ -337,55 +348,8 @@ CREDIT_INTERVAL = Row(
      Column("computed_at", "string", "ISO 8601 UTC")),
     key=("model", "period", "channel"), table="credit_intervals")
 
-# -- the control loop ----------------------------------------------------------------------
-CONTROL_DECISION = Row(
-    "control_decision",
-    "What a rule of the control loop decided (control_actions topic, kind=decision): an "
-    "action on a target, or why it was held back. Idempotent by decision_id.",
-    (Column("decision_id", "string", "stable for the rule, target and period"),
-     Column("rule", "string"),
-     Column("target", "string", "the campaign, channel or GPU pool"),
-     Column("action", "string", "budget_change | scale | notify"),
-     Column("parameters", "string", "JSON: percent, nodes, message, ..."),
-     Column("reason", "string"),
-     Column("status", "string", "dry_run | awaiting_approval | approved | blocked | "
-                                "executed | failed"),
-     Column("blocked_by", "string", "the limit that held it back; '' when none"),
-     Column("mode", "string", "dry_run | approval | auto"),
-     Column("baseline", "double", "the metric when decided (verification compares with it)",
-            nullable=True),
-     Column("decided_at", "string", "ISO 8601 UTC")),
-    key=("decision_id",), table="control_decisions")
-
-CONTROL_ACTION = Row(
-    "control_action",
-    "An executed decision (control_actions topic, kind=action): which executor ran it, "
-    "how many attempts it took and what the other side answered. The action id is the "
-    "idempotency key sent with it.",
-    (Column("action_id", "string"),
-     Column("decision_id", "string"),
-     Column("executor", "string", "webhook | warehouse"),
-     Column("status", "string", "succeeded | failed | sending (claimed, no answer yet)"),
-     Column("attempts", "bigint"),
-     Column("response", "string", "status line or error, shortened"),
-     Column("executed_at", "string", "ISO 8601 UTC"),
-     Column("verify_after", "string", "ISO 8601 UTC: executed_at + the rule's settle time")),
-    key=("action_id",), table="control_actions")
-
-CONTROL_VERIFICATION = Row(
-    "control_verification",
-    "Whether an executed action moved its target, checked after the settle time through "
-    "the same metrics (control_actions topic, kind=verification).",
-    (Column("action_id", "string"),
-     Column("status", "string", "success | failure | no_data"),
-     Column("baseline", "double", nullable=True),
-     Column("observed", "double", nullable=True),
-     Column("change_percent", "double", nullable=True),
-     Column("reason", "string"),
-     Column("verified_at", "string", "ISO 8601 UTC")),
-    key=("action_id",), table="control_verifications")
-
-ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION, AD_SPEND,
+ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSION,
+                         CONVERSIONS_TABLE, AD_SPEND,
                          ROI_DAILY, ROI_UNALLOCATED, ROI_DAY_CLOSED, GPU_CALL_COST,
                          GPU_IDLE_COST, KAFKA_OFFSET, BACKFILL_RUN, ACCOUNTING, DEAD_LETTER,
                          LOAD_REJECT, ORDER_COST,

@@ -103,6 +103,7 @@ ATTRIBUTION = StreamingJob(
     flow="{topics.spans} -> {topics.credits} (dead letters: {topics.dead_letter}, late: "
          "{topics.late})",
     uids=("source-otlp-spans", "source-otlp-spans-groups", "decode-otlp",
+          "source-order-changes", "decode-order-changes",
           "dedup-orders-by-order-id", "attribute-journeys-by-bucket",
           "fit-data-driven-models-by-period", "credit-data-driven-models-by-bucket",
           "count-late", "count-duplicate-orders",
@@ -192,6 +193,8 @@ class Load:
 LOADS: tuple[Load, ...] = (
     Load("topics.credits", "CreditsSink", ("attribution_credits",),
          "credit messages (tables of credit rows)"),
+    Load("topics.conversions", "ConversionsSink", ("conversions",),
+         "conversion messages (each order's revenue net of refunds)"),
     Load("gpu.costs_topic", "GpuCostsSink", ("gpu_call_costs", "gpu_idle_costs"),
          "GPU cost rows"),
     Load("topics.roi", "RoiSink", ("roi_daily", "roi_unallocated", "order_costs",
@@ -206,9 +209,9 @@ LOADS: tuple[Load, ...] = (
          ("experiment_exposures", "experiment_conversions"), "experiment rows"),
     Load("topics.customer_ltv", "CustomerLtvSink", ("customer_ltv",), "customer LTV rows"),
 )
-# the topics jobs write that no table keeps: dead letters and late events (for people), the
-# conversions (read by other jobs) and the run accounting (read by `seedance run`)
-NOT_LOADED = ("topics.dead_letter", "topics.late", "topics.conversions", "topics.accounting",
+# the topics jobs write that no table keeps: dead letters and late events (for people) and
+# the run accounting (read by `seedance run`)
+NOT_LOADED = ("topics.dead_letter", "topics.late", "topics.accounting",
               "gpu.metrics_dead_letter", "topics.roi_dead_letter", "topics.ltv_dead_letter")
 
 # in the order commands list them and the demo runs them (each after the jobs it reads from)

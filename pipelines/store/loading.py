@@ -28,6 +28,7 @@ from pipelines.flink.jobs import LOADS, Load
 from pipelines.kafka.reader import Batch, Offsets, TopicReader
 from pipelines.store import sinks
 from pipelines.store.sinks import (
+    ConversionsSink,
     CreditsSink,
     CustomerLtvSink,
     ExperimentsSink,
@@ -105,6 +106,10 @@ class TopicLoader:
 
     def load_credits(self, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load(bootstrap, topic, CreditsSink(self.warehouse).write, follow=follow)
+
+    def load_conversions(self, bootstrap: str, topic: str, follow: bool = False) -> int:
+        return self.load(bootstrap, topic, ConversionsSink(self.warehouse).write,
+                         follow=follow)
 
     def load_gpu_costs(self, bootstrap: str, topic: str, follow: bool = False) -> int:
         return self.load(bootstrap, topic, GpuCostsSink(self.warehouse).write, follow=follow)

@@ -125,6 +125,26 @@ class EarliestSink(TableSink):
 
 
 # -- the result topics ----------------------------------------------------------------------
+class ConversionsSink:
+    """The conversions topic: each order's latest row (a correction or a change to the
+    order, a refund, reports it again: every version of one order is in one partition, in
+    order)."""
+
+    NAMES = rows.CONVERSIONS_TABLE.names
+
+    def __init__(self, warehouse: Warehouse) -> None:
+        self.conversions = TableSink(warehouse, rows.CONVERSIONS_TABLE)
+
+    def write(self, messages: list[bytes]) -> None:
+        latest: dict[str, tuple[object, ...]] = {}
+        for message in messages:
+            for data in table_messages.decode(message):
+                values = {**data, "conversion_date": day_of(int(data["conversion_ts_ms"]))}
+                latest[data["order_id"]] = tuple(values[name] for name in self.NAMES)
+        if latest:
+            self.conversions.write(list(latest.values()))
+
+
 class CreditsSink:
     """The credits topic: a conversion's rows under a model replace all it had (pipelines/
     codec/credit_messages.py): of a batch, the last message's rows per (model, order_id)."""

@@ -15,6 +15,7 @@ from udfs.reconcile import (
     compute_ties,
     gpu_ties,
     ltv_return_ties,
+    order_revenue_ties,
     revenue_ties,
     spend_ties,
 )
@@ -72,6 +73,10 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         f"WHERE {credit_where} GROUP BY model, conversion_date", credit_params)}
     models = sorted({key[0] for key in roi} | {key[0] for key in credits})
     out = revenue_ties(roi, credits, DIMENSIONS, currency)
+    orders = {str(d): float(r) for d, r in q(
+        f"SELECT conversion_date, SUM(revenue) FROM conversions WHERE {credit_where} "
+        f"GROUP BY conversion_date", credit_params)}
+    out += order_revenue_ties(credits, orders, currency)
 
     allocated = {(m, str(d), k): float(a) for m, d, k, a in q(
         f"SELECT model, day, key, SUM(ad_spend) FROM roi_daily WHERE dimension = 'campaign' "

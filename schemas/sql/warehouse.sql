@@ -20,6 +20,20 @@ CREATE TABLE IF NOT EXISTS attribution_credits (
     PRIMARY KEY (model, order_id, touch_index)
 );
 
+-- each order as the attribution job last reported it (conversions topic): its revenue net
+-- of refunds (order_changes), what each model's credited revenue ties to (seedance verify)
+CREATE TABLE IF NOT EXISTS conversions (
+    order_id          TEXT             NOT NULL,
+    user_id           TEXT             NOT NULL,
+    conversion_ts_ms  BIGINT           NOT NULL,  -- order time, ms since epoch (UTC)
+    conversion_date   TEXT             NOT NULL,  -- order day, YYYY-MM-DD (UTC)
+    revenue           DOUBLE PRECISION NOT NULL,  -- net of refunds
+    currency          TEXT             NOT NULL,
+    stage             TEXT             NOT NULL,  -- new|repeat|winback|unknown
+    touches           BIGINT           NOT NULL,  -- touches in the journey
+    PRIMARY KEY (order_id)
+);
+
 CREATE INDEX IF NOT EXISTS attribution_credits_by_day
     ON attribution_credits (conversion_date, model, channel);
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from pipelines.flink.attribution.job import run_job
 from pipelines.flink.roi.job import run_roi_job
@@ -126,9 +127,15 @@ def test_refunds_and_changed_amounts_correct_credits_conversions_and_roi(
     with Warehouse(f"sqlite:///{tmp_path / 'wh.db'}") as warehouse:
         loader = TopicLoader(warehouse)
         loader.load_credits(kafka, config.topics.credits)
+        loader.load_conversions(kafka, config.topics.conversions)
         loader.load_roi(kafka, config.topics.roi)
         ties = internal_ties(warehouse, "USD")
         assert ties and all(t.status == OK for t in ties), [t for t in ties if t.status != OK]
+        # each model's credited revenue is the orders' net of refunds, day by day
+        order_ties = [t for t in ties if t.key.metric == "order_revenue"]
+        assert {t.key.entity for t in order_ties} == {f"{m}/orders" for m in MODELS}
+        assert sum(t.theirs or 0.0 for t in order_ties) == pytest.approx(
+            len(MODELS) * sum(revenue.values()))
         roi_revenue = dict(warehouse.query(
             "SELECT model, SUM(revenue) FROM roi_daily WHERE dimension = 'channel' "
             "GROUP BY model"))

@@ -333,7 +333,8 @@ def test_the_sql_read_check_finds_what_it_is_for() -> None:
 # every table of schemas/sql/*.sql -> the one module that writes it (others go through it)
 TABLE_WRITERS = {
     **dict.fromkeys(
-        ("attribution_credits", "gpu_call_costs", "gpu_idle_costs", "ad_spend", "roi_daily",
+        ("attribution_credits", "conversions", "gpu_call_costs", "gpu_idle_costs", "ad_spend",
+         "roi_daily",
          "roi_unallocated", "roi_days_closed", "order_costs", "order_segments",
          "experiment_exposures", "experiment_conversions",
          # the stream's scores upserted by user, a refresh's replacing the table

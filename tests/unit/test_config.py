@@ -4,12 +4,10 @@ from pipelines.kafka.address import resolve_bootstrap
 from pipelines.settings.job_config import (
     ConfigError,
     StreamingJobConfig,
-    group_linger_ms,
-    group_records,
     load_config,
     order_mapping_text,
-    step_interval_ms,
 )
+from pipelines.settings.stepping import group_linger_ms, group_records, step_interval_ms
 
 
 def write(tmp_path, text):

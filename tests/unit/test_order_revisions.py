@@ -21,9 +21,7 @@ from pipelines.flink.attribution.support import ACCOUNTING, DEAD_LETTERS, ORDERS
 from pipelines.sources.generator import Plan, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from tests.flink_fakes import FakeContext
-from tests.reference import reference_credits
-from tests.spans import stamped
-from tests.unit.test_attribution_operators import (
+from tests.operator_job import (
     BUCKETS,
     DATA_DRIVEN,
     PER_CONVERSION,
@@ -31,6 +29,8 @@ from tests.unit.test_attribution_operators import (
     Job,
     finish,
 )
+from tests.reference import reference_credits
+from tests.spans import stamped
 from udfs.periods import DAY_MS
 
 MAPPING = """\

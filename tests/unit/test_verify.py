@@ -43,6 +43,8 @@ def warehouse(tmp_path: Path) -> str:
         wh.store(rows.ATTRIBUTION_CREDITS, [
             credit("last_click", "o1", 0, "search", "brand", 0.0, 0.0),
             credit("last_click", "o1", 1, "display", "retarget", 1.0, 100.0)])
+        wh.store(rows.CONVERSIONS_TABLE, [("o1", "u", END_MS - 1000, DAY, 100.0, "USD", "new",
+                                           2)])
         wh.store(rows.ROI_DAILY, [
             roi("last_click", dim, key, c, r, s, k) for dim, key, c, r, s, k in (
                 ("channel", "search", 0.0, 0.0, 0.0, 0.0),
@@ -67,8 +69,8 @@ def test_consistent_tables_tie_out(warehouse: str, capsys: pytest.CaptureFixture
     with Warehouse(warehouse) as wh:
         stored = wh.query("SELECT metric, status FROM reconciliation_daily WHERE scope = "
                           "'internal'")
-        assert {m for m, _ in stored} == {"revenue", "conversions", "spend", "compute_cost",
-                                          "gpu_cost"}
+        assert {m for m, _ in stored} == {"revenue", "conversions", "order_revenue", "spend",
+                                          "compute_cost", "gpu_cost"}
         assert {s for _, s in stored} == {"ok"}
         assert wh.query("SELECT COUNT(*) FROM alerts") == [(0,)]
 
@@ -80,6 +82,8 @@ def test_consistent_tables_tie_out(warehouse: str, capsys: pytest.CaptureFixture
     ("DELETE FROM roi_daily WHERE dimension = 'stage'", ["conversions", "revenue"],
      "last_click/stage"),
     ("DELETE FROM roi_unallocated", ["spend"], "last_click/ghost"),
+    # a refund that reached the order but not its credits
+    ("UPDATE conversions SET revenue = 0.0", ["order_revenue"], "last_click/orders"),
     ("UPDATE ad_spend SET amount = 31.0 WHERE campaign = 'retarget'", ["spend"],
      "last_click/retarget"),
     ("UPDATE roi_daily SET compute_cost = 3.0 WHERE dimension = 'campaign' AND "

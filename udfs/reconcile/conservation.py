@@ -7,6 +7,9 @@ computed from), per key:
 
 - revenue / conversions, per model, day and ROI dimension: Σ roi_daily = Σ credits of the
   model's orders that day (every dimension splits the same credits);
+- order revenue, per model and day: Σ credited revenue = Σ the orders' revenue as the
+  job last reported them (conversions: net of refunds, where an orders change stream
+  brings them), on the days the conversions table has;
 - spend, per model, day and campaign: Σ allocated (roi_daily by campaign) + unallocated =
   the campaign's spend that day;
 - compute_cost, per model over the checked days: Σ allocated + unallocated compute = the
@@ -51,6 +54,7 @@ class Tie(NamedTuple):
 
 REVENUE = Tie("revenue", "roi_daily", "attribution_credits", AMOUNT_TOLERANCE)
 CONVERSIONS = Tie("conversions", "roi_daily", "attribution_credits", COUNT_TOLERANCE)
+ORDER_REVENUE = Tie("order_revenue", "attribution_credits", "conversions", AMOUNT_TOLERANCE)
 SPEND = Tie("spend", "roi_daily + roi_unallocated", "ad_spend", AMOUNT_TOLERANCE)
 COMPUTE = Tie("compute_cost", "roi_daily + roi_unallocated", "gpu_call_costs",
               AMOUNT_TOLERANCE)
@@ -64,8 +68,8 @@ LTV_CUSTOMERS = Tie("ltv_customers", "ltv_return", FIRST_ORDERS, COUNT_TOLERANCE
 LTV_REVENUE = Tie("ltv_first_order_revenue", "ltv_return", FIRST_ORDERS, AMOUNT_TOLERANCE)
 LTV_COST = Tie("ltv_acquisition_cost", "ltv_return", "order_costs (first orders)",
                AMOUNT_TOLERANCE)
-TIES = (REVENUE, CONVERSIONS, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST, LTV_CUSTOMERS,
-        LTV_REVENUE, LTV_COST)
+TIES = (REVENUE, CONVERSIONS, ORDER_REVENUE, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST,
+        LTV_CUSTOMERS, LTV_REVENUE, LTV_COST)
 COUNTS = (CONVERSIONS, LTV_CUSTOMERS)  # ties of counts, not amounts: no currency
 
 
@@ -104,6 +108,18 @@ def revenue_ties(roi: Mapping[tuple[str, str, str], tuple[float, float]],
             out.append(tie(CONVERSIONS, entity, day, reported and reported[0],
                            credited and credited[0], currency))
     return out
+
+
+def order_revenue_ties(credits: Mapping[tuple[str, str], tuple[float, float]],
+                       orders: Mapping[str, float], currency: str) -> list[Comparison]:
+    """credits: (model, day) -> (credit, revenue); orders: day -> the orders' revenue.
+    Each model's credited revenue of a day is its orders' revenue: a refund or a changed
+    amount that reached the orders but not a model's credits (or the other way) breaks."""
+    models = sorted({model for model, _ in credits})
+    return [tie(ORDER_REVENUE, f"{model}/orders", day,
+                credits[model, day][1] if (model, day) in credits else None, revenue,
+                currency)
+            for day, revenue in sorted(orders.items()) for model in models]
 
 
 def spend_ties(allocated: Sums, unallocated: Sums, spend: Sums,

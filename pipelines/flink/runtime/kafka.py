@@ -30,13 +30,9 @@ from pyflink.util.java_utils import add_jars_to_context_class_loader
 from pipelines.flink.jobs import StreamingJob
 from pipelines.kafka.security import for_flink
 from pipelines.py4j_routing import route_by_gateway
-from pipelines.settings.job_config import (
-    StreamingJobConfig,
-    group_linger_ms,
-    group_records,
-    step_interval_ms,
-)
+from pipelines.settings.job_config import StreamingJobConfig
 from pipelines.settings.paths import flink_connector_jars, state_home
+from pipelines.settings.stepping import group_linger_ms, group_records, step_interval_ms
 
 log = logging.getLogger(__name__)
 
