@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,17 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                      help="touches as explicit marketing.* attributes, or as plain HTTP "
                           "landing requests whose UTM parameters or referrer name the "
                           "channel (what auto-instrumentation sends: schemas/TELEMETRY.md)")
+    gen.add_argument("--orders", choices=["spans", "table", "both"], default="spans",
+                     help="where the orders are: order.* attributes on spans, the orders "
+                          "table's change stream (Debezium events of shop.orders, "
+                          "jobs/config/order_changes.yaml; docs/order-changes.md), or both "
+                          "(each order on both paths: the job counts it once)")
+    gen.add_argument("--orders-topic", default="shop.shop.orders",
+                     help="the change stream's topic with --orders table|both (default: "
+                          "%(default)s, Debezium's name for it)")
+    gen.add_argument("--refunds", type=busy_fraction, default=0.05, metavar="FRACTION",
+                     help="with --orders table|both, this share of the orders is refunded "
+                          "1-14 days later, whole or half (default %(default)s)")
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
@@ -119,10 +131,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
                        batch_busy=args.gpu_busy,
                        repeat_buying=REPEAT_BUYING_PRESETS[args.repeat_buying]
                        if args.repeat_buying else None)
-    spans = publish_plan(plan, bootstrap, topic, seed=args.seed, encoding=args.encoding,
+    orders = [event for event in plan.events if event.kind == "conversion"]
+    on_spans = plan if args.orders != "table" else replace(
+        plan, events=[event for event in plan.events if event.kind != "conversion"])
+    spans = publish_plan(on_spans, bootstrap, topic, seed=args.seed, encoding=args.encoding,
                          partition_by_trace=args.partition_by_trace, client=client,
                          touches=args.touches)
-    print(generated_summary(plan, spans, args.users, topic, time.monotonic() - started))
+    print(generated_summary(on_spans, spans, args.users, topic, time.monotonic() - started))
+    if args.orders != "spans":
+        from pipelines.sources.order_table import publish_table_changes, table_changes
+
+        changes = table_changes(orders, args.refunds, args.seed)
+        published = publish_table_changes(changes, bootstrap, args.orders_topic, client)
+        print(f"and {published} change events of the orders table to {args.orders_topic}: "
+              f"{len(orders)} orders, {len(changes.refunds)} refunds of "
+              f"{sum(refund.refunded for refund in changes.refunds):,.2f} (read them with "
+              f"order_changes.topic: {args.orders_topic} and order_changes.mapping: "
+              "order_changes.yaml in the job's config)")
     if args.gpu_recording:
         count = write_gpu_recording(plan, Path(args.gpu_recording), args.seed)
         print(f"wrote {count} GPU samples for the generated GPU calls to {args.gpu_recording} "

@@ -32,8 +32,13 @@ from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, count_messages, recreate_topi
 from pipelines.ltv.publish import fit_and_publish
 from pipelines.ltv.report import refresh_ltv
 from pipelines.settings.job_config import load_config
-from pipelines.settings.paths import state_home
+from pipelines.settings.paths import PROJECT_ROOT, state_home
 from pipelines.sources.generator import plan_events
+from pipelines.sources.order_table import (
+    TableChanges,
+    publish_table_changes,
+    table_changes,
+)
 from pipelines.sources.plan_costs import plan_spend
 from pipelines.sources.publish import (
     DEMO_EXPERIMENTS,
@@ -55,6 +60,9 @@ CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
 # The sample GPUs also run an hourly batch job that keeps them about half busy, so compute
 # is a visible share of cost and so is their idle time.
 DEMO_BATCH_BUSY = 0.5
+# the orders table's change stream beside the spans: every order inserted, and refunds
+DEMO_ORDER_CHANGES = "shop.shop.orders"
+DEMO_REFUNDS = 0.05  # of the orders, refunded days later (whole, or half of it)
 DEMO_LTV_ROUNDS = 50  # bootstrap refits behind the LTV ROI intervals (a few seconds)
 
 
@@ -79,6 +87,18 @@ def print_ltv(warehouse: Warehouse) -> None:
         print(f"    {line}" if line else "")
 
 
+def print_refunds(warehouse: Warehouse, changes: TableChanges, placed: float) -> None:
+    """What the orders table's refunds did: the orders' revenue is net of them."""
+    (net, orders), = warehouse.query("SELECT COALESCE(SUM(revenue), 0), COUNT(*) FROM "
+                                     "conversions")
+    refunded = sum(refund.refunded for refund in changes.refunds)
+    ties = abs(placed - refunded - float(net)) < 0.005
+    print(f"\nRefunds from the orders table: {len(changes.refunds)} of {orders:,} orders; "
+          f"placed ${placed:,.2f} - refunded ${refunded:,.2f} = ${float(net):,.2f}, the "
+          f"orders' revenue in the warehouse{'' if ties else ' (DOES NOT TIE)'}: every "
+          "model's credits, the ROI, the experiments and the LTV carry it net")
+
+
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     home = state_home()
     kafka = LocalKafka(home / "kafka")
@@ -97,11 +117,16 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         # the strategy table over the whole sample: a 7-day window of 2,000 users holds
         # about 200 per variant, too few to tell a third more revenue per order from noise
         config = config.replace("experiments", window_days=45.0)
+        # the orders also come from the shop's table (Debezium), refunds with them
+        config = config.replace("order_changes", topic=DEMO_ORDER_CHANGES,
+                                mapping=str(PROJECT_ROOT / "jobs" / "config" /
+                                            "order_changes.yaml"))
         topics, gpu = config.topics, config.gpu
         recreate_topics(info.bootstrap, unique(
             [topic for job in STREAMING_JOBS.values() for topic in job.topics(config)]
-            + [CONTROL_TOPIC]), settings={**topic_settings(STREAMING_JOBS.values(), config),
-                                          topics.spans: SAMPLE_SPANS_TOPIC})
+            + [CONTROL_TOPIC, DEMO_ORDER_CHANGES]),
+            settings={**topic_settings(STREAMING_JOBS.values(), config),
+                      topics.spans: SAMPLE_SPANS_TOPIC, DEMO_ORDER_CHANGES: SAMPLE_SPANS_TOPIC})
         (home / "demo" / "warehouse.db").unlink(missing_ok=True)
 
         t = _step(f"Generating sample telemetry for {users} users (seed {seed})")
@@ -117,6 +142,12 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         incident = runaway_bid(plan, spend)
         publish_spend(info.bootstrap, topics.ad_spend, spend + incident)
         print(f"    and {len(spend)} daily ad spend records to {topics.ad_spend}")
+        orders = [e for e in plan.events if e.kind == "conversion"]
+        changes = table_changes(orders, DEMO_REFUNDS, seed)
+        publish_table_changes(changes, info.bootstrap, DEMO_ORDER_CHANGES)
+        print(f"    and {len(changes.events)} change events of the orders table to "
+              f"{DEMO_ORDER_CHANGES} (Debezium): every order again, and "
+              f"{len(changes.refunds)} refunds of ${sum(r.refunded for r in changes.refunds):,.2f}")
         if incident:
             print(f"    injected: a runaway bid on {incident[0].campaign}, its spend restated "
                   f"at ${sum(r.amount for r in incident):,.2f} over "
@@ -158,14 +189,16 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_summary(warehouse)
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
+        print_refunds(warehouse, changes, sum(order.revenue for order in orders))
         print_experiments(warehouse, config)
         t = _step("Customer lifetime value: BG/NBD and Gamma-Gamma fitted on the warehouse's "
                   "customers, what each channel's acquired customers are worth in a year")
         print_ltv(warehouse)
         _done(t)
         t = _step("Checking that every total ties out (seedance verify): ROI revenue = "
-                  "credited revenue, spend and GPU cost = allocated + unallocated, the "
-                  "LTV return's customers, revenue and cost = its first orders'")
+                  "credited revenue = the orders' revenue net of refunds, spend and GPU "
+                  "cost = allocated + unallocated, the LTV return's customers, revenue "
+                  "and cost = its first orders'")
         broken = verify_warehouse(config.warehouse.url, config.roi.currency, indent="    ",
                                   fully_loaded=config.computation.fully_loaded)
         _done(t)

@@ -24,6 +24,16 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     # all eight models credit every valid order exactly once, with the same revenue
     assert {float(x) for x in conversions.group(1).split()} == {orders}
     assert len(set(revenue.group(1).split())) == 1
+    # the orders came from the orders table too (counted once) and some were refunded:
+    # placed - refunded = the orders' net revenue = every model's credited revenue
+    refunds = re.search(r"Refunds from the orders table: (\d+) of ([\d,]+) orders; placed "
+                        r"\$([\d,.]+) - refunded \$([\d,.]+) = \$([\d,.]+), the orders' "
+                        r"revenue in the warehouse:", out)
+    assert refunds, out
+    placed, refunded, net = (float(x.replace(",", "")) for x in refunds.groups()[2:])
+    assert int(refunds.group(1)) > 0 and abs(placed - refunded - net) < 0.005
+    assert {float(x.replace(",", "")) for x in revenue.group(1).split()} == {net}
+    assert ", 0 broken" in out and "duplicate_order" not in out
     roi = re.search(r"^paid_search\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)"
                     r"\s+([\d,.]+)\s+([\d,.]+)$", out, re.M)
     assert roi, out  # ROI per model for a paid channel, with its allocated spend
