@@ -13,6 +13,10 @@ from udfs.journeys.rules import ConvertedJourney, JourneyConfig
 # history long enough never to run out inside the data (the batch reference never forgets)
 CFG = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90)
 CAPPED = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90, max_touches=2)
+# a visit's touches are one (journey.visit_minutes): the populations' steps of 0 ms, 1 ms
+# and 20 minutes repeat a touch within it
+VISITS = JourneyConfig(lookback_days=30, history_days=5000, winback_days=90, visit_minutes=30)
+MINUTE = 60_000
 
 
 def touch(user: str, ts: int, channel: str = "email") -> Touchpoint:

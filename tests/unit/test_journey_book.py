@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.events import events_of, records_of
-from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
+from tests.journey_records import CAPPED, CFG, MINUTE, VISITS, Store, closed_of, key, order, touch
 from udfs.journeys.book import Changes, JourneyBook, bucket_of
 from udfs.journeys.rules import (
     JourneyConfig,
@@ -68,8 +68,8 @@ def populations(draw):
     for u in range(draw(st.integers(1, 12))):
         at = rng.randrange(0, 100 * DAY_MS)
         for i in range(rng.randint(1, 8)):
-            at += rng.choice([0, 1, DAY_MS, 10 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1, 31 * DAY_MS,
-                              120 * DAY_MS])
+            at += rng.choice([0, 1, 20 * MINUTE, DAY_MS, 10 * DAY_MS, 30 * DAY_MS,
+                              30 * DAY_MS + 1, 31 * DAY_MS, 120 * DAY_MS])
             if rng.random() < 0.3:
                 events.append(order(f"u{u}", at, f"o{u}-{i}"))
             else:
@@ -83,7 +83,7 @@ def populations(draw):
 @given(events=populations(), batch_size=st.integers(1, 7),
        watermark_steps=st.lists(st.booleans(), min_size=1, max_size=4),
        restart=st.one_of(st.none(), st.integers(0, 8)), compact_every=st.integers(1, 4),
-       config=st.sampled_from([CFG, CAPPED]))
+       config=st.sampled_from([CFG, CAPPED, VISITS]))
 def test_closes_what_each_user_closes_alone_whatever_the_batching(events, batch_size,
                                                                    watermark_steps, restart,
                                                                    compact_every, config):

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.events import events_of, records_of
-from tests.journey_records import CAPPED, CFG, Store, closed_of, key, order, touch
+from tests.journey_records import CAPPED, CFG, MINUTE, VISITS, Store, closed_of, key, order, touch
 from udfs.journeys.book import JourneyBook
 from udfs.journeys.corrections import END_OF_INPUT, CorrectingBook
 from udfs.journeys.rules import closed_journeys_of
@@ -100,7 +100,7 @@ def shuffled(draw):
     for u in range(draw(st.integers(1, 10))):
         at = rng.randrange(0, 100 * DAY_MS)
         for i in range(rng.randint(1, 8)):
-            at += rng.choice([0, 1, DAY_MS, 10 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1,
+            at += rng.choice([0, 1, 20 * MINUTE, DAY_MS, 10 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1,
                               31 * DAY_MS, 120 * DAY_MS])
             if rng.random() < 0.3:
                 events.append(order(f"u{u}", at, f"o{u}-{i}"))
@@ -113,7 +113,7 @@ def shuffled(draw):
 @settings(max_examples=200, deadline=None)
 @given(events=shuffled(), batch_size=st.integers(1, 6),
        restart=st.one_of(st.none(), st.integers(0, 8)),
-       config=st.sampled_from([CFG, CAPPED]))
+       config=st.sampled_from([CFG, CAPPED, VISITS]))
 def test_corrections_give_the_batch_result_whatever_the_arrival_order(events, batch_size,
                                                                        restart, config):
     # the watermark one hour behind the newest event: most disorder lands behind it

@@ -43,6 +43,30 @@ def test_max_touches_keeps_the_last_n():
     assert [t.channel for t in journey.touches] == ["d", "e"]
 
 
+MIN = 60_000
+
+
+@pytest.mark.parametrize("minutes,touched", [
+    # a reload 20 minutes after the landing continues its visit; another 20 minutes later
+    # is 40 minutes after the touch kept: a visit of its own; another campaign, and a touch
+    # after an order, start one too
+    (30, [0, 40 * MIN, 100 * MIN, 101 * MIN, 105 * MIN]),
+    (0, [0, 20 * MIN, 40 * MIN, 100 * MIN, 101 * MIN, 105 * MIN]),  # every touch counts
+])
+def test_a_visits_repeated_touches_count_once(minutes, touched):
+    events = [touch(0, "paid_search"), touch(20 * MIN, "paid_search"),
+              touch(40 * MIN, "paid_search"), touch(100 * MIN, "paid_search"),
+              touch(101 * MIN, "paid_search")._replace(campaign="other"),
+              order(102 * MIN), touch(105 * MIN, "paid_search"), order(106 * MIN, "o2")]
+    first, second = journeys_of(events, JourneyConfig(visit_minutes=minutes))
+    assert [t.ts_ms for t in (*first.touches, *second.touches)] == touched
+
+
+def test_a_visit_longer_than_the_lookback_is_refused():
+    with pytest.raises(ValueError, match="visit_minutes"):
+        JourneyConfig(lookback_days=1, visit_minutes=24 * 60)
+
+
 def test_a_conversion_closes_the_journey():
     events = [touch(1, "display"), order(2, "o1"), touch(3, "email"), order(4, "o2")]
     first, second = journeys_of(events, CFG)

@@ -1,31 +1,27 @@
 """Many users' journeys advanced together by event time: what one key of the stream holds.
 
 The stream is keyed by a bucket of users (`bucket_of`), not by the user: events travel in
-batches (one per message and bucket, as columns: `schemas.events`) and a whole bucket
-moves forward in one call when the watermark passes, so the engine's per-record costs are
-paid per batch, not per event.
+batches (one per message and bucket, as columns: `schemas.events`) and a whole bucket moves
+forward in one call when the watermark passes, so the engine's per-record costs are paid
+per batch, not per event.
 
 Inside, events wait until the watermark passes them; then every waiting event at or before
 it, and every user whose open journey could close unconverted or whose order history runs
 out by then, are stepped together by `udfs.journeys.columns.step_users` (the rules of
-`udfs/journeys/rules.py`, over arrays). The journeys that close are the same as when every user
-is stepped on their own (the batch `closed_journeys_of`), whatever the batching.
-
-The book keeps its users as columns too (`udfs.journeys.state.UserColumns`): per user their
-last order, next wake-up and a block of open touches in a shared pool.
+`udfs/journeys/rules.py`, over arrays; a visit's touches folded first: visits.py). The
+journeys that close are those of every user stepped on their own (the batch
+`closed_journeys_of`), whatever the batching. Users are kept as columns too (UserColumns:
+last order, next wake-up, a block of open touches in a shared pool).
 
 An engine keeps a `JourneyBook` in memory and stores what each call reports (`Changes`) in
-its own fault-tolerant state; after a restart `JourneyBook.restore` rebuilds the same book.
-What is stored is a snapshot plus a log: the whole book as of a full compaction, an
-overlay per compaction since (only the users that changed, and those dropped), every batch
-that arrived since the last compaction (as it arrived) and the watermarks the book advanced
-to since. Restoring replays those advances, which is exact because an advance depends on
-nothing but the events and the watermark. The book compacts (reports an overlay, or a new
-snapshot when the overlays would hold more than the book, and starts the log again) once
-the log has grown as large as the book, and at least `compact_every` advances apart (or
-the log twice the book, where steps are few and large), so storing costs in proportion to
-what arrives and changes. The stored forms (`Snapshot`, `Overlay`, `Progress`, `Changes`)
-are defined in udfs/journeys/state.py, importable from here (their pickles name it).
+its own fault-tolerant state; `JourneyBook.restore` rebuilds the same book after a restart
+from a snapshot and a log: the book as of a full compaction, an overlay per compaction
+since (the users that changed, and those dropped), every batch that arrived since and the
+watermarks the book advanced to since (replaying those advances is exact). The book
+compacts (an overlay, or a new snapshot when the overlays would hold more than the book)
+once the log has grown as large as the book, at least `compact_every` advances apart, so
+storing costs in proportion to what arrives and changes. The stored forms are defined in
+udfs/journeys/state.py, importable from here (their pickles name it).
 """
 
 from __future__ import annotations
@@ -60,6 +56,7 @@ from udfs.journeys.columns import (
 )
 from udfs.journeys.rules import JourneyConfig
 from udfs.journeys.state import NEVER, Changes, Overlay, Progress, Snapshot, UserColumns
+from udfs.journeys.visits import new_visits
 from udfs.lifecycle import stages_of
 
 COMPACT_EVERY = 32
@@ -309,6 +306,9 @@ class JourneyBook(UserColumns):
         events = self._due_events(watermark)
         touches, orders = events
         touch_rows = self.rows_of(touches.user_id)
+        if self.config.visit_ms and len(touch_rows):  # journey.visit_minutes
+            new = new_visits(self, touches, touch_rows, orders)
+            touches, touch_rows = take(touches, new), touch_rows[new]
         order_rows = self.rows_of(orders.user_id)
         # NEVER is the largest time: a free row must not wake even at the final watermark
         woken = np.flatnonzero(self.wake <= min(watermark, NEVER - 1))

@@ -44,6 +44,11 @@ class JourneyConfig:
     # (e.g. a header the instrumentation captures, http.request.header.x-user-id), or
     # "cookie:<name>", a cookie of the captured Cookie header. Empty: nowhere else
     landing_user: str = ""
+    # a touch of the channel and campaign of the user's touch before it, at most this many
+    # minutes after it, is the same visit (a reload, a second page of the landing, a second
+    # click on the same ad): no new touch. 0: every touch counts. Web analytics' sessions
+    # end after 30 minutes without a hit
+    visit_minutes: float = 0.0
 
     def __post_init__(self) -> None:
         # messages name the field: the job config reads its `journey` section into this class
@@ -65,6 +70,9 @@ class JourneyConfig:
                              f"{self.landing_user!r}")
         if not self.correction_days >= 0:
             raise ValueError(f"correction_days must be 0 or more, got {self.correction_days}")
+        if not 0 <= self.visit_minutes * 60_000 < self.lookback_days * DAY_MS:
+            raise ValueError("visit_minutes must be 0 or more, and shorter than the lookback, "
+                             f"got {self.visit_minutes}")
 
     # read for every event: computed once (a frozen dataclass still lets cached_property
     # fill the instance dict)
@@ -79,6 +87,10 @@ class JourneyConfig:
     @property
     def duplicate_order_ms(self) -> int:
         return int((self.duplicate_order_days or self.lookback_days) * DAY_MS)
+
+    @cached_property
+    def visit_ms(self) -> int:
+        return int(self.visit_minutes * 60_000)
 
     @property
     def correction_ms(self) -> int:
@@ -158,9 +170,19 @@ def step(
         state, stale = close_stale(state, event.ts_ms, config)
         closed.extend(stale)
     if isinstance(event, Touchpoint):
+        if config.visit_ms and state.touches and same_visit(state.touches[-1], event,
+                                                            config.visit_ms):
+            return state, closed  # the visit of the touch before it goes on
         return JourneyState([*state.touches, event], state.last_order_ts_ms), closed
     closed.append(_order_journey(state.touches, state.last_order_ts_ms, event, config))
     return JourneyState([], event.ts_ms), closed
+
+
+def same_visit(before: Touchpoint, touch: Touchpoint, visit_ms: int) -> bool:
+    """True when `touch` continues the visit of the touch kept before it: the same channel
+    and campaign, at most `visit_ms` later."""
+    return (touch.channel == before.channel and touch.campaign == before.campaign
+            and touch.ts_ms - before.ts_ms <= visit_ms)
 
 
 def _order_journey(touches: list[Touchpoint], last_order_ts_ms: int | None,
