@@ -116,7 +116,9 @@ def test_an_auto_instrumented_web_apps_landings_are_credited(kafka, flink, job_c
     visit(site, "/?utm_source=google&utm_medium=cpc&utm_campaign=brand", "u1")
     visit(site, "/p/1", "u1", referrer=f"{site}/")
     visit(site, "/checkout", "u1", form={"order": "o1", "amount": "40"})
-    # u2: an organic search visit, then an auto-tagged Facebook ad click
+    # u2: an organic search visit (reloaded: the browser sends the referrer again; with
+    # journey.visit_minutes it is the same visit), then an auto-tagged Facebook ad click
+    visit(site, "/", "u2", referrer="https://www.google.com/")
     visit(site, "/", "u2", referrer="https://www.google.com/")
     visit(site, "/p/2?fbclid=IwAR0abc", "u2", referrer="https://l.facebook.com/")
     visit(site, "/checkout", "u2", form={"order": "o2", "amount": "60"})
@@ -126,11 +128,12 @@ def test_an_auto_instrumented_web_apps_landings_are_credited(kafka, flink, job_c
     visit(site, "/checkout", "u3", form={"order": "o3", "amount": "30"})
     visit(site, "/health", "u9")
     deadline = time.monotonic() + 30
-    while len(otlp_to_kafka[1]) < 10:  # one export a request (the SDK's simple processor)
+    while len(otlp_to_kafka[1]) < 11:  # one export a request (the SDK's simple processor)
         assert time.monotonic() < deadline, otlp_to_kafka[1]
         time.sleep(0.1)
 
     config = job_config.replace("attribution", models=("last_click", "linear"))
+    config = config.replace("journey", visit_minutes=30.0)
     run_job(config, kafka, env=flink.environment(config))
 
     rows = credit_rows(kafka, config.topics.credits)
@@ -149,9 +152,9 @@ def test_an_auto_instrumented_web_apps_landings_are_credited(kafka, flink, job_c
     assert campaigns == {"brand"}
     assert messages(kafka, config.topics.dead_letter) == []
     (report,) = [r for r in messages(kafka, config.topics.accounting) if r["final"]]
-    # 4 landings and 3 orders used; the click inside the site, the direct visit and the
-    # health check are ordinary tracing
-    assert (report["used"], report["dead_lettered"]) == (7, 0)
+    # 5 landings (the reload folded into its visit by the journeys) and 3 orders used; the
+    # click inside the site, the direct visit and the health check are ordinary tracing
+    assert (report["used"], report["dead_lettered"]) == (8, 0)
 
     # and `seedance inspect` reads the same topic as the job, span by span
     from jobs import cli
