@@ -20,6 +20,7 @@ from pipelines.flink.attribution.order_changes import DecodeOrderChanges
 from pipelines.flink.attribution.support import ACCOUNTING, DEAD_LETTERS, ORDERS
 from pipelines.sources.generator import Plan, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
+from schemas.records import Conversion, Touchpoint
 from tests.flink_fakes import FakeContext
 from tests.operator_job import (
     BUCKETS,
@@ -31,6 +32,10 @@ from tests.operator_job import (
 )
 from tests.reference import reference_credits
 from tests.spans import stamped
+from udfs.attribution import per_conversion_credit_rows
+from udfs.journeys import closed_journeys_of
+from udfs.journeys.rules import ConvertedJourney, JourneyConfig
+from udfs.orders import packed_credits, revised_credits, unpacked_credits
 from udfs.periods import DAY_MS
 
 MAPPING = """\
@@ -165,3 +170,18 @@ def test_changes_through_the_table_correct_every_model_credit_and_the_conversion
     assert not job.duplicates  # an order on both paths is no duplicate: counted once
     assert [letter["reason"] for letter in job.change_dead] == [
         "malformed_order_change", "order_change_too_old"]
+
+
+def test_an_orders_rows_are_kept_packed_and_come_back_with_any_revenue() -> None:
+    """What the operators keep of a credited order (udfs.orders.packed_credits) gives back
+    its rows, each with its share of the revenue the order has now."""
+    events = [Touchpoint("u", 1_000 * i, channel, f"{channel}-c", "t", "s")
+              for i, channel in enumerate(("email", "paid_search", "email", "display"))]
+    events.append(Conversion("u", 10_000, "o1", 80.0, "EUR", "t", "s"))
+    (journey,) = [j for j in closed_journeys_of(events, JourneyConfig())
+                  if isinstance(j, ConvertedJourney)]
+    rows = per_conversion_credit_rows([journey], PER_CONVERSION)
+    assert len(rows) > len(PER_CONVERSION)
+    packed = packed_credits(rows)
+    for revenue in (80.0, 20.0, 0.0):
+        assert unpacked_credits(packed, revenue) == revised_credits(rows, revenue)

@@ -25,9 +25,11 @@ from udfs.orders.revisions import (
     OrderRevision,
     credits_by_order,
     order_revenue,
+    packed_credits,
     revised_conversion,
     revised_credits,
     supersedes,
+    unpacked_credits,
 )
 
 __all__ = [
@@ -47,8 +49,10 @@ __all__ = [
     "decode_order_change",
     "load_order_mapping",
     "order_revenue",
+    "packed_credits",
     "parse_order_mapping",
     "revised_conversion",
     "revised_credits",
     "supersedes",
+    "unpacked_credits",
 ]

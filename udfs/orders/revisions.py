@@ -61,3 +61,34 @@ def order_revenue(credits: Sequence[Sequence[Any]]) -> float:
     shares of it add up to it."""
     model = credits[0][0]
     return float(sum(row[CREDIT_REVENUE] for row in credits if row[0] == model))
+
+
+# a credit row's fields, by what they depend on: the order's (the same in all its rows),
+# the touch's (the same under every model) and the model's share
+_ORDER = [rows.CREDIT.names.index(name) for name in
+          ("order_id", "user_id", "conversion_ts_ms", "currency", "stage")]
+_TOUCH = [rows.CREDIT.names.index(name) for name in ("channel", "campaign", "touch_ts_ms")]
+_INDEX = rows.CREDIT.names.index("touch_index")
+
+PackedCredits = tuple[tuple[Any, ...], dict[int, tuple[Any, ...]],
+                      list[tuple[str, list[tuple[int, float]]]]]
+
+
+def packed_credits(credits: Sequence[Sequence[Any]]) -> PackedCredits:
+    """One order's credit rows in a third of their pickled size, to be kept: the order's
+    fields once, each touch's once, and per model only (touch index, share)."""
+    touches: dict[int, tuple[Any, ...]] = {}
+    models: dict[str, list[tuple[int, float]]] = {}
+    for row in credits:
+        touches.setdefault(row[_INDEX], tuple(row[at] for at in _TOUCH))
+        models.setdefault(row[0], []).append((row[_INDEX], row[CREDIT_SHARE]))
+    order = tuple(credits[0][at] for at in _ORDER) if credits else ()
+    return order, touches, list(models.items())
+
+
+def unpacked_credits(packed: PackedCredits, revenue: float) -> list[tuple[Any, ...]]:
+    """The rows `packed_credits` packed, each with its share of `revenue`."""
+    (order_id, user_id, conversion_ts, currency, stage), touches, models = packed
+    return [(model, order_id, user_id, conversion_ts, index, *touches[index], share,
+             share * revenue, currency, stage)
+            for model, shares in models for index, share in shares]
