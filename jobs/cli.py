@@ -43,7 +43,8 @@ USER_ERRORS = (CliError, ConfigError, StackError, OSError, ValueError)
 COMMANDS = (demo.add_demo, attribute.add_attribute, inputs.add_probe, stack.add_stack,
             inputs.add_generate, inspect.add_inspect, inputs.add_spend, stream.add_report,
             dashboard.add_parser,
-            stream.add_run, stream.add_load, experiments.add_experiments, intervals.add_intervals,
+            stream.add_run, stream.add_load, experiments.add_experiments,
+            experiments.add_incrementality, intervals.add_intervals,
             ltv.add_ltv, cluster.add_cluster, add_control,
             reconcile.add_parser, verify.add_verify, backfill.add_parsers)
 

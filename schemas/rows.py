@@ -12,6 +12,12 @@ a Spark DDL string, pandas dtypes -- instead of keeping a copy of the layout
 from __future__ import annotations
 
 from schemas.control_rows import CONTROL_ACTION, CONTROL_DECISION, CONTROL_VERIFICATION
+from schemas.incrementality_rows import (  # noqa: F401
+    CALIBRATION_FACTOR,
+    INCREMENTALITY_ROWS,
+    LIFT_TEST,
+    ROI_CALIBRATED,
+)
 from schemas.ltv_rows import (  # noqa: F401
     CUSTOMER_LTV,
     LTV_CALIBRATION,
@@ -355,5 +361,6 @@ ROWS: tuple[Row, ...] = (CREDIT, ATTRIBUTION_CREDITS, BACKFILL_CREDIT, CONVERSIO
                          LOAD_REJECT, ORDER_COST,
                          EXPERIMENT_EXPOSURE, EXPERIMENT_CONVERSION, EXPERIMENT_RESULT,
                          CREDIT_INTERVAL, CONTROL_DECISION, CONTROL_ACTION,
-                         CONTROL_VERIFICATION, *LTV_ROWS, *RECONCILE_ROWS)
+                         CONTROL_VERIFICATION, *LTV_ROWS, *RECONCILE_ROWS,
+                         *INCREMENTALITY_ROWS)
 TABLES: dict[str, Row] = {row.table: row for row in ROWS if row.table}

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from jobs.commands.common import CONFIG_HELP, CliError, job_config
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from udfs.incrementality import Measure
 
 
 def add_experiments(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -80,3 +86,114 @@ def cmd_experiments(args: argparse.Namespace) -> int:
             print(f"seedance: error: experiment {flag}: {reason}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_incrementality(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("incrementality",
+                       help="lift tests (channel holdouts, studies from a file) and ROI per "
+                            "channel calibrated by them beside uncalibrated "
+                            "(docs/incrementality.md)")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--studies", help="a CSV of lift studies from elsewhere (default: "
+                                     "incrementality.studies)")
+    p.add_argument("--first", help="the ROI window's first day, YYYY-MM-DD (default: the "
+                                   "first day of roi_daily)")
+    p.add_argument("--last", help="... and its last (default: the last day of roi_daily)")
+    p.add_argument("--model", help="the model whose table is printed (default: "
+                                   "experiments.cost_model's); every model's is stored")
+    p.add_argument("--alpha", type=float, help="1 - the intervals' level (default: "
+                                               "experiments.alpha)")
+    p.set_defaults(func=cmd_incrementality)
+
+
+def cmd_incrementality(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pipelines.sources.lift_studies import read_lift_studies
+    from pipelines.store import incrementality as store
+    from pipelines.store.warehouse import Warehouse, redacted_url
+    from udfs.incrementality import Measure, calibrated_roi, factors_frame, holdout_measures
+    from udfs.periods import parse_day
+
+    config = job_config(args)
+    settings = config.incrementality
+    alpha = config.experiments.alpha if args.alpha is None else args.alpha
+    if not 0 < alpha < 1:
+        raise CliError(f"--alpha must be between 0 and 1, got {alpha}")
+    for name in ("first", "last"):
+        if getattr(args, name):
+            try:
+                parse_day(getattr(args, name))
+            except ValueError as error:
+                raise CliError(f"--{name}: {error}") from None
+    studies_file = args.studies or settings.studies
+    measures: list[Measure] = []
+    if studies_file:
+        for study in read_lift_studies(Path(studies_file)):
+            measures.append(Measure(
+                f"study:{study.channel}:{study.start}:{study.source}", study.channel,
+                study.source or "study", study.start, study.end, None, None,
+                study.conversions, study.revenue))
+    model = args.model or config.experiment_cost_model
+    with Warehouse(config.warehouse.url) as warehouse:
+        for flag in store.holdout_flags(warehouse, settings.holdout_prefix):
+            exposures, orders = store.holdout_inputs(warehouse, flag)
+            measures.append(holdout_measures(
+                flag, flag.removeprefix(settings.holdout_prefix), exposures, orders,
+                settings.exposed_variant, settings.held_out_variant, alpha))
+        days = store.roi_days(warehouse)
+        if days is None or not measures:
+            print(f"{redacted_url(warehouse.url)}: "
+                  + ("no ROI yet (run the ROI job, then `seedance load`)" if days is None
+                     else f"no lift tests: no flag named {settings.holdout_prefix}<channel> "
+                          "and no studies file (docs/incrementality.md)"))
+            return 0
+        first, last = args.first or days[0], args.last or days[1]
+        credited = pd.concat([store.credited_in_test(warehouse, m, settings.exposed_variant)
+                              for m in measures], ignore_index=True)
+        factors = factors_frame(measures, credited, last)
+        calibrated = calibrated_roi(store.roi_by_channel(warehouse, first, last), factors,
+                                    config.roi.min_cost)
+        store.store(warehouse, measures, 1 - alpha, factors, calibrated, first, last,
+                    config.roi.currency)
+    print(incrementality_report(measures, calibrated, model, first, last, alpha))
+    return 0
+
+
+def incrementality_report(measures: list[Measure], calibrated: pd.DataFrame, model: str,
+                          first: str, last: str, alpha: float) -> str:
+    """The lift tests, then the model's ROI per channel calibrated beside uncalibrated."""
+    level = f"{100 * (1 - alpha):g} %"
+    lines = [f"Lift tests (incremental in the exposed users, {level} intervals)",
+             f"{'channel':16}{'test':28}{'days':24}{'exposed':>9}{'held out':>9}"
+             f"{'conversions':>26}{'revenue':>30}"]
+    for m in sorted(measures, key=lambda m: (m.channel, m.end_day)):
+        revenue = "-" if m.revenue is None else _figure(m.revenue, 2)
+        lines.append(f"{m.channel:16}{m.test_id[:27]:28}{m.start_day + '..' + m.end_day:24}"
+                     f"{'-' if m.exposed_users is None else m.exposed_users:>9}"
+                     f"{'-' if m.held_out_users is None else m.held_out_users:>9}"
+                     f"{_figure(m.conversions, 1):>26}{revenue:>30}")
+    frame = calibrated[calibrated.model == model]
+    lines += ["", f"ROI per channel under {model}, {first}..{last}: uncalibrated beside "
+                  f"calibrated by the lift tests ({level}); cost = ad spend + compute",
+              f"{'channel':16}{'revenue':>12}{'calibrated':>12}{'ROI':>8}"
+              f"{'calibrated ROI':>26}{'factor':>8}{'age':>6}"]
+    for _, row in frame.sort_values("channel").iterrows():
+        ratio = "-" if row.roi != row.roi else f"{row.roi:.2f}"
+        calibrated_roi = "-" if row.calibrated_roi != row.calibrated_roi else \
+            f"{row.calibrated_roi:.2f} [{row.calibrated_roi_low:.2f}, " \
+            f"{row.calibrated_roi_high:.2f}]"
+        factor = f"{row.revenue_factor:.2f}" if row.test_id else "-"
+        age = "-" if row.age_days != row.age_days else f"{int(row.age_days)}d"
+        flip = "  <- below 1 once calibrated" if row.roi == row.roi and row.roi >= 1 > \
+            row.calibrated_roi else ""
+        lines.append(f"{row.channel:16}{row.revenue:12,.2f}{row.calibrated_revenue:12,.2f}"
+                     f"{ratio:>8}{calibrated_roi:>26}{factor:>8}{age:>6}{flip}")
+    return "\n".join(lines)
+
+
+def _figure(figure: tuple[float, float, float], digits: int) -> str:
+    value, low, high = figure
+    return f"{value:,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"

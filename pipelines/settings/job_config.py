@@ -16,6 +16,12 @@ import yaml
 
 from pipelines.codec.landings import SHIPPED_CHANNEL_RULES
 from pipelines.codec.ltv_models import allocation_model
+from pipelines.settings.job_sections import (
+    ExperimentsConfig,
+    IncrementalityConfig,
+    LtvConfig,
+    OrderChangesConfig,
+)
 from pipelines.settings.paths import PROJECT_ROOT
 from pipelines.settings.secrets import readable_secret
 from pipelines.settings.sections import ConfigError, build_section
@@ -65,19 +71,6 @@ class EventTimeConfig:
     # a span starting further ahead of the clock is a dead letter (a skewed clock): it
     # would move its partition's event time and make the partition's next spans late
     max_future_s: float = 300.0
-
-
-@dataclass(frozen=True)
-class OrderChangesConfig:
-    # the orders table's change stream (Debezium change events, or plain JSON rows of the
-    # orders: docs/order-changes.md); empty: orders come from spans alone
-    topic: str = ""
-    # the YAML mapping of the table's columns (relative to the config file's folder)
-    mapping: str = ""
-    # how long after an order its changes (a refund, a corrected amount) still correct its
-    # credits: each credited order's rows are kept this long (roi.retention_days bounds
-    # how far back the ROI figures follow)
-    window_days: float = 40.0
 
 
 @dataclass(frozen=True)
@@ -149,30 +142,6 @@ class RoiConfig:
 
 
 @dataclass(frozen=True)
-class ExperimentsConfig:
-    # a user's first exposure to a flag is remembered this long after their last activity
-    retention_days: float = 90.0
-    # whose allocated ad spend and compute an exposed user's orders carry (empty: last_click
-    # when it runs, else the first of attribution.models)
-    cost_model: str = ""
-    window_days: float = 7.0  # the strategy table's window
-    alpha: float = 0.05  # significance level of the difference to control
-    # arms with fewer converting users get no interval and no verdict
-    min_converters: int = 30
-    # the variant the others are compared with ('': the first in sorted order)
-    control_variant: str = "control"
-
-
-@dataclass(frozen=True)
-class LtvConfig:
-    # what a model fitted for the stream is fitted and published with (the model message,
-    # pipelines/codec/ltv_models.py, carries them; the stream scores by the message)
-    period_days: float = 7.0  # the models' time unit
-    horizon_days: int = 365  # the LTV horizon after the as-of day
-    discount_rate: float = 0.0  # per period
-
-
-@dataclass(frozen=True)
 class StreamingJobConfig:
     kafka: KafkaSection = KafkaSection()  # as in the reconciliation config (shared.py)
     topics: TopicsConfig = TopicsConfig()
@@ -185,6 +154,7 @@ class StreamingJobConfig:
     gpu: GpuConfig = GpuConfig()
     roi: RoiConfig = RoiConfig()
     experiments: ExperimentsConfig = ExperimentsConfig()
+    incrementality: IncrementalityConfig = IncrementalityConfig()
     ltv: LtvConfig = LtvConfig()
     warehouse: WarehouseSection = WarehouseSection()
 
@@ -245,6 +215,10 @@ class StreamingJobConfig:
              "must be fully_loaded or direct"),
             (self.roi.min_cost >= 0, "roi.min_cost", "must not be negative"),
             (0 < self.roi.gross_margin <= 1, "roi.gross_margin", "must be in (0, 1]"),
+            (bool(self.incrementality.holdout_prefix), "incrementality.holdout_prefix",
+             "must not be empty (every flag would be a holdout)"),
+            (self.incrementality.exposed_variant != self.incrementality.held_out_variant,
+             "incrementality.held_out_variant", "must differ from exposed_variant"),
             (self.experiments.retention_days > 0, "experiments.retention_days",
              "must be positive"),
             (self.experiments.window_days >= 1, "experiments.window_days",
@@ -371,6 +345,10 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
         except OrderMappingError as error:
             raise ConfigError(f"{source}: order_changes.mapping: {error}") from None
         config = config.replace("order_changes", mapping=str(where.resolve()))
+    studies = config.incrementality.studies
+    if studies and not Path(studies).is_absolute():  # named absolutely, as the mapping
+        config = config.replace("incrementality",
+                                studies=str((Path(source).parent / studies).resolve()))
     return config
 
 

@@ -12,6 +12,7 @@ from schemas import rows
 from udfs.periods import DAY_MS, day_end_ms, day_of, day_start_ms
 from udfs.reconcile import (
     Comparison,
+    calibrated_ties,
     compute_ties,
     gpu_ties,
     ltv_return_ties,
@@ -77,6 +78,7 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         f"SELECT conversion_date, SUM(revenue) FROM conversions WHERE {credit_where} "
         f"GROUP BY conversion_date", credit_params)}
     out += order_revenue_ties(credits, orders, currency)
+    out += _calibrated_ties(warehouse, currency, first, last)
 
     allocated = {(m, str(d), k): float(a) for m, d, k, a in q(
         f"SELECT model, day, key, SUM(ad_spend) FROM roi_daily WHERE dimension = 'campaign' "
@@ -124,6 +126,23 @@ def internal_ties(warehouse: Warehouse, currency: str, first: str | None = None,
         intervals[gpu, day] = intervals.get((gpu, day), 0.0) + float(interval_cost)
     out += gpu_ties(parts, intervals, "USD")
     return out + ltv_ties(warehouse, first, last)
+
+
+def _calibrated_ties(warehouse: Warehouse, currency: str, first: str | None,
+                     last: str | None) -> list[Comparison]:
+    """The calibrated ROI's ties, where `seedance incrementality` wrote one whose window
+    ends within [first, last]."""
+    q = warehouse.query
+    (start, end), = q("SELECT MIN(first_day), MAX(last_day) FROM roi_calibrated")
+    if start is None or (first and str(end) < first) or (last and str(end) > last):
+        return []
+    calibrated = {m: (float(c), float(r)) for m, c, r in q(
+        "SELECT model, SUM(calibrated_conversions), SUM(calibrated_revenue) FROM "
+        "roi_calibrated GROUP BY model")}
+    uncalibrated = {m: (float(c), float(r)) for m, c, r in q(
+        "SELECT model, SUM(conversions), SUM(revenue) FROM roi_daily WHERE dimension = "
+        "'channel' AND day >= ? AND day <= ? GROUP BY model", (str(start), str(end)))}
+    return calibrated_ties(calibrated, uncalibrated, str(end), currency)
 
 
 # each known user's first order (the earliest `new` one by day, then id) on or before the

@@ -351,3 +351,61 @@ CREATE TABLE IF NOT EXISTS ltv_calibration (
     computed_at          TEXT             NOT NULL,
     PRIMARY KEY (frequency)
 );
+
+-- Incrementality (seedance incrementality, docs/incrementality.md): what each lift test
+-- measured, each channel's calibration factor per model, ROI calibrated beside uncalibrated.
+CREATE TABLE IF NOT EXISTS lift_tests (
+    test_id         TEXT             NOT NULL,  -- the holdout's flag, or study:<channel>:...
+    metric          TEXT             NOT NULL,  -- conversions | revenue
+    channel         TEXT             NOT NULL,
+    source          TEXT             NOT NULL,  -- holdout, or where a study came from
+    start_day       TEXT             NOT NULL,
+    end_day         TEXT             NOT NULL,
+    exposed_users   BIGINT,                     -- null for a study
+    held_out_users  BIGINT,
+    incremental     DOUBLE PRECISION NOT NULL,  -- caused in the exposed users
+    low             DOUBLE PRECISION NOT NULL,
+    high            DOUBLE PRECISION NOT NULL,
+    level           DOUBLE PRECISION NOT NULL,
+    computed_at     TEXT             NOT NULL,
+    PRIMARY KEY (test_id, metric)
+);
+
+CREATE TABLE IF NOT EXISTS calibration_factors (
+    model        TEXT             NOT NULL,
+    channel      TEXT             NOT NULL,
+    metric       TEXT             NOT NULL,  -- conversions | revenue
+    test_id      TEXT             NOT NULL,
+    credited     DOUBLE PRECISION NOT NULL,  -- what the model credited in the test
+    incremental  DOUBLE PRECISION NOT NULL,  -- what the test measured
+    factor       DOUBLE PRECISION NOT NULL,  -- max(incremental, 0) / credited
+    low          DOUBLE PRECISION NOT NULL,
+    high         DOUBLE PRECISION NOT NULL,
+    end_day      TEXT             NOT NULL,
+    age_days     BIGINT           NOT NULL,
+    PRIMARY KEY (model, channel, metric)
+);
+
+CREATE TABLE IF NOT EXISTS roi_calibrated (
+    model                        TEXT             NOT NULL,
+    channel                      TEXT             NOT NULL,  -- or (baseline)
+    first_day                    TEXT             NOT NULL,
+    last_day                     TEXT             NOT NULL,
+    conversions                  DOUBLE PRECISION NOT NULL,
+    calibrated_conversions       DOUBLE PRECISION NOT NULL,
+    calibrated_conversions_low   DOUBLE PRECISION NOT NULL,
+    calibrated_conversions_high  DOUBLE PRECISION NOT NULL,
+    revenue                      DOUBLE PRECISION NOT NULL,
+    calibrated_revenue           DOUBLE PRECISION NOT NULL,
+    calibrated_revenue_low       DOUBLE PRECISION NOT NULL,
+    calibrated_revenue_high      DOUBLE PRECISION NOT NULL,
+    cost                         DOUBLE PRECISION NOT NULL,  -- ad spend + compute
+    roi                          DOUBLE PRECISION,
+    calibrated_roi               DOUBLE PRECISION,
+    calibrated_roi_low           DOUBLE PRECISION,
+    calibrated_roi_high          DOUBLE PRECISION,
+    test_id                      TEXT             NOT NULL,  -- '' when untested
+    age_days                     BIGINT,
+    currency                     TEXT             NOT NULL,
+    PRIMARY KEY (model, channel)
+);

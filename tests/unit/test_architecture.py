@@ -347,6 +347,8 @@ TABLE_WRITERS = {
     "credit_intervals": "pipelines/store/intervals.py",
     "ltv_return": "pipelines/store/ltv.py",
     "ltv_calibration": "pipelines/store/ltv.py",
+    **dict.fromkeys(("lift_tests", "calibration_factors", "roi_calibrated"),
+                    "pipelines/store/incrementality.py"),
     **dict.fromkeys(("control_decisions", "control_actions", "control_verifications"),
                     "pipelines/control/ledger.py"),
     **dict.fromkeys(("billing_ad_rows", "billing_cloud_costs", "reconciliation_daily",

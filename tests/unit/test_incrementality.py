@@ -125,3 +125,35 @@ def test_the_holdouts_intervals_cover_the_truth_at_about_their_level():
                  for m, t in zip(population.measured(), population.truth, strict=True)]
     coverage = float(np.mean(hits))
     assert abs(coverage - 0.95) < 3 * np.sqrt(0.95 * 0.05 / len(hits)), coverage
+
+
+STUDIES_HEADER = ("channel,start,end,incremental_conversions,conversions_low,conversions_high,"
+                  "incremental_revenue,revenue_low,revenue_high,source\n")
+
+
+def test_lift_studies_from_a_platforms_report_are_read_and_mistakes_named(tmp_path):
+    from pipelines.sources.lift_studies import LiftStudyError, read_lift_studies
+
+    path = tmp_path / "studies.csv"
+    path.write_text(STUDIES_HEADER
+                    + "paid_social,2026-10-01,2026-10-28,412,298,526,20150,14020,26280,meta\n"
+                    + "display,2026-10-05,2026-10-19,35.5,-10,81,,,,geo test\n")
+    social, display = read_lift_studies(path)
+    assert social.conversions == (412.0, 298.0, 526.0) and social.revenue == (
+        20150.0, 14020.0, 26280.0) and social.source == "meta"
+    assert display.revenue is None and display.end == "2026-10-19"
+    for line, problem in [
+        ("x,2026-10-01,2026-10-28,abc,1,2,,,,s", "incremental_conversions: 'abc' is not"),
+        ("x,2026-10-01,2026-09-28,1,0,2,,,,s", "end: 2026-09-28 is before start"),
+        ("x,2026-10-01,2026-10-28,5,0,2,,,,s", "5 is not within its interval"),
+        ("x,2026-10-01,2026-10-28,1,0,2,10,,,s", "revenue_low: empty, while"),
+        ("x,2026-13-01,2026-10-28,1,0,2,,,,s", "start:"),
+    ]:
+        path.write_text(STUDIES_HEADER + "paid_social,2026-10-01,2026-10-28,1,0,2,,,,a\n"
+                        + line + "\n")
+        with pytest.raises(LiftStudyError, match=f"studies.csv:3: .*{problem}"):
+            read_lift_studies(path)
+    path.write_text("channel,start,end\nx,2026-10-01,2026-10-02\n")
+    with pytest.raises(LiftStudyError, match="studies.csv:1: the header lacks "
+                                             "incremental_conversions"):
+        read_lift_studies(path)

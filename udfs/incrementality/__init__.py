@@ -11,6 +11,12 @@ from udfs.incrementality.calibration import (
     factor,
 )
 from udfs.incrementality.lift import DEFAULT_ALPHA, Arm, Lift, lift
+from udfs.incrementality.report import (
+    Measure,
+    calibrated_roi,
+    factors_frame,
+    holdout_measures,
+)
 
 __all__ = [
     "BASELINE",
@@ -19,8 +25,12 @@ __all__ = [
     "Calibrated",
     "Factor",
     "Lift",
+    "Measure",
     "calibrated_credits",
+    "calibrated_roi",
     "calibrated_totals",
     "factor",
+    "factors_frame",
+    "holdout_measures",
     "lift",
 ]

@@ -10,6 +10,8 @@ computed from), per key:
 - order revenue, per model and day: Σ credited revenue = Σ the orders' revenue as the
   job last reported them (conversions: net of refunds, where an orders change stream
   brings them), on the days the conversions table has;
+- calibrated conversions and revenue, per model over the calibrated window: Σ roi_calibrated
+  (the channels and the baseline) = Σ roi_daily by channel over the same days;
 - spend, per model, day and campaign: Σ allocated (roi_daily by campaign) + unallocated =
   the campaign's spend that day;
 - compute_cost, per model over the checked days: Σ allocated + unallocated compute = the
@@ -54,6 +56,11 @@ class Tie(NamedTuple):
 
 REVENUE = Tie("revenue", "roi_daily", "attribution_credits", AMOUNT_TOLERANCE)
 CONVERSIONS = Tie("conversions", "roi_daily", "attribution_credits", COUNT_TOLERANCE)
+# the calibrated ROI (seedance incrementality) per model over its window: its channels and
+# baseline add up to the uncalibrated conversions and revenue
+CALIBRATED_REVENUE = Tie("calibrated_revenue", "roi_calibrated", "roi_daily", AMOUNT_TOLERANCE)
+CALIBRATED_CONVERSIONS = Tie("calibrated_conversions", "roi_calibrated", "roi_daily",
+                             COUNT_TOLERANCE)
 ORDER_REVENUE = Tie("order_revenue", "attribution_credits", "conversions", AMOUNT_TOLERANCE)
 SPEND = Tie("spend", "roi_daily + roi_unallocated", "ad_spend", AMOUNT_TOLERANCE)
 COMPUTE = Tie("compute_cost", "roi_daily + roi_unallocated", "gpu_call_costs",
@@ -68,9 +75,10 @@ LTV_CUSTOMERS = Tie("ltv_customers", "ltv_return", FIRST_ORDERS, COUNT_TOLERANCE
 LTV_REVENUE = Tie("ltv_first_order_revenue", "ltv_return", FIRST_ORDERS, AMOUNT_TOLERANCE)
 LTV_COST = Tie("ltv_acquisition_cost", "ltv_return", "order_costs (first orders)",
                AMOUNT_TOLERANCE)
-TIES = (REVENUE, CONVERSIONS, ORDER_REVENUE, SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST,
-        LTV_CUSTOMERS, LTV_REVENUE, LTV_COST)
-COUNTS = (CONVERSIONS, LTV_CUSTOMERS)  # ties of counts, not amounts: no currency
+TIES = (REVENUE, CONVERSIONS, ORDER_REVENUE, CALIBRATED_REVENUE, CALIBRATED_CONVERSIONS,
+        SPEND, COMPUTE, COMPUTE_LOADED, GPU_COST, LTV_CUSTOMERS, LTV_REVENUE, LTV_COST)
+# ties of counts, not amounts: no currency
+COUNTS = (CONVERSIONS, CALIBRATED_CONVERSIONS, LTV_CUSTOMERS)
 
 
 def tie(tie: Tie, entity: str, day: str, ours: float | None, theirs: float | None,
@@ -120,6 +128,21 @@ def order_revenue_ties(credits: Mapping[tuple[str, str], tuple[float, float]],
                 credits[model, day][1] if (model, day) in credits else None, revenue,
                 currency)
             for day, revenue in sorted(orders.items()) for model in models]
+
+
+def calibrated_ties(calibrated: Mapping[str, tuple[float, float]],
+                    uncalibrated: Mapping[str, tuple[float, float]], day: str,
+                    currency: str) -> list[Comparison]:
+    """Per model (conversions, revenue): roi_calibrated's channels and baseline against
+    roi_daily's channels over the calibrated window (judged on its last day)."""
+    out = []
+    for model in sorted(calibrated.keys() | uncalibrated.keys()):
+        ours, theirs = calibrated.get(model), uncalibrated.get(model)
+        out.append(tie(CALIBRATED_CONVERSIONS, f"{model}/calibrated", day,
+                       ours and ours[0], theirs and theirs[0], currency))
+        out.append(tie(CALIBRATED_REVENUE, f"{model}/calibrated", day, ours and ours[1],
+                       theirs and theirs[1], currency))
+    return out
 
 
 def spend_ties(allocated: Sums, unallocated: Sums, spend: Sums,
