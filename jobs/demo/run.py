@@ -52,7 +52,7 @@ from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
 from pipelines.store.loading import TopicLoader
 from pipelines.store.ltv import ltv_return_frame
-from pipelines.store.summaries import credit_row_count
+from pipelines.store.summaries import credit_row_count, order_totals
 from pipelines.store.warehouse import Warehouse
 
 CONTROL_TOPIC = OutputsSection.actions_topic  # the control loop's default
@@ -89,8 +89,7 @@ def print_ltv(warehouse: Warehouse) -> None:
 
 def print_refunds(warehouse: Warehouse, changes: TableChanges, placed: float) -> None:
     """What the orders table's refunds did: the orders' revenue is net of them."""
-    (net, orders), = warehouse.query("SELECT COALESCE(SUM(revenue), 0), COUNT(*) FROM "
-                                     "conversions")
+    net, orders = order_totals(warehouse)
     refunded = sum(refund.refunded for refund in changes.refunds)
     ties = abs(placed - refunded - float(net)) < 0.005
     print(f"\nRefunds from the orders table: {len(changes.refunds)} of {orders:,} orders; "

@@ -52,7 +52,8 @@ TABLE_VIEWS = {
     "compute_unit_cost": "compute", "compute_per_conversion": "compute",
     "compute_pool_busy": "compute", "compute_unshared": "compute",
     "ltv_by_channel": "lifetime", "ltv_by_campaign": "lifetime",
-    "ltv_segments": "lifetime", "ltv_calibration": "lifetime"}
+    "ltv_segments": "lifetime", "ltv_calibration": "lifetime",
+    "roi_calibrated": "incrementality", "lift_tests": "incrementality"}
 
 
 WORKERS = 4  # threads running the app (each with one warehouse connection)

@@ -154,3 +154,76 @@ def credit_interval_table(warehouse: Warehouse, filters: Filters,
         "credit_intervals", "How sure is each channel's credit", INTERVAL_COLUMNS, note=note,
         empty=f"No credit intervals for {filters.model or 'this model'} in these "
               "days: `seedance intervals` computes them from the loaded credits.")
+
+
+INCREMENTALITY_EMPTY = (
+    "No calibrated ROI yet: run a holdout test per channel (a flag holdout.<channel> with "
+    "the variants exposed and held_out) or bring a lift study's CSV, then "
+    "`seedance incrementality` (docs/incrementality.md).")
+CALIBRATED_COLUMNS = (
+    Column("channel", "Channel"), Column("revenue", "Revenue", "money"),
+    Column("calibrated_revenue", "Calibrated revenue [interval]", "money", interval=True),
+    Column("cost", "Cost", "money"), Column("roi", "ROI", "ratio"),
+    Column("calibrated_roi", "Calibrated ROI [interval]", "ratio", interval=True),
+    Column("factor", "Factor [interval]", "ratio", interval=True),
+    Column("test_id", "Test"), Column("age_days", "Age (days)", "count"),
+    Column("flip", "Once calibrated"))
+LIFT_COLUMNS = (
+    Column("test_id", "Test"), Column("channel", "Channel"), Column("metric", "Metric"),
+    Column("days", "Days"), Column("exposed_users", "Exposed", "count"),
+    Column("held_out_users", "Held out", "count"),
+    Column("incremental", "Incremental [interval]", "number", interval=True),
+    Column("level", "Level", "share"))
+
+
+def incrementality_view(warehouse: Warehouse, filters: Filters,
+                        paging: Paging = EVERY_ROW) -> View:
+    """ROI per channel calibrated by lift tests beside uncalibrated (roi_calibrated, what
+    `seedance incrementality` stores) for the selected model, and the tests themselves."""
+    view = View("incrementality", "Incrementality: what each channel causes, by lift tests")
+    if not warehouse.query("SELECT 1 FROM roi_calibrated LIMIT 1"):
+        view.notice = INCREMENTALITY_EMPTY
+        return view
+    page = paging.query(
+        warehouse, "roi_calibrated",
+        "SELECT r.channel, r.revenue, r.calibrated_revenue, r.calibrated_revenue_low, "
+        "r.calibrated_revenue_high, r.cost, r.roi, r.calibrated_roi, r.calibrated_roi_low, "
+        "r.calibrated_roi_high, f.factor, f.low, f.high, r.test_id, r.age_days, r.first_day, "
+        "r.last_day FROM roi_calibrated r LEFT JOIN calibration_factors f ON f.model = "
+        "r.model AND f.channel = r.channel AND f.metric = 'revenue' WHERE r.model = ?",
+        [filters.model], "r.channel")
+    shown = [(channel, revenue, (cal, cal_low, cal_high), cost, roi,
+              (cal_roi, roi_low, roi_high), (factor, low, high), test_id or "", age,
+              "ROI below 1" if roi is not None and cal_roi is not None and roi >= 1 > cal_roi
+              else "")
+             for (channel, revenue, cal, cal_low, cal_high, cost, roi, cal_roi, roi_low,
+                  roi_high, factor, low, high, test_id, age, _, _) in page.rows]
+    window = f"{page.rows[0][15]} .. {page.rows[0][16]}" if page.rows else ""
+    (tested, flips), = warehouse.query(
+        "SELECT COUNT(CASE WHEN test_id <> '' THEN 1 END), COUNT(CASE WHEN roi >= 1 AND "
+        "calibrated_roi < 1 THEN 1 END) FROM roi_calibrated WHERE model = ?", [filters.model])
+    view.kpis = [Kpi("kpi_tested", "Channels tested", tested, "count"),
+                 Kpi("kpi_flips", "ROI below 1 once calibrated", flips, "count")]
+    tests = paging.query(
+        warehouse, "lift_tests",
+        "SELECT test_id, channel, metric, start_day, end_day, exposed_users, held_out_users, "
+        "incremental, low, high, level FROM lift_tests", [], "channel, test_id, metric")
+    view.tables = [
+        Page(shown, page.total, page.offset).table(
+            "roi_calibrated", f"ROI per channel under {filters.model}, {window}",
+            CALIBRATED_COLUMNS, warn=("flip", "ROI below 1"),
+            note="Each tested channel's revenue scaled to what its latest lift test says "
+                 "it caused; (baseline) holds the rest, so the calibrated revenue adds up "
+                 "to the uncalibrated. Untested channels keep their credit. The dates, "
+                 "platform and campaign filters do not apply: the window is the one "
+                 "`seedance incrementality` ran over.",
+            empty=f"No calibrated ROI for {filters.model or 'this model'}."),
+        Page([(test_id, channel, metric, f"{start} .. {end}", exposed, held,
+               (incremental, low, high), level)
+              for test_id, channel, metric, start, end, exposed, held, incremental, low,
+              high, level in tests.rows], tests.total, tests.offset).table(
+            "lift_tests", "Lift tests", LIFT_COLUMNS,
+            note="Incremental conversions and revenue caused in the exposed users: the "
+                 "exposed against the held-out users' mean, Welch's interval.",
+            empty="No lift tests.")]
+    return view

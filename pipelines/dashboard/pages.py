@@ -311,7 +311,18 @@ def _ltv_charts(view: View) -> list[str]:
     return out
 
 
+def _incrementality_charts(view: View) -> list[str]:
+    if not view.tables:
+        return []
+    rows = view.table("roi_calibrated").rows
+    return [charts.grouped_bars("Revenue per channel: credited, and caused (calibrated)",
+                                [r[0] for r in rows],
+                                [("credited", [r[1] for r in rows]),
+                                 ("calibrated", [r[2][0] for r in rows])])]
+
+
 CHARTS = {"roi": _roi_charts, "models": _models_charts, "stages": _stages_charts,
           "reconciliation": _recon_charts, "alerts": lambda view: [],
           "experiments": _experiments_charts, "control": lambda view: [],
-          "compute": _compute_charts, "lifetime": _ltv_charts}
+          "compute": _compute_charts, "lifetime": _ltv_charts,
+          "incrementality": _incrementality_charts}

@@ -15,7 +15,11 @@ from typing import Any
 
 from pipelines.dashboard.compute_views import compute_view
 from pipelines.dashboard.control_views import control_options, control_view
-from pipelines.dashboard.experiment_views import credit_interval_table, experiments_view
+from pipelines.dashboard.experiment_views import (
+    credit_interval_table,
+    experiments_view,
+    incrementality_view,
+)
 from pipelines.dashboard.filters import Filters, campaign_filter, day_range
 from pipelines.dashboard.ltv_views import ltv_view
 from pipelines.dashboard.paging import EVERY_ROW, FIRST_PAGES, Page, Paging
@@ -370,10 +374,11 @@ VIEWS: dict[str, Callable[[Warehouse, Filters, Paging], View]] = {
     "roi": roi_view, "models": models_view, "stages": stages_view,
     "reconciliation": reconciliation_view, "alerts": alerts_view,
     "experiments": experiments_view, "control": control_view, "compute": compute_view,
-    "lifetime": ltv_view}
+    "lifetime": ltv_view, "incrementality": incrementality_view}
 TITLES = {"roi": "ROI", "models": "Models", "stages": "Lifecycle", "reconciliation":
           "Reconciliation", "alerts": "Alerts", "experiments": "Experiments",
-          "control": "Control", "compute": "Compute", "lifetime": "Lifetime value"}
+          "control": "Control", "compute": "Compute", "lifetime": "Lifetime value",
+          "incrementality": "Incrementality"}
 
 
 def build_view(warehouse: Warehouse, name: str, filters: Filters,

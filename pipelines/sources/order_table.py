@@ -19,8 +19,8 @@ import orjson
 
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, ensure_topics, producer
 from pipelines.sources.generator import PlannedEvent
+from udfs.periods import DAY_MS
 
-DAY_MS = 86_400_000
 COMMIT_LAG_MS = 1_000  # an order's row is committed this long after its span started
 REFUND_AFTER_DAYS = (1.0, 14.0)  # a refund comes this long after its order
 PARTIAL_SHARE = 0.4  # of the refunds, this many return part of the order (a half)

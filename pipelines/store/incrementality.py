@@ -14,7 +14,7 @@ import pandas as pd
 from pipelines.store.sinks import TableSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from udfs.incrementality.report import Measure
+from udfs.incrementality import Measure
 from udfs.periods import day_end_ms, day_start_ms
 
 

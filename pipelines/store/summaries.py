@@ -99,3 +99,10 @@ def credit_row_count(warehouse: Warehouse) -> int:
     """The rows of attribution_credits."""
     (count,), = warehouse.query("SELECT COUNT(*) FROM attribution_credits")
     return int(count)
+
+
+def order_totals(warehouse: Warehouse) -> tuple[float, int]:
+    """The orders' revenue (net of refunds: the conversions table) and their count."""
+    (revenue, orders), = warehouse.query("SELECT COALESCE(SUM(revenue), 0), COUNT(*) FROM "
+                                         "conversions")
+    return float(revenue), int(orders)

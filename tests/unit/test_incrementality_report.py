@@ -106,3 +106,26 @@ def test_a_holdout_and_a_study_calibrate_the_roi_and_the_totals_tie(
                    "WHERE channel = 'display'")
     assert main(["verify", "--warehouse", url]) == 1
     assert "calibrated_revenue" in capsys.readouterr().out
+
+
+def test_the_dashboards_incrementality_page_shows_the_calibrated_roi_and_the_tests(
+        warehouse: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipelines.dashboard.filters import Filters
+    from pipelines.dashboard.pages import CHARTS, view_body
+    from pipelines.dashboard.queries import build_view
+
+    url = yaml.safe_load(warehouse.read_text())["warehouse"]["url"]
+    with Warehouse(url) as wh:
+        empty = build_view(wh, "incrementality", Filters())
+        assert "seedance incrementality" in empty.notice
+    assert main(["incrementality", "--config", str(warehouse)]) == 0
+    with Warehouse(url) as wh:
+        view = build_view(wh, "incrementality", Filters())
+    rows = {r[0]: r for r in view.table("roi_calibrated").rows}
+    assert rows["retargeting"][2][0] == pytest.approx(400.0)
+    assert rows["retargeting"][6][0] == pytest.approx(0.2)  # its revenue factor
+    assert rows["retargeting"][9] == "ROI below 1" and rows["display"][9] == ""
+    assert {k.name: k.value for k in view.kpis} == {"kpi_tested": 2, "kpi_flips": 1}
+    assert len(view.table("lift_tests").rows) == 4  # two tests, conversions and revenue
+    html = view_body(view, Filters())
+    assert "ROI below 1" in html and CHARTS["incrementality"](view)

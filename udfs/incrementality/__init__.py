@@ -1,4 +1,4 @@
-"""Incrementality: what a channel causes, measured by holdout lift tests (lift.py), and
+"""Incrementality: what a channel causes, measured by holdout lift tests (holdouts.py), and
 attribution calibrated by them (calibration.py): each tested channel's credit scaled to
 its measured incremental conversions and revenue, the rest on a "(baseline)" row."""
 
@@ -10,7 +10,7 @@ from udfs.incrementality.calibration import (
     calibrated_totals,
     factor,
 )
-from udfs.incrementality.lift import DEFAULT_ALPHA, Arm, Lift, lift
+from udfs.incrementality.holdouts import DEFAULT_ALPHA, Arm, Lift, lift
 from udfs.incrementality.report import (
     Measure,
     calibrated_roi,

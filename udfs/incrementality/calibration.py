@@ -3,7 +3,7 @@ holdout says it caused, the rest of every conversion on a baseline row.
 
 A model shares every conversion among the channels its buyer touched. Over a lift test's
 period and population, the channel's credited conversions C (or revenue) and the
-holdout's incremental conversions D (lift.py) give its factor
+holdout's incremental conversions D (holdouts.py) give its factor
 
     f = max(D, 0) / C,  interval [max(low, 0) / C, max(high, 0) / C]
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from udfs.incrementality.lift import Lift
+from udfs.incrementality.holdouts import Lift
 
 BASELINE = "(baseline)"
 

@@ -1,7 +1,7 @@
 """From lift tests to calibrated ROI, over frames a warehouse gives (engine-free):
 
 - `holdout_measures`: a holdout flag's exposures and its exposed users' orders -> the
-  channel's incremental conversions and revenue (lift.py), the test's days;
+  channel's incremental conversions and revenue (holdouts.py), the test's days;
 - `factors_frame`: per model and channel the latest test's factor (calibration.py) over
   what the model credited in the test's users and days;
 - `calibrated_roi`: ROI per model and channel beside its calibrated figures, the
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from udfs.incrementality.calibration import BASELINE
-from udfs.incrementality.lift import DEFAULT_ALPHA, Arm, Lift, lift
+from udfs.incrementality.holdouts import DEFAULT_ALPHA, Arm, Lift, lift
 from udfs.periods import DAY_MS, day_of
 
 METRICS = ("conversions", "revenue")

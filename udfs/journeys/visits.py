@@ -6,18 +6,30 @@ a journey book steps (udfs/journeys/book.py), to the same journeys."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from schemas.events import OrderColumns, TouchColumns
 from udfs.journeys.columns import ranges_to_rows
-
-if TYPE_CHECKING:
-    from udfs.journeys.book import JourneyBook
+from udfs.journeys.rules import JourneyConfig
 
 
-def new_visits(book: JourneyBook, touches: TouchColumns, touch_rows: np.ndarray,
+class Users(Protocol):
+    """What of a journey book (udfs/journeys/book.py) the visits are judged from: its
+    users' open touches in the shared pool, the codes of channels and campaigns."""
+
+    config: JourneyConfig
+    touch_start: np.ndarray
+    touch_count: np.ndarray
+    pool: Any
+    channels: Any
+    campaigns: Any
+
+    def rows_of(self, users: np.ndarray) -> np.ndarray: ...
+
+
+def new_visits(book: Users, touches: TouchColumns, touch_rows: np.ndarray,
                orders: OrderColumns) -> np.ndarray:
     """Which of the due touches (their users' rows in the book) start a visit, judged
     against the users' open touches, which come before them in time (what the book
