@@ -8,8 +8,8 @@ true share. Printed: each model's error against the truth, as the total absolute
 difference of channel shares (0 = perfect, 2 = everything on the wrong channels), for our
 models and the peers' (channelattribution's Markov, mta's Shapley).
 
-Then the selection scenarios (pipelines/sources/selection.py): channels aimed at users who would buy
-anyway, where association and cause part ways. Each model's credited conversions per
+Then the selection scenarios (udfs/incrementality/simulation.py): channels aimed at users
+who would buy anyway, where association and cause part ways. Each model's credited conversions per
 channel against the channel's true incremental conversions, uncalibrated and calibrated
 by holdout lift tests (udfs/incrementality) holding 1 %, 5 % and 10 % of each tested
 channel's audience out: the error is sum over channels of |figure - truth| / sum of the
@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peers import require_peers  # noqa: E402
 
-from pipelines.sources.selection import CHANNELS as SELECTION_CHANNELS  # noqa: E402
-from pipelines.sources.selection import simulate as simulate_selection  # noqa: E402
 from udfs.attribution import MODELS as ALL_MODELS  # noqa: E402
 from udfs.attribution import attribute  # noqa: E402
+from udfs.incrementality import SIMULATED_CHANNELS as SELECTION_CHANNELS  # noqa: E402
 from udfs.incrementality import factor  # noqa: E402
+from udfs.incrementality import simulate as simulate_selection  # noqa: E402
 from udfs.journeys import PATH_SEPARATOR, from_paths  # noqa: E402
 
 CHANNELS = ("search", "social", "display", "email", "affiliate", "retargeting")

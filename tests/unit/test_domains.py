@@ -47,7 +47,7 @@ DEPENDS: dict[str, set[str]] = {
     "reconcile": set(),
     "traffic": set(),
     "orders": set(),
-    "incrementality": set(),
+    "incrementality": {"journeys"},
 }
 # udfs/'s own modules: the vocabulary every domain may use, the composer of the domains'
 # settings, and the module that keeps old pickles' paths importable

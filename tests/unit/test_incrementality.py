@@ -88,11 +88,11 @@ def test_calibrated_credit_rows_tie_out_per_conversion():
 
 
 def test_calibrated_credits_come_near_what_channels_cause_where_models_cannot():
-    """The selection populations (pipelines/sources/selection.py): channels aimed at likely
+    """The selection populations (udfs/incrementality/simulation.py): channels aimed at likely
     buyers collect credit for sales they did not cause. Calibrated by 10 % holdouts, every
     channel's figure is within half the error of the best model's credit of the truth."""
-    from pipelines.sources.selection import simulate
     from udfs.attribution import attribute
+    from udfs.incrementality import simulate
 
     population = simulate(300_000, 0.10, seed=3)
     names = [c.name for c in population.channels]
@@ -116,7 +116,7 @@ def test_calibrated_credits_come_near_what_channels_cause_where_models_cannot():
 def test_the_holdouts_intervals_cover_the_truth_at_about_their_level():
     """200 populations (bench/accuracy.py runs 500): the 95 % intervals of the channels'
     incremental conversions cover the truth 95 % of the time, within the binomial error."""
-    from pipelines.sources.selection import simulate
+    from udfs.incrementality import simulate
 
     hits = []
     for run in range(200):

@@ -1,6 +1,8 @@
 """Incrementality: what a channel causes, measured by holdout lift tests (holdouts.py), and
 attribution calibrated by them (calibration.py): each tested channel's credit scaled to
-its measured incremental conversions and revenue, the rest on a "(baseline)" row."""
+its measured incremental conversions and revenue, the rest on a "(baseline)" row; and a
+simulation where channels aimed at likely buyers part association from cause
+(simulation.py)."""
 
 from udfs.incrementality.calibration import (
     BASELINE,
@@ -17,6 +19,8 @@ from udfs.incrementality.report import (
     factors_frame,
     holdout_measures,
 )
+from udfs.incrementality.simulation import CHANNELS as SIMULATED_CHANNELS
+from udfs.incrementality.simulation import Population, simulate
 
 __all__ = [
     "BASELINE",
@@ -26,11 +30,14 @@ __all__ = [
     "Factor",
     "Lift",
     "Measure",
+    "Population",
+    "SIMULATED_CHANNELS",
     "calibrated_credits",
     "calibrated_roi",
     "calibrated_totals",
     "factor",
     "factors_frame",
     "holdout_measures",
+    "simulate",
     "lift",
 ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from udfs.incrementality import Arm, Lift, lift
+from udfs.incrementality.holdouts import Arm, Lift, lift
 from udfs.journeys import JourneyTable, from_coded_paths
 
 
