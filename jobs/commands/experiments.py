@@ -54,7 +54,8 @@ def cmd_experiments(args: argparse.Namespace) -> int:
         raise CliError(f"--window-days must be at least 1, got {window_days}")
     cost_model = config.experiment_cost_model
     with Warehouse(config.warehouse.url) as warehouse:
-        inputs = experiment_inputs(warehouse, cost_model, args.flag)
+        inputs = experiment_inputs(warehouse, cost_model, args.flag,
+                                   holdouts=config.incrementality.holdout_prefix)
         day = args.day or inputs.last_day
         if day is None:
             print(f"{redacted_url(warehouse.url)} holds no experiments yet: run the "
@@ -109,12 +110,10 @@ def add_incrementality(sub: argparse._SubParsersAction) -> None:  # type: ignore
 def cmd_incrementality(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import pandas as pd
-
     from pipelines.sources.lift_studies import read_lift_studies
     from pipelines.store import incrementality as store
     from pipelines.store.warehouse import Warehouse, redacted_url
-    from udfs.incrementality import Measure, calibrated_roi, factors_frame, holdout_measures
+    from udfs.incrementality import Measure
     from udfs.periods import parse_day
 
     config = job_config(args)
@@ -138,27 +137,16 @@ def cmd_incrementality(args: argparse.Namespace) -> int:
                 study.conversions, study.revenue))
     model = args.model or config.experiment_cost_model
     with Warehouse(config.warehouse.url) as warehouse:
-        for flag in store.holdout_flags(warehouse, settings.holdout_prefix):
-            exposures, orders = store.holdout_inputs(warehouse, flag)
-            measures.append(holdout_measures(
-                flag, flag.removeprefix(settings.holdout_prefix), exposures, orders,
-                settings.exposed_variant, settings.held_out_variant, alpha))
-        days = store.roi_days(warehouse)
-        if days is None or not measures:
-            print(f"{redacted_url(warehouse.url)}: "
-                  + ("no ROI yet (run the ROI job, then `seedance load`)" if days is None
-                     else f"no lift tests: no flag named {settings.holdout_prefix}<channel> "
-                          "and no studies file (docs/incrementality.md)"))
+        result = store.refresh(warehouse, measures, settings.holdout_prefix,
+                               settings.exposed_variant, settings.held_out_variant, alpha,
+                               config.roi.min_cost, config.roi.currency, args.first, args.last)
+        if isinstance(result, str):
+            print(f"{redacted_url(warehouse.url)}: {result}")
             return 0
-        first, last = args.first or days[0], args.last or days[1]
-        credited = pd.concat([store.credited_in_test(warehouse, m, settings.exposed_variant)
-                              for m in measures], ignore_index=True)
-        factors = factors_frame(measures, credited, last)
-        calibrated = calibrated_roi(store.roi_by_channel(warehouse, first, last), factors,
-                                    config.roi.min_cost)
-        store.store(warehouse, measures, 1 - alpha, factors, calibrated, first, last,
-                    config.roi.currency)
-    print(incrementality_report(measures, calibrated, model, first, last, alpha))
+    print(incrementality_report(result.measures, result.calibrated, model, result.first,
+                                result.last, alpha))
+    for reason in result.skipped:
+        print(f"not measured: {reason}")
     return 0
 
 
@@ -167,30 +155,31 @@ def incrementality_report(measures: list[Measure], calibrated: pd.DataFrame, mod
     """The lift tests, then the model's ROI per channel calibrated beside uncalibrated."""
     level = f"{100 * (1 - alpha):g} %"
     lines = [f"Lift tests (incremental in the exposed users, {level} intervals)",
-             f"{'channel':16}{'test':28}{'days':24}{'exposed':>9}{'held out':>9}"
-             f"{'conversions':>26}{'revenue':>30}"]
+             f"{'channel':16}{'test':24}{'days':24}{'exposed':>9}{'held out':>9}"
+             f"{'conversions':>28}{'revenue':>34}"]
     for m in sorted(measures, key=lambda m: (m.channel, m.end_day)):
         revenue = "-" if m.revenue is None else _figure(m.revenue, 2)
-        lines.append(f"{m.channel:16}{m.test_id[:27]:28}{m.start_day + '..' + m.end_day:24}"
+        lines.append(f"{m.channel:16}{m.test_id[:23]:24}{m.start_day + '..' + m.end_day:24}"
                      f"{'-' if m.exposed_users is None else m.exposed_users:>9}"
                      f"{'-' if m.held_out_users is None else m.held_out_users:>9}"
-                     f"{_figure(m.conversions, 1):>26}{revenue:>30}")
+                     f"{_figure(m.conversions, 1):>28}{revenue:>34}")
     frame = calibrated[calibrated.model == model]
     lines += ["", f"ROI per channel under {model}, {first}..{last}: uncalibrated beside "
                   f"calibrated by the lift tests ({level}); cost = ad spend + compute",
-              f"{'channel':16}{'revenue':>12}{'calibrated':>12}{'ROI':>8}"
-              f"{'calibrated ROI':>26}{'factor':>8}{'age':>6}"]
+              f"{'channel':16}{'revenue':>12}{'calibrated':>12}{'ROI':>14}"
+              f"{'calibrated ROI':>28}{'factor':>8}{'age':>6}"]
     for _, row in frame.sort_values("channel").iterrows():
-        ratio = "-" if row.roi != row.roi else f"{row.roi:.2f}"
-        calibrated_roi = "-" if row.calibrated_roi != row.calibrated_roi else \
+        paid = row.get("ad_spend", 1.0) > 0
+        ratio = "-" if row.roi != row.roi else f"{row.roi:.2f}" if paid else "compute only"
+        calibrated_roi = "-" if row.calibrated_roi != row.calibrated_roi or not paid else \
             f"{row.calibrated_roi:.2f} [{row.calibrated_roi_low:.2f}, " \
             f"{row.calibrated_roi_high:.2f}]"
         factor = f"{row.revenue_factor:.2f}" if row.test_id else "-"
         age = "-" if row.age_days != row.age_days else f"{int(row.age_days)}d"
-        flip = "  <- below 1 once calibrated" if row.roi == row.roi and row.roi >= 1 > \
-            row.calibrated_roi else ""
+        flip = "  <- below 1 once calibrated" if paid and row.roi == row.roi and \
+            row.roi >= 1 > row.calibrated_roi else ""
         lines.append(f"{row.channel:16}{row.revenue:12,.2f}{row.calibrated_revenue:12,.2f}"
-                     f"{ratio:>8}{calibrated_roi:>26}{factor:>8}{age:>6}{flip}")
+                     f"{ratio:>14}{calibrated_roi:>28}{factor:>8}{age:>6}{flip}")
     return "\n".join(lines)
 
 

@@ -100,7 +100,8 @@ def print_experiments(warehouse: Warehouse, config: StreamingJobConfig) -> None:
     """The strategy table over the last `experiments.window_days` of the data (as
     `seedance experiments` prints it), stored for the dashboard."""
     settings = config.experiments
-    inputs = experiment_inputs(warehouse, config.experiment_cost_model)
+    inputs = experiment_inputs(warehouse, config.experiment_cost_model,
+                               holdouts=config.incrementality.holdout_prefix)
     day = inputs.last_day
     if day is None:
         return

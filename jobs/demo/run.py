@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from jobs.commands.experiments import incrementality_report
 from jobs.commands.ltv_return import report_lines
 from jobs.commands.report import (
     print_experiments,
@@ -31,9 +32,10 @@ from pipelines.flink.jobs import (
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, count_messages, recreate_topics
 from pipelines.ltv.publish import fit_and_publish
 from pipelines.ltv.report import refresh_ltv
-from pipelines.settings.job_config import load_config
+from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.settings.paths import PROJECT_ROOT, state_home
 from pipelines.sources.generator import plan_events
+from pipelines.sources.holdouts import DEMO_HOLDOUTS, with_holdouts
 from pipelines.sources.order_table import (
     TableChanges,
     publish_table_changes,
@@ -50,6 +52,7 @@ from pipelines.sources.publish import (
 from pipelines.sources.repeat_buying import DEMO_REPEAT_BUYING
 from pipelines.stack.local_kafka import LocalKafka
 from pipelines.store.accounting import format_report, latest_report
+from pipelines.store.incrementality import refresh as refresh_incrementality
 from pipelines.store.loading import TopicLoader
 from pipelines.store.ltv import ltv_return_frame
 from pipelines.store.summaries import credit_row_count, order_totals
@@ -98,6 +101,24 @@ def print_refunds(warehouse: Warehouse, changes: TableChanges, placed: float) ->
           "model's credits, the ROI, the experiments and the LTV carry it net")
 
 
+def print_incrementality(warehouse: Warehouse, config: StreamingJobConfig) -> None:
+    """`seedance incrementality` on the demo's holdouts: ROI per channel calibrated beside
+    uncalibrated, under the experiments' cost model."""
+    settings, alpha = config.incrementality, config.experiments.alpha
+    result = refresh_incrementality(
+        warehouse, [], settings.holdout_prefix, settings.exposed_variant,
+        settings.held_out_variant, alpha, config.roi.min_cost, config.roi.currency)
+    if isinstance(result, str):
+        print(f"    {result}")
+        return
+    report = incrementality_report(result.measures, result.calibrated,
+                                   config.experiment_cost_model, result.first, result.last,
+                                   alpha)
+    print("\n".join("    " + line for line in report.splitlines()))
+    for reason in result.skipped:
+        print(f"    not measured: {reason}")
+
+
 def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
     home = state_home()
     kafka = LocalKafka(home / "kafka")
@@ -132,6 +153,8 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         # one plan: its spans, the GPU samples of its GPU calls and its daily spend
         plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS,
                            batch_busy=DEMO_BATCH_BUSY, repeat_buying=DEMO_REPEAT_BUYING)
+        # one holdout per paid channel: lift tests whose answer the plan knows
+        plan = with_holdouts(plan, DEMO_HOLDOUTS, seed)
         spans = publish_plan(plan, info.bootstrap, topics.spans, seed=seed)
         print("    " + generated_summary(plan, spans, users, topics.spans,
                                          time.monotonic() - t))
@@ -189,6 +212,10 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         print_gpu_summary(warehouse)
         print_roi_summary(warehouse)
         print_refunds(warehouse, changes, sum(order.revenue for order in orders))
+        t = _step("Incrementality: one holdout per paid channel (10 % of its audience kept "
+                  "from it), each channel's credit calibrated to what it caused")
+        print_incrementality(warehouse, config)
+        _done(t)
         print_experiments(warehouse, config)
         t = _step("Customer lifetime value: BG/NBD and Gamma-Gamma fitted on the warehouse's "
                   "customers, what each channel's acquired customers are worth in a year")

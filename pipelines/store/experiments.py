@@ -38,13 +38,18 @@ class ExperimentInputs:
 
 
 def experiment_inputs(warehouse: Warehouse, cost_model: str,
-                      flag_key: str | None = None) -> ExperimentInputs:
-    where, params = ("WHERE flag_key = ?", (flag_key,)) if flag_key else ("", ())
+                      flag_key: str | None = None, holdouts: str = "") -> ExperimentInputs:
+    """The exposures and the exposed users' orders with their allocated cost: of one flag,
+    or of every flag but the holdouts' (named `holdouts`<channel>: `seedance
+    incrementality` reports them)."""
+    where, params = ("WHERE flag_key = ?", (flag_key,)) if flag_key else \
+        ("WHERE flag_key NOT LIKE ?", (holdouts.replace("%", r"\%") + "%",)) if holdouts \
+        else ("", ())
     exposures = pd.DataFrame(
         warehouse.query("SELECT flag_key, variant, user_id, first_exposure_ms FROM "
                         f"experiment_exposures {where}", params),
         columns=["flag_key", "variant", "user_id", "first_exposure_ms"])
-    on = "e.flag_key = ? AND" if flag_key else ""
+    on = "e.flag_key = ? AND" if flag_key else "e.flag_key NOT LIKE ? AND" if holdouts else ""
     conversions = pd.DataFrame(warehouse.query(
         "SELECT e.flag_key, e.variant, e.user_id, e.order_id, e.conversion_ts_ms, e.revenue, "
         "c.ad_spend, c.compute_cost, c.order_id IS NULL FROM experiment_conversions e "

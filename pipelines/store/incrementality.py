@@ -7,6 +7,7 @@ run, in one transaction."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -14,8 +15,49 @@ import pandas as pd
 from pipelines.store.sinks import TableSink
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from udfs.incrementality import Measure
+from udfs.incrementality import Measure, calibrated_roi, factors_frame, holdout_measures
 from udfs.periods import day_end_ms, day_start_ms
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What a run found and stored: the tests, the calibrated ROI, its window."""
+
+    measures: list[Measure]
+    calibrated: pd.DataFrame
+    first: str
+    last: str
+    skipped: list[str]  # holdouts that could not be measured, and why
+
+
+def refresh(warehouse: Warehouse, studies: list[Measure], prefix: str, exposed: str,
+            held_out: str, alpha: float, min_cost: float, currency: str,
+            first: str | None = None, last: str | None = None) -> Refreshed | str:
+    """Measure every holdout flag (<prefix><channel>), add the studies, calibrate each
+    model's ROI per channel over [first, last] (default: roi_daily's days) and store the
+    three tables; or why there is nothing to calibrate."""
+    measures, skipped = list(studies), []
+    for flag in holdout_flags(warehouse, prefix):
+        exposures, orders = holdout_inputs(warehouse, flag)
+        try:
+            measures.append(holdout_measures(flag, flag.removeprefix(prefix), exposures,
+                                             orders, exposed, held_out, alpha))
+        except ValueError as error:  # too few users, a stray variant: the others stand
+            skipped.append(str(error))
+    days = roi_days(warehouse)
+    if days is None:
+        return "no ROI yet (run the ROI job, then `seedance load`)"
+    if not measures:
+        return "; ".join(skipped) if skipped else (
+            f"no lift tests: no flag named {prefix}<channel> and no studies file "
+            "(docs/incrementality.md)")
+    first, last = first or days[0], last or days[1]
+    credited = pd.concat([credited_in_test(warehouse, m, exposed) for m in measures],
+                         ignore_index=True)
+    factors = factors_frame(measures, credited, last)
+    calibrated = calibrated_roi(roi_by_channel(warehouse, first, last), factors, min_cost)
+    store(warehouse, measures, 1 - alpha, factors, calibrated, first, last, currency)
+    return Refreshed(measures, calibrated, first, last, skipped)
 
 
 def holdout_flags(warehouse: Warehouse, prefix: str) -> list[str]:
@@ -44,7 +86,7 @@ def credited_in_test(warehouse: Warehouse, measure: Measure, exposed: str) -> pd
     over its days -- a holdout's: in its exposed users, after their exposure; a study's:
     in every user."""
     end_ms = day_end_ms(measure.end_day)
-    if measure.source == "holdout":
+    if measure.exposed_users is not None:  # a holdout (a study names no users)
         found = warehouse.query(
             "SELECT a.model, SUM(a.credit), SUM(a.revenue) FROM attribution_credits a JOIN "
             "experiment_exposures e ON e.user_id = a.user_id AND e.flag_key = ? AND "
@@ -61,13 +103,14 @@ def credited_in_test(warehouse: Warehouse, measure: Measure, exposed: str) -> pd
 
 
 def roi_by_channel(warehouse: Warehouse, first: str, last: str) -> pd.DataFrame:
-    """model, channel, conversions, revenue, cost (ad spend + compute) over [first, last]."""
-    return pd.DataFrame([(m, k, float(c), float(r), float(cost)) for m, k, c, r, cost in
-                         warehouse.query(
-        "SELECT model, key, SUM(conversions), SUM(revenue), SUM(ad_spend + compute_cost) "
-        "FROM roi_daily WHERE dimension = 'channel' AND day >= ? AND day <= ? "
+    """model, channel, conversions, revenue, cost (ad spend + compute) and ad_spend over
+    [first, last]."""
+    return pd.DataFrame([(m, k, float(c), float(r), float(cost), float(spend))
+                         for m, k, c, r, cost, spend in warehouse.query(
+        "SELECT model, key, SUM(conversions), SUM(revenue), SUM(ad_spend + compute_cost), "
+        "SUM(ad_spend) FROM roi_daily WHERE dimension = 'channel' AND day >= ? AND day <= ? "
         "GROUP BY model, key ORDER BY model, key", (first, last))],
-        columns=["model", "channel", "conversions", "revenue", "cost"])
+        columns=["model", "channel", "conversions", "revenue", "cost", "ad_spend"])
 
 
 def roi_days(warehouse: Warehouse) -> tuple[str, str] | None:

@@ -34,6 +34,10 @@ def test_demo_runs_end_to_end_and_leaves_no_process_behind(tmp_path: Path):
     assert int(refunds.group(1)) > 0 and abs(placed - refunded - net) < 0.005
     assert {float(x.replace(",", "")) for x in revenue.group(1).split()} == {net}
     assert ", 0 broken" in out and "duplicate_order" not in out
+    # one holdout per paid channel, measured, and the ROI calibrated beside uncalibrated
+    lift = out[out.index("Incrementality: one holdout per paid channel"):]
+    assert re.search(r"^\s+paid_search\s+holdout\.paid_search\s", lift, re.M), lift[:3000]
+    assert "calibrated ROI" in lift
     roi = re.search(r"^paid_search\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)\s+([\d,.]+)"
                     r"\s+([\d,.]+)\s+([\d,.]+)$", out, re.M)
     assert roi, out  # ROI per model for a paid channel, with its allocated spend

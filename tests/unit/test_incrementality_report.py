@@ -129,3 +129,15 @@ def test_the_dashboards_incrementality_page_shows_the_calibrated_roi_and_the_tes
     assert len(view.table("lift_tests").rows) == 4  # two tests, conversions and revenue
     html = view_body(view, Filters())
     assert "ROI below 1" in html and CHARTS["incrementality"](view)
+
+
+def test_a_holdout_too_small_to_measure_is_named_and_the_others_stand(
+        warehouse: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = yaml.safe_load(warehouse.read_text())["warehouse"]["url"]
+    with Warehouse(url) as wh:
+        wh.store(rows.EXPERIMENT_EXPOSURE, [("holdout.email", "x1", "exposed", T, "t"),
+                                            ("holdout.email", "x2", "held_out", T, "t")])
+    assert main(["incrementality", "--config", str(warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert "not measured: holdout.email: 1 users in 'exposed'" in out
+    assert "holdout.retargeting" in out

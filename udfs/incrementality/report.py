@@ -52,6 +52,11 @@ def holdout_measures(flag: str, channel: str, exposures: pd.DataFrame, orders: p
     per_user = orders.groupby(["variant", "user_id"]).agg(
         orders=("revenue", "size"), revenue=("revenue", "sum")).reset_index()
     measured = {}
+    for variant in (exposed, held_out):
+        users = int((exposures.variant == variant).sum())
+        if users < 2:
+            raise ValueError(f"{flag}: {users} users in {variant!r}: a holdout needs at least "
+                             "2 in each arm (not measured)")
     for metric, column in (("conversions", "orders"), ("revenue", "revenue")):
         arms = []
         for variant in (exposed, held_out):

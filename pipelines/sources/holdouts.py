@@ -1,0 +1,98 @@
+"""Channel holdouts in a sample plan (`seedance generate --holdouts`, the demo): lift tests
+whose answer is known.
+
+In the sample, whether a user buys does not depend on the channels they meet (its personas
+buy or not): every channel collects credit for sales it did not cause, as channels shown
+to likely buyers do. A holdout gives each channel a cause: of the users in its audience
+(those with a touch of it), a share `held_out` is kept from it -- their touches of it are
+gone -- and for a share `lift` of the audience the channel made the sale: such a user,
+held out, does not buy after the point the channel would have reached them. So the
+channel's true incremental orders are `lift` times its exposed users' orders after their
+first touch of it, and its holdout measures that. Every user of the audience is exposed to
+the flag `holdout.<channel>` at their first touch of the channel (variant `exposed` or
+`held_out`), as a provider assigning the audience would.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, replace
+
+from pipelines.sources.generator import Plan, PlannedEvent
+
+HOLDOUT_PREFIX = "holdout."
+EXPOSED, HELD_OUT = "exposed", "held_out"
+ORDERS = ("conversion", "invalid_conversion")
+
+
+@dataclass(frozen=True)
+class HoldoutPlan:
+    channel: str
+    held_out: float = 0.1  # of the channel's audience
+    lift: float = 0.2  # of the audience's buyers, those the channel made buy
+
+
+# the demo's: prospecting channels that cause much of what they are credited, paid search
+# (mostly brand searches by people who would buy anyway) little, affiliates in between
+DEMO_HOLDOUTS = (HoldoutPlan("display", 0.1, 0.45), HoldoutPlan("paid_social", 0.1, 0.5),
+                 HoldoutPlan("paid_search", 0.1, 0.06), HoldoutPlan("affiliate", 0.1, 0.2))
+
+
+def with_holdout(events: list[PlannedEvent], holdout: HoldoutPlan,
+                 seed: int) -> list[PlannedEvent]:
+    """The events with the holdout applied (see the module's docstring). Drawn from a
+    generator of its own, so the rest of the plan does not change."""
+    rng = random.Random(seed ^ zlib.crc32(holdout.channel.encode()))
+    first: dict[str, int] = {}
+    for event in events:
+        if event.kind == "touchpoint" and event.channel == holdout.channel and \
+                event.ts_ns < first.get(event.user_id, 2**63):
+            first[event.user_id] = event.ts_ns
+    held: dict[str, bool] = {}
+    caused: dict[str, bool] = {}
+    for user in sorted(first):
+        held[user] = rng.random() < holdout.held_out
+        caused[user] = rng.random() < holdout.lift
+    out = []
+    for event in events:
+        reached = first.get(event.user_id)
+        if reached is not None and held[event.user_id]:
+            if event.kind == "touchpoint" and event.channel == holdout.channel:
+                continue  # kept from the channel
+            if event.kind in ORDERS and caused[event.user_id] and event.ts_ns >= reached:
+                continue  # the sale the channel would have made
+        out.append(event)
+    flag = HOLDOUT_PREFIX + holdout.channel
+    # exposed (and emitted) a millisecond before the touch that reaches the user
+    out += [PlannedEvent("exposure", user, at - 1_000_000, flag_key=flag,
+                         variant=HELD_OUT if held[user] else EXPOSED,
+                         emit_rank=at - 1_000_000) for user, at in sorted(first.items())]
+    return out
+
+
+def with_holdouts(plan: Plan, holdouts: tuple[HoldoutPlan, ...], seed: int) -> Plan:
+    """A planned sample (pipelines.sources.generator.plan_events) with these holdouts."""
+    events = plan.events
+    for holdout in holdouts:
+        events = with_holdout(events, holdout, seed)
+    return replace(plan, events=sorted(events, key=lambda e: e.emit_rank))
+
+
+def true_incremental(events: list[PlannedEvent], holdout: HoldoutPlan,
+                     seed: int) -> float:
+    """The orders the channel caused in its exposed users, in events planned before the
+    holdout (for tests: what the holdout should measure)."""
+    rng = random.Random(seed ^ zlib.crc32(holdout.channel.encode()))
+    first: dict[str, int] = {}
+    for event in events:
+        if event.kind == "touchpoint" and event.channel == holdout.channel and \
+                event.ts_ns < first.get(event.user_id, 2**63):
+            first[event.user_id] = event.ts_ns
+    counted = 0.0
+    for user in sorted(first):
+        held, caused = rng.random() < holdout.held_out, rng.random() < holdout.lift
+        if not held and caused:
+            counted += sum(1 for e in events if e.user_id == user and e.kind == "conversion"
+                           and e.ts_ns >= first[user])
+    return counted
