@@ -167,9 +167,9 @@ def incrementality_report(measures: list[Measure], calibrated: pd.DataFrame, mod
     lines += ["", f"ROI per channel under {model}, {first}..{last}: uncalibrated beside "
                   f"calibrated by the lift tests ({level}); cost = ad spend + compute",
               f"{'channel':16}{'revenue':>12}{'calibrated':>12}{'ROI':>14}"
-              f"{'calibrated ROI':>28}{'factor':>8}{'age':>6}"]
+              f"{'calibrated ROI':>28}{'ROAS':>8}{'calibrated':>11}{'factor':>8}{'age':>6}"]
     for _, row in frame.sort_values("channel").iterrows():
-        paid = row.get("ad_spend", 1.0) > 0
+        paid = row.ad_spend > 0
         ratio = "-" if row.roi != row.roi else f"{row.roi:.2f}" if paid else "compute only"
         calibrated_roi = "-" if row.calibrated_roi != row.calibrated_roi or not paid else \
             f"{row.calibrated_roi:.2f} [{row.calibrated_roi_low:.2f}, " \
@@ -178,8 +178,9 @@ def incrementality_report(measures: list[Measure], calibrated: pd.DataFrame, mod
         age = "-" if row.age_days != row.age_days else f"{int(row.age_days)}d"
         flip = "  <- below 1 once calibrated" if paid and row.roi == row.roi and \
             row.roi >= 1 > row.calibrated_roi else ""
+        roas = f"{row.roas:8.2f}{row.calibrated_roas:11.2f}" if paid else f"{'-':>8}{'-':>11}"
         lines.append(f"{row.channel:16}{row.revenue:12,.2f}{row.calibrated_revenue:12,.2f}"
-                     f"{ratio:>14}{calibrated_roi:>28}{factor:>8}{age:>6}{flip}")
+                     f"{ratio:>14}{calibrated_roi:>28}{roas}{factor:>8}{age:>6}{flip}")
     return "\n".join(lines)
 
 

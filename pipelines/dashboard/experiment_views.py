@@ -165,6 +165,7 @@ CALIBRATED_COLUMNS = (
     Column("calibrated_revenue", "Calibrated revenue [interval]", "money", interval=True),
     Column("cost", "Cost", "money"), Column("roi", "ROI", "ratio"),
     Column("calibrated_roi", "Calibrated ROI [interval]", "ratio", interval=True),
+    Column("roas", "ROAS", "ratio"), Column("calibrated_roas", "Calibrated ROAS", "ratio"),
     Column("factor", "Factor [interval]", "ratio", interval=True),
     Column("test_id", "Test"), Column("age_days", "Age (days)", "count"),
     Column("flip", "Once calibrated"))
@@ -188,17 +189,20 @@ def incrementality_view(warehouse: Warehouse, filters: Filters,
         warehouse, "roi_calibrated",
         "SELECT r.channel, r.revenue, r.calibrated_revenue, r.calibrated_revenue_low, "
         "r.calibrated_revenue_high, r.cost, r.roi, r.calibrated_roi, r.calibrated_roi_low, "
-        "r.calibrated_roi_high, f.factor, f.low, f.high, r.test_id, r.age_days, r.first_day, "
-        "r.last_day FROM roi_calibrated r LEFT JOIN calibration_factors f ON f.model = "
-        "r.model AND f.channel = r.channel AND f.metric = 'revenue' WHERE r.model = ?",
+        "r.calibrated_roi_high, r.roas, r.calibrated_roas, f.factor, f.low, f.high, r.test_id, "
+        "r.age_days, r.first_day, r.last_day FROM roi_calibrated r LEFT JOIN "
+        "calibration_factors f ON f.model = r.model AND f.channel = r.channel AND "
+        "f.metric = 'revenue' WHERE r.model = ?",
         [filters.model], "r.channel")
     shown = [(channel, revenue, (cal, cal_low, cal_high), cost, roi,
-              (cal_roi, roi_low, roi_high), (factor, low, high), test_id or "", age,
+              (cal_roi, roi_low, roi_high), roas, cal_roas, (factor, low, high), test_id or "",
+              age,
               "ROI below 1" if roi is not None and cal_roi is not None and roi >= 1 > cal_roi
               else "")
              for (channel, revenue, cal, cal_low, cal_high, cost, roi, cal_roi, roi_low,
-                  roi_high, factor, low, high, test_id, age, _, _) in page.rows]
-    window = f"{page.rows[0][15]} .. {page.rows[0][16]}" if page.rows else ""
+                  roi_high, roas, cal_roas, factor, low, high, test_id, age, _, _)
+             in page.rows]
+    window = f"{page.rows[0][17]} .. {page.rows[0][18]}" if page.rows else ""
     (tested, flips), = warehouse.query(
         "SELECT COUNT(CASE WHEN test_id <> '' THEN 1 END), COUNT(CASE WHEN roi >= 1 AND "
         "calibrated_roi < 1 THEN 1 END) FROM roi_calibrated WHERE model = ?", [filters.model])

@@ -400,10 +400,13 @@ CREATE TABLE IF NOT EXISTS roi_calibrated (
     calibrated_revenue_low       DOUBLE PRECISION NOT NULL,
     calibrated_revenue_high      DOUBLE PRECISION NOT NULL,
     cost                         DOUBLE PRECISION NOT NULL,  -- ad spend + compute
+    ad_spend                     DOUBLE PRECISION NOT NULL,
     roi                          DOUBLE PRECISION,
     calibrated_roi               DOUBLE PRECISION,
     calibrated_roi_low           DOUBLE PRECISION,
     calibrated_roi_high          DOUBLE PRECISION,
+    roas                         DOUBLE PRECISION,  -- revenue / ad spend
+    calibrated_roas              DOUBLE PRECISION,
     test_id                      TEXT             NOT NULL,  -- '' when untested
     age_days                     BIGINT,
     currency                     TEXT             NOT NULL,

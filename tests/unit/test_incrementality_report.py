@@ -91,6 +91,10 @@ def test_a_holdout_and_a_study_calibrate_the_roi_and_the_totals_tie(
     assert table["retargeting"] == pytest.approx((2000.0, 400.0, 2.0, 0.4))
     assert table["display"] == pytest.approx((500.0, 250.0, 5.0, 2.5))
     assert table["(baseline)"][1] == pytest.approx(2500.0 - 650.0)
+    with Warehouse(url) as wh:
+        (roas, calibrated_roas), = wh.query("SELECT roas, calibrated_roas FROM roi_calibrated "
+                                            "WHERE channel = 'retargeting'")
+    assert (roas, calibrated_roas) == pytest.approx((2.0, 0.4))
     assert sum(v[1] for v in table.values()) == pytest.approx(2500.0)
     retargeting = next(line for line in out.splitlines()
                        if line.startswith("retargeting") and "0.40" in line)
@@ -123,8 +127,9 @@ def test_the_dashboards_incrementality_page_shows_the_calibrated_roi_and_the_tes
         view = build_view(wh, "incrementality", Filters())
     rows = {r[0]: r for r in view.table("roi_calibrated").rows}
     assert rows["retargeting"][2][0] == pytest.approx(400.0)
-    assert rows["retargeting"][6][0] == pytest.approx(0.2)  # its revenue factor
-    assert rows["retargeting"][9] == "ROI below 1" and rows["display"][9] == ""
+    assert rows["retargeting"][7] == pytest.approx(0.4)  # calibrated ROAS
+    assert rows["retargeting"][8][0] == pytest.approx(0.2)  # its revenue factor
+    assert rows["retargeting"][11] == "ROI below 1" and rows["display"][11] == ""
     assert {k.name: k.value for k in view.kpis} == {"kpi_tested": 2, "kpi_flips": 1}
     assert len(view.table("lift_tests").rows) == 4  # two tests, conversions and revenue
     html = view_body(view, Filters())

@@ -107,7 +107,7 @@ def _epoch_day(day: str) -> int:
 
 
 def calibrated_roi(roi: pd.DataFrame, factors: pd.DataFrame, min_cost: float) -> pd.DataFrame:
-    """roi: model, channel, conversions, revenue, cost (over the report's window). Each
+    """roi: model, channel, conversions, revenue, cost, ad_spend (over the report's window). Each
     channel's figures times its factors (untested: 1), a BASELINE row per model with the
     rest; ROI = revenue / cost where the cost is at least `min_cost`."""
     frame = roi.copy()
@@ -125,8 +125,8 @@ def calibrated_roi(roi: pd.DataFrame, factors: pd.DataFrame, min_cost: float) ->
     frame["age_days"] = tested["age_days"].reindex(key).to_numpy()
     baseline = []
     for model, part in frame.groupby("model", sort=True):
-        row = {"model": model, "channel": BASELINE, "cost": 0.0, "test_id": "",
-               "age_days": np.nan}
+        row = {"model": model, "channel": BASELINE, "cost": 0.0, "ad_spend": 0.0,
+               "test_id": "", "age_days": np.nan}
         for metric in METRICS:
             total = float(part[metric].sum())
             row[metric] = 0.0
@@ -144,4 +144,7 @@ def calibrated_roi(roi: pd.DataFrame, factors: pd.DataFrame, min_cost: float) ->
     frame["calibrated_roi"] = frame.calibrated_revenue / cost
     frame["calibrated_roi_low"] = frame.calibrated_revenue_low / cost
     frame["calibrated_roi_high"] = frame.calibrated_revenue_high / cost
+    spend = frame.ad_spend.where(frame.ad_spend > 0)
+    frame["roas"] = frame.revenue / spend
+    frame["calibrated_roas"] = frame.calibrated_revenue / spend
     return frame
