@@ -68,6 +68,10 @@ def add_generate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     gen.add_argument("--refunds", type=busy_fraction, default=0.05, metavar="FRACTION",
                      help="with --orders table|both, this share of the orders is refunded "
                           "1-14 days later, whole or half (default %(default)s)")
+    gen.add_argument("--holdouts", action="store_true",
+                     help="one holdout per paid channel, as in the demo: 10 %% of each "
+                          "channel's audience kept from it (flag holdout.<channel>), a known "
+                          "share of its buyers caused by it (`seedance incrementality`)")
     gen.add_argument("--partition-by-trace", action="store_true",
                      help="one message per trace, keyed by the trace id (hex)")
     gen.add_argument("--bootstrap", help=BOOTSTRAP_HELP)
@@ -131,6 +135,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                        batch_busy=args.gpu_busy,
                        repeat_buying=REPEAT_BUYING_PRESETS[args.repeat_buying]
                        if args.repeat_buying else None)
+    if args.holdouts:
+        from pipelines.sources.holdouts import DEMO_HOLDOUTS, with_holdouts
+
+        plan = with_holdouts(plan, DEMO_HOLDOUTS, args.seed)
     orders = [event for event in plan.events if event.kind == "conversion"]
     on_spans = plan if args.orders != "table" else replace(
         plan, events=[event for event in plan.events if event.kind != "conversion"])
