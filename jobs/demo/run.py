@@ -35,7 +35,7 @@ from pipelines.ltv.report import refresh_ltv
 from pipelines.settings.job_config import StreamingJobConfig, load_config
 from pipelines.settings.paths import PROJECT_ROOT, state_home
 from pipelines.sources.generator import plan_events
-from pipelines.sources.holdouts import DEMO_HOLDOUTS, with_holdouts
+from pipelines.sources.holdouts import DEMO_HOLDOUTS, holdout_truths, with_holdouts
 from pipelines.sources.order_table import (
     TableChanges,
     publish_table_changes,
@@ -154,6 +154,7 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         plan = plan_events(users, seed=seed, experiments=DEMO_EXPERIMENTS,
                            batch_busy=DEMO_BATCH_BUSY, repeat_buying=DEMO_REPEAT_BUYING)
         # one holdout per paid channel: lift tests whose answer the plan knows
+        truths = holdout_truths(plan, DEMO_HOLDOUTS, seed)
         plan = with_holdouts(plan, DEMO_HOLDOUTS, seed)
         spans = publish_plan(plan, info.bootstrap, topics.spans, seed=seed)
         print("    " + generated_summary(plan, spans, users, topics.spans,
@@ -215,6 +216,9 @@ def run_demo(users: int = 2000, seed: int = 7, keep_stack: bool = False) -> int:
         t = _step("Incrementality: one holdout per paid channel (10 % of its audience kept "
                   "from it), each channel's credit calibrated to what it caused")
         print_incrementality(warehouse, config)
+        print("    what the sample's channels caused in their exposed users (the plan knows "
+              "it): " + ", ".join(f"{channel} {orders:,.0f} orders"
+                                  for channel, orders in truths.items()))
         _done(t)
         print_experiments(warehouse, config)
         t = _step("Customer lifetime value: BG/NBD and Gamma-Gamma fitted on the warehouse's "

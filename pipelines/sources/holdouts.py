@@ -79,6 +79,17 @@ def with_holdouts(plan: Plan, holdouts: tuple[HoldoutPlan, ...], seed: int) -> P
     return replace(plan, events=sorted(events, key=lambda e: e.emit_rank))
 
 
+def holdout_truths(plan: Plan, holdouts: tuple[HoldoutPlan, ...], seed: int
+                   ) -> dict[str, float]:
+    """Per channel, the orders it caused in its exposed users (`true_incremental`, each
+    holdout applied after the ones before it, as `with_holdouts` applies them)."""
+    events, truths = plan.events, {}
+    for holdout in holdouts:
+        truths[holdout.channel] = true_incremental(events, holdout, seed)
+        events = with_holdout(events, holdout, seed)
+    return truths
+
+
 def true_incremental(events: list[PlannedEvent], holdout: HoldoutPlan,
                      seed: int) -> float:
     """The orders the channel caused in its exposed users, in events planned before the

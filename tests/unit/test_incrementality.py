@@ -157,3 +157,32 @@ def test_lift_studies_from_a_platforms_report_are_read_and_mistakes_named(tmp_pa
     with pytest.raises(LiftStudyError, match="studies.csv:1: the header lacks "
                                              "incremental_conversions"):
         read_lift_studies(path)
+
+
+def test_a_sample_holdout_keeps_its_users_from_the_channel_and_drops_the_sales_it_made():
+    from pipelines.sources.generator import plan_events
+    from pipelines.sources.holdouts import HoldoutPlan, holdout_truths, with_holdouts
+
+    plan = plan_events(1500, seed=11)
+    holdout = HoldoutPlan("display", held_out=0.2, lift=0.5)
+    after = with_holdouts(plan, (holdout,), seed=11)
+    exposures = {e.user_id: e.variant for e in after.events
+                 if e.kind == "exposure" and e.flag_key == "holdout.display"}
+    audience = {e.user_id for e in plan.events if e.kind == "touchpoint"
+                and e.channel == "display"}
+    assert set(exposures) == audience  # every user the channel would reach, exposed once
+    held = {u for u, v in exposures.items() if v == "held_out"}
+    assert 0.1 < len(held) / len(audience) < 0.3
+    assert not any(e.kind == "touchpoint" and e.channel == "display" and e.user_id in held
+                   for e in after.events)
+    orders = [e for e in plan.events if e.kind == "conversion"]
+    kept = [e for e in after.events if e.kind == "conversion"]
+    # only held-out users lose orders, and about half of their buyers do (lift 0.5)
+    lost = {e.user_id for e in orders} - {e.user_id for e in kept}
+    assert lost and lost <= held
+    buyers = {e.user_id for e in orders} & held
+    assert 0.3 < len(lost) / len(buyers) < 0.7
+    # the truth: half the exposed users' orders after their first display touch
+    truth = holdout_truths(plan, (holdout,), seed=11)["display"]
+    exposed_orders = sum(1 for e in orders if exposures.get(e.user_id) == "exposed")
+    assert 0.3 * exposed_orders < truth < 0.7 * exposed_orders
