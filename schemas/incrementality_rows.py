@@ -24,6 +24,9 @@ LIFT_TEST = Row(
      Column("low", "double"),
      Column("high", "double"),
      Column("level", "double", "the interval's level, e.g. 0.95"),
+     Column("cost_saving", "double", "the channel's ad spend not spent on the held-out "
+            "users: its spend per exposed user over the test's days times the held-out "
+            "users; null for a study", nullable=True),
      Column("computed_at", "string", "ISO 8601 UTC")),
     key=("test_id", "metric"), table="lift_tests")
 

@@ -139,31 +139,37 @@ def cmd_incrementality(args: argparse.Namespace) -> int:
     with Warehouse(config.warehouse.url) as warehouse:
         result = store.refresh(warehouse, measures, settings.holdout_prefix,
                                settings.exposed_variant, settings.held_out_variant, alpha,
-                               config.roi.min_cost, config.roi.currency, args.first, args.last)
+                               config.roi.min_cost, config.roi.currency,
+                               config.experiment_cost_model, args.first, args.last)
         if isinstance(result, str):
             print(f"{redacted_url(warehouse.url)}: {result}")
             return 0
     print(incrementality_report(result.measures, result.calibrated, model, result.first,
-                                result.last, alpha))
+                                result.last, alpha, result.savings))
     for reason in result.skipped:
         print(f"not measured: {reason}")
     return 0
 
 
 def incrementality_report(measures: list[Measure], calibrated: pd.DataFrame, model: str,
-                          first: str, last: str, alpha: float) -> str:
+                          first: str, last: str, alpha: float,
+                          savings: dict[str, float] | None = None) -> str:
     """The lift tests, then the model's ROI per channel calibrated beside uncalibrated."""
     level = f"{100 * (1 - alpha):g} %"
     lines = [f"Lift tests (incremental in the exposed users, {level} intervals)",
              f"{'channel':16}{'test':24}{'days':24}{'exposed':>9}{'held out':>9}"
-             f"{'conversions':>28}{'revenue':>34}"]
+             f"{'conversions':>28}{'revenue':>34}{'spared':>12}"]
     for m in sorted(measures, key=lambda m: (m.channel, m.end_day)):
         revenue = "-" if m.revenue is None else _figure(m.revenue, 2)
+        spared = (savings or {}).get(m.test_id)
         lines.append(f"{m.channel:16}{m.test_id[:23]:24}{m.start_day + '..' + m.end_day:24}"
                      f"{'-' if m.exposed_users is None else m.exposed_users:>9}"
                      f"{'-' if m.held_out_users is None else m.held_out_users:>9}"
-                     f"{_figure(m.conversions, 1):>28}{revenue:>34}")
+                     f"{_figure(m.conversions, 1):>28}{revenue:>34}"
+                     f"{'-' if spared is None else f'{spared:,.2f}':>12}")
     frame = calibrated[calibrated.model == model]
+    lines.append("(spared: the ad spend the held-out users did not cost, at the channel's "
+                 "spend per exposed user)")
     lines += ["", f"ROI per channel under {model}, {first}..{last}: uncalibrated beside "
                   f"calibrated by the lift tests ({level}); cost = ad spend + compute",
               f"{'channel':16}{'revenue':>12}{'calibrated':>12}{'ROI':>14}"

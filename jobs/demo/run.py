@@ -107,13 +107,14 @@ def print_incrementality(warehouse: Warehouse, config: StreamingJobConfig) -> No
     settings, alpha = config.incrementality, config.experiments.alpha
     result = refresh_incrementality(
         warehouse, [], settings.holdout_prefix, settings.exposed_variant,
-        settings.held_out_variant, alpha, config.roi.min_cost, config.roi.currency)
+        settings.held_out_variant, alpha, config.roi.min_cost, config.roi.currency,
+        config.experiment_cost_model)
     if isinstance(result, str):
         print(f"    {result}")
         return
     report = incrementality_report(result.measures, result.calibrated,
                                    config.experiment_cost_model, result.first, result.last,
-                                   alpha)
+                                   alpha, result.savings)
     print("\n".join("    " + line for line in report.splitlines()))
     for reason in result.skipped:
         print(f"    not measured: {reason}")

@@ -28,10 +28,11 @@ class Refreshed:
     first: str
     last: str
     skipped: list[str]  # holdouts that could not be measured, and why
+    savings: dict[str, float]  # per holdout: the ad spend its held-out users were spared
 
 
 def refresh(warehouse: Warehouse, studies: list[Measure], prefix: str, exposed: str,
-            held_out: str, alpha: float, min_cost: float, currency: str,
+            held_out: str, alpha: float, min_cost: float, currency: str, cost_model: str,
             first: str | None = None, last: str | None = None) -> Refreshed | str:
     """Measure every holdout flag (<prefix><channel>), add the studies, calibrate each
     model's ROI per channel over [first, last] (default: roi_daily's days) and store the
@@ -56,8 +57,21 @@ def refresh(warehouse: Warehouse, studies: list[Measure], prefix: str, exposed: 
                          ignore_index=True)
     factors = factors_frame(measures, credited, last)
     calibrated = calibrated_roi(roi_by_channel(warehouse, first, last), factors, min_cost)
-    store(warehouse, measures, 1 - alpha, factors, calibrated, first, last, currency)
-    return Refreshed(measures, calibrated, first, last, skipped)
+    savings = {m.test_id: cost_saving(warehouse, m, cost_model) for m in measures
+               if m.exposed_users}
+    store(warehouse, measures, 1 - alpha, factors, calibrated, first, last, currency, savings)
+    return Refreshed(measures, calibrated, first, last, skipped, savings)
+
+
+def cost_saving(warehouse: Warehouse, measure: Measure, cost_model: str) -> float:
+    """What a holdout spared: the channel's ad spend (allocated under `cost_model`) over
+    the test's days per exposed user, times the held-out users (spend follows reach)."""
+    (spend,), = warehouse.query(
+        "SELECT COALESCE(SUM(ad_spend), 0) FROM roi_daily WHERE model = ? AND dimension = "
+        "'channel' AND key = ? AND day >= ? AND day <= ?",
+        (cost_model, measure.channel, measure.start_day, measure.end_day))
+    exposed, held = measure.exposed_users or 0, measure.held_out_users or 0
+    return float(spend) / exposed * held if exposed else 0.0
 
 
 def holdout_flags(warehouse: Warehouse, prefix: str) -> list[str]:
@@ -119,14 +133,16 @@ def roi_days(warehouse: Warehouse) -> tuple[str, str] | None:
 
 
 def store(warehouse: Warehouse, measures: list[Measure], level: float, factors: pd.DataFrame,
-          calibrated: pd.DataFrame, first: str, last: str, currency: str) -> None:
+          calibrated: pd.DataFrame, first: str, last: str, currency: str,
+          savings: dict[str, float]) -> None:
     computed_at = datetime.now(UTC).isoformat(timespec="seconds")
     tests = []
     for m in measures:
         for metric, figure in (("conversions", m.conversions), ("revenue", m.revenue)):
             if figure is not None:
                 tests.append((m.test_id, metric, m.channel, m.source, m.start_day, m.end_day,
-                              m.exposed_users, m.held_out_users, *figure, level, computed_at))
+                              m.exposed_users, m.held_out_users, *figure, level,
+                              savings.get(m.test_id), computed_at))
     factor_rows = [tuple(_plain(row[name]) for name in rows.CALIBRATION_FACTOR.names)
                    for _, row in factors.iterrows()]
     roi_rows = [tuple(_plain(row[name]) for name in rows.ROI_CALIBRATED.names)

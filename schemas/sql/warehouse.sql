@@ -367,6 +367,7 @@ CREATE TABLE IF NOT EXISTS lift_tests (
     low             DOUBLE PRECISION NOT NULL,
     high            DOUBLE PRECISION NOT NULL,
     level           DOUBLE PRECISION NOT NULL,
+    cost_saving     DOUBLE PRECISION,           -- spend per exposed user x held out
     computed_at     TEXT             NOT NULL,
     PRIMARY KEY (test_id, metric)
 );

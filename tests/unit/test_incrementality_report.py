@@ -78,6 +78,11 @@ def test_a_holdout_and_a_study_calibrate_the_roi_and_the_totals_tie(
             "lift_tests")}
         assert tests[("holdout.retargeting", "conversions")] == pytest.approx((8.0, 200, 50))
         assert tests[("holdout.retargeting", "revenue")][0] == pytest.approx(400.0)
+        # the spend spared: retargeting's 1,000 over 200 exposed users, for 50 held out
+        savings = dict(wh.query("SELECT test_id, cost_saving FROM lift_tests WHERE metric = "
+                                "'conversions'"))
+        assert savings["holdout.retargeting"] == pytest.approx(250.0)
+        assert savings["study:display:2026-10-03:geo test"] is None
         factors = {(c, m): f for c, m, f in wh.query(
             "SELECT channel, metric, factor FROM calibration_factors WHERE model = "
             "'last_click'")}
