@@ -3,8 +3,8 @@ spans and 4 of changes, unkeyed, at parallelism 2: Debezium change events (op c,
 a PostgreSQL connector writes them. An order placed in the table alone is credited as one
 from a span; an order on both paths counts once (no duplicate dead letter), with the
 table's revenue; a changed amount, a refund and a delete write the order's conversion and
-every model's credits again with the revenue it has now; the ROI job's revenue follows,
-and `seedance verify`'s ties hold in the warehouse."""
+every model's credits again with the revenue it has now; the experiments job's and the
+ROI job's revenue follow, and `seedance verify`'s ties hold in the warehouse."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import orjson
 import pytest
 
 from pipelines.flink.attribution.job import run_job
+from pipelines.flink.experiments.job import run_experiments_job
 from pipelines.flink.roi.job import run_roi_job
 from pipelines.kafka.io import SAMPLE_SPANS_TOPIC, producer
-from pipelines.sources.generator import Plan, plan_events
+from pipelines.sources.generator import ExperimentPlan, Plan, plan_events
 from pipelines.store.loading import TopicLoader
 from pipelines.store.verify import internal_ties
 from pipelines.store.warehouse import Warehouse
@@ -59,7 +60,8 @@ def _iso(ms: int) -> str:
 
 def test_refunds_and_changed_amounts_correct_credits_conversions_and_roi(
         kafka, flink, job_config, topic, tmp_path: Path) -> None:
-    plan = plan_events(80, seed=17, late_fraction=0.0, malformed_messages=0)
+    plan = plan_events(80, seed=17, late_fraction=0.0, malformed_messages=0,
+                       experiments=(ExperimentPlan("checkout", ("control", "short")),))
     orders = sorted((e for e in plan.events if e.kind == "conversion"),
                     key=lambda e: e.ts_ns)
     table_only, both, both_other, refunded, corrected, deleted = (
@@ -122,6 +124,14 @@ def test_refunds_and_changed_amounts_correct_credits_conversions_and_roi(
     dead = messages(kafka, config.topics.dead_letter)
     assert [d["reason"] for d in dead] == ["malformed_order_change"]
     assert dead[0]["source"] == changes
+
+    # the experiments job reads the conversions: its rows carry the revenue net of refunds
+    run_experiments_job(config, kafka, env=flink.environment(config))
+    experiment_revenue = {}
+    for row in messages(kafka, config.topics.experiment_conversions):
+        experiment_revenue[row["order_id"]] = row["revenue"]  # the latest version
+    assert experiment_revenue[refunded.order_id] == 0.0
+    assert experiment_revenue[corrected.order_id] == revenue[corrected.order_id]
 
     run_roi_job(config, kafka, env=flink.environment(config))
     with Warehouse(f"sqlite:///{tmp_path / 'wh.db'}") as warehouse:
