@@ -309,8 +309,8 @@ def test_a_loader_that_may_not_create_tables_uses_the_existing_ones(postgres):
     try:
         admin.execute("CREATE ROLE loader LOGIN")  # PostgreSQL 15+: no CREATE on public
         with pytest.raises(WarehouseError, match="lacks the tables attribution_credits, "
-                           "kafka_offsets, .* and this user may not create them: run "
-                           "warehouse.sql there once"):
+                           "conversions, kafka_offsets, .* and this user may not create them: "
+                           "run warehouse.sql there once"):
             Warehouse(as_loader)
         Warehouse(restricted).close()  # the owner creates them
         with psycopg.connect(restricted, autocommit=True) as owner:
