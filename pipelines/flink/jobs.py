@@ -103,7 +103,7 @@ ATTRIBUTION = StreamingJob(
     flow="{topics.spans} -> {topics.credits} (dead letters: {topics.dead_letter}, late: "
          "{topics.late})",
     uids=("source-otlp-spans", "source-otlp-spans-groups", "decode-otlp",
-          "source-order-changes", "decode-order-changes",
+          "source-order-changes", "source-order-changes-groups", "decode-order-changes",
           "dedup-orders-by-order-id", "attribute-journeys-by-bucket",
           "fit-data-driven-models-by-period", "credit-data-driven-models-by-bucket",
           "count-late", "count-duplicate-orders",

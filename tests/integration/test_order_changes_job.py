@@ -1,10 +1,11 @@
 """Orders from the orders table's change stream through the Flink jobs, on 4 partitions of
-spans and 4 of changes, unkeyed, at parallelism 2: Debezium change events (op c, u, d) as
-a PostgreSQL connector writes them. An order placed in the table alone is credited as one
-from a span; an order on both paths counts once (no duplicate dead letter), with the
-table's revenue; a changed amount, a refund and a delete write the order's conversion and
-every model's credits again with the revenue it has now; the experiments job's and the
-ROI job's revenue follow, and `seedance verify`'s ties hold in the warehouse."""
+spans and 4 of changes, unkeyed, at parallelism 2, a busy loop per core beside the job:
+Debezium change events (op c, u, d) as a PostgreSQL connector writes them. An order placed
+in the table alone is credited as one from a span; an order on both paths counts once (no
+duplicate dead letter), with the table's revenue; a changed amount, a refund and a delete
+write the order's conversion and every model's credits again with the revenue it has now;
+the experiments job's and the ROI job's revenue follow, and `seedance verify`'s ties hold in
+the warehouse."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pipelines.store.verify import internal_ties
 from pipelines.store.warehouse import Warehouse
 from tests.job_io import conversion_rows, credit_rows, messages
 from tests.reference import reference_credits
+from tests.roi_inputs import cpu_hog
 from tests.spans import encoded, plain, stamp_of
 from udfs.reconcile.conservation import OK
 
@@ -106,7 +108,8 @@ def test_refunds_and_changed_amounts_correct_credits_conversions_and_roi(
               .replace("flink", parallelism=2)
               .replace("attribution", models=MODELS)
               .replace("order_changes", topic=changes, mapping=str(mapping)))
-    run_job(config, kafka, env=flink.environment(config))
+    with cpu_hog():  # a busy loop per core beside the job
+        run_job(config, kafka, env=flink.environment(config))
 
     revenue = {order: amount / 100 for order, amount in net.items()}
     expected = {(c.model, c.order_id, c.touch_index, c.channel): c.credit * revenue[c.order_id]

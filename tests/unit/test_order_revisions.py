@@ -9,6 +9,7 @@ whether it comes before or after the order was credited."""
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import orjson
@@ -21,7 +22,7 @@ from pipelines.flink.attribution.support import ACCOUNTING, DEAD_LETTERS, ORDERS
 from pipelines.sources.generator import Plan, emit, plan_events
 from pipelines.sources.kafka_exporter import CollectingProducer, KafkaSpanExporter
 from schemas.records import Conversion, Touchpoint
-from tests.flink_fakes import FakeContext
+from tests.flink_fakes import FakeContext, Timers
 from tests.operator_job import (
     BUCKETS,
     DATA_DRIVEN,
@@ -35,7 +36,16 @@ from tests.spans import stamped
 from udfs.attribution import per_conversion_credit_rows
 from udfs.journeys import closed_journeys_of
 from udfs.journeys.rules import ConvertedJourney, JourneyConfig
-from udfs.orders import packed_credits, revised_credits, unpacked_credits
+from udfs.orders import (
+    A_REVISION,
+    AN_ORDER,
+    OLD_ROW,
+    TOO_OLD,
+    packed_credits,
+    revised_credits,
+    route,
+    unpacked_credits,
+)
 from udfs.periods import DAY_MS
 
 MAPPING = """\
@@ -185,3 +195,42 @@ def test_an_orders_rows_are_kept_packed_and_come_back_with_any_revenue() -> None
     packed = packed_credits(rows)
     for revenue in (80.0, 20.0, 0.0):
         assert unpacked_credits(packed, revenue) == revised_credits(rows, revenue)
+
+
+def test_a_group_of_changes_crosses_as_one_record_per_bucket(plan: Plan) -> None:
+    """The source groups change records for one call: a group sends one batch of orders
+    and one of revisions per user bucket, one list of copies per order bucket and one
+    accounting record, and what they carry is what the records say one at a time."""
+    from pipelines.codec.frame import group_frames
+    from pipelines.flink.attribution.support import REVISED
+
+    orders = converted(plan)[:40]
+    decoder = DecodeOrderChanges((MAPPING, "orders.yaml"), "t", BUCKETS, DAY_MS, WINDOW_MS)
+    decoder.open(None)
+    placed = [frame(change("c", o, o.revenue), 0, i, o.ts_ns // 1_000_000 + 1000,
+                    o.ts_ns // 1_000_000) for i, o in enumerate(orders)]
+    refunds = [frame(change("u", o, o.revenue, "refunded", (o.revenue, "paid")), 1, i,
+                     o.ts_ns // 1_000_000 + DAY_MS * 3, 0) for i, o in enumerate(orders)]
+    group = list(decoder.process_element(group_frames(placed + refunds),
+                                         FakeContext(Timers())))
+    batches = [out for out in group if isinstance(out[0], int) and out[1] != REVISED]
+    revised = [out for out in group if isinstance(out[0], int) and out[1] == REVISED]
+    copies = [out[1] for out in group if out[0] is ORDERS]
+    (counts,) = [out[1] for out in group if out[0] is ACCOUNTING]
+    assert len(batches) == len(revised) == BUCKETS  # not one per record
+    assert len(copies) <= BUCKETS
+    assert sorted(r[0] for _, _, payload in revised for r in pickle.loads(payload)) == \
+        sorted(o.order_id for o in orders)
+    assert sorted(row[2] for _, _, rows in copies for row in rows) == \
+        sorted(o.order_id for o in orders)
+    assert counts[:3] == (80, 80, 80)  # messages, records in, used
+
+
+@pytest.mark.parametrize("kind,late_by,way", [
+    ("order", 1_000, AN_ORDER), ("order", 2 * DAY_MS, A_REVISION),
+    ("order", 41 * DAY_MS, OLD_ROW), ("refund", 1_000, A_REVISION),
+    ("refund", 39 * DAY_MS, A_REVISION), ("delete", 41 * DAY_MS, TOO_OLD),
+])
+def test_a_change_is_routed_by_when_it_arrived(kind, late_by, way) -> None:
+    assert route(kind, 10**12, 10**12 + late_by, DAY_MS, WINDOW_MS) == way
+    assert route(kind, 10**12, 0, DAY_MS, WINDOW_MS) in (AN_ORDER, A_REVISION)  # unknown

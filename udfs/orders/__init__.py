@@ -21,25 +21,34 @@ from udfs.orders.mapping import (
     parse_order_mapping,
 )
 from udfs.orders.revisions import (
+    A_REVISION,
+    AN_ORDER,
     CONVERSION_REVENUE,
+    OLD_ROW,
+    TOO_OLD,
     OrderRevision,
     credits_by_order,
     order_revenue,
     packed_credits,
     revised_conversion,
     revised_credits,
+    route,
     supersedes,
     unpacked_credits,
 )
 
 __all__ = [
+    "AN_ORDER",
+    "A_REVISION",
     "CONVERSION_REVENUE",
     "CORRECTED",
     "DELETED",
     "IGNORED",
     "KINDS",
+    "OLD_ROW",
     "PLACED",
     "REFUNDED",
+    "TOO_OLD",
     "OrderChange",
     "OrderChangeError",
     "OrderMapping",
@@ -53,6 +62,7 @@ __all__ = [
     "parse_order_mapping",
     "revised_conversion",
     "revised_credits",
+    "route",
     "supersedes",
     "unpacked_credits",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from schemas import rows
+from udfs.orders.changes import PLACED
 
 CREDIT_SHARE = rows.CREDIT.names.index("credit")
 CREDIT_REVENUE = rows.CREDIT.names.index("revenue")
@@ -92,3 +93,25 @@ def unpacked_credits(packed: PackedCredits, revenue: float) -> list[tuple[Any, .
     return [(model, order_id, user_id, conversion_ts, index, *touches[index], share,
              share * revenue, currency, stage)
             for model, shares in models for index, share in shares]
+
+
+# What becomes of a change event in a stream (`route`)
+AN_ORDER = "order"  # a new order: to its journey, and the duplicate check
+A_REVISION = "revision"  # the order's revenue now: to what was reported of it
+TOO_OLD = "too_old"  # a change beyond the window: its rows are no longer kept
+OLD_ROW = "old_row"  # a row of an order beyond the window (a snapshot): nothing to do
+
+
+def route(kind: str, placed_ms: int, arrival_ms: int, correction_ms: int,
+          window_ms: int) -> str:
+    """What a stream does with a change of `kind` (changes.py: not IGNORED) to an order
+    placed at `placed_ms` that arrived at `arrival_ms` (0: unknown): an order placed that
+    arrived within the correction horizon is an order like one from a span; any other
+    change, and an old order's row, revises what was reported of it, unless it comes more
+    than the window after the order."""
+    late_by = arrival_ms - placed_ms if arrival_ms else 0
+    if kind == PLACED and (correction_ms <= 0 or late_by <= correction_ms):
+        return AN_ORDER
+    if late_by > window_ms:
+        return OLD_ROW if kind == PLACED else TOO_OLD
+    return A_REVISION

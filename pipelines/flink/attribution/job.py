@@ -91,6 +91,8 @@ def build_pipeline(env: StreamExecutionEnvironment, config: StreamingJobConfig,
                                                signal="ARRIVAL"),
                              otlp_event_time(config, bootstrap, topic), "order-changes",
                              "source-order-changes")
+        changes = grouped(changes, config, "order-changes-groups",
+                          "source-order-changes-groups")
     write(transform(raw, config, changes), config, bootstrap)
 
 
