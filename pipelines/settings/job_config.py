@@ -329,27 +329,34 @@ def load_config(path: Path | None = None) -> StreamingJobConfig:
             StreamingJobConfig, with_overrides(data, ENV_OVERRIDES), "", _COMPLETE)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
+    # files the config names, relative to its folder: checked now (a mistake names the
+    # config, the file, its line and field) and named absolutely, as the job reads them
+    # where it is built
     rules = config.journey.channel_rules
-    if rules:  # checked now, and named absolutely: the job reads it when it is built
-        where = Path(rules) if Path(rules).is_absolute() else Path(source).parent / rules
+    if rules:
+        where = _beside(source, rules)
         try:
             load_channel_rules(where)
         except ChannelRulesError as error:
             raise ConfigError(f"{source}: journey.channel_rules: {error}") from None
-        config = config.replace("journey", channel_rules=str(where.resolve()))
-    mapping = config.order_changes.mapping
-    if mapping:  # checked now, and named absolutely, as the channel rules
-        where = Path(mapping) if Path(mapping).is_absolute() else Path(source).parent / mapping
+        config = config.replace("journey", channel_rules=str(where))
+    if config.order_changes.mapping:
+        where = _beside(source, config.order_changes.mapping)
         try:
             load_order_mapping(where)
         except OrderMappingError as error:
             raise ConfigError(f"{source}: order_changes.mapping: {error}") from None
-        config = config.replace("order_changes", mapping=str(where.resolve()))
-    studies = config.incrementality.studies
-    if studies and not Path(studies).is_absolute():  # named absolutely, as the mapping
-        config = config.replace("incrementality",
-                                studies=str((Path(source).parent / studies).resolve()))
+        config = config.replace("order_changes", mapping=str(where))
+    if config.incrementality.studies:  # read (and checked) by `seedance incrementality`
+        config = config.replace("incrementality", studies=str(
+            _beside(source, config.incrementality.studies)))
     return config
+
+
+def _beside(config_file: Path, named: str) -> Path:
+    """A file a config names: as it is when absolute, else in the config file's folder."""
+    path = Path(named)
+    return (path if path.is_absolute() else Path(config_file).parent / path).resolve()
 
 
 def order_mapping_text(config: StreamingJobConfig) -> tuple[str, str]:

@@ -39,35 +39,52 @@ DEMO_HOLDOUTS = (HoldoutPlan("display", 0.1, 0.45), HoldoutPlan("paid_social", 0
                  HoldoutPlan("paid_search", 0.1, 0.06), HoldoutPlan("affiliate", 0.1, 0.2))
 
 
-def with_holdout(events: list[PlannedEvent], holdout: HoldoutPlan,
-                 seed: int) -> list[PlannedEvent]:
-    """The events with the holdout applied (see the module's docstring). Drawn from a
-    generator of its own, so the rest of the plan does not change."""
+@dataclass(frozen=True)
+class _Audience:
+    """A holdout's draw: each user of the channel's audience with their first touch of it,
+    whether they are held out and whether the channel made their sale."""
+
+    reached: dict[str, int]
+    held: dict[str, bool]
+    caused: dict[str, bool]
+
+
+def _audience(events: list[PlannedEvent], holdout: HoldoutPlan, seed: int) -> _Audience:
+    """Drawn from a generator of the holdout's own, so the rest of the plan does not
+    change; the same draw for the holdout and its truth."""
     rng = random.Random(seed ^ zlib.crc32(holdout.channel.encode()))
-    first: dict[str, int] = {}
+    reached: dict[str, int] = {}
     for event in events:
         if event.kind == "touchpoint" and event.channel == holdout.channel and \
-                event.ts_ns < first.get(event.user_id, 2**63):
-            first[event.user_id] = event.ts_ns
-    held: dict[str, bool] = {}
-    caused: dict[str, bool] = {}
-    for user in sorted(first):
+                event.ts_ns < reached.get(event.user_id, 2**63):
+            reached[event.user_id] = event.ts_ns
+    held, caused = {}, {}
+    for user in sorted(reached):
         held[user] = rng.random() < holdout.held_out
         caused[user] = rng.random() < holdout.lift
+    return _Audience(reached, held, caused)
+
+
+def with_holdout(events: list[PlannedEvent], holdout: HoldoutPlan,
+                 seed: int) -> list[PlannedEvent]:
+    """The events with the holdout applied (see the module's docstring)."""
+    audience = _audience(events, holdout, seed)
     out = []
     for event in events:
-        reached = first.get(event.user_id)
-        if reached is not None and held[event.user_id]:
+        reached = audience.reached.get(event.user_id)
+        if reached is not None and audience.held[event.user_id]:
             if event.kind == "touchpoint" and event.channel == holdout.channel:
                 continue  # kept from the channel
-            if event.kind in ORDERS and caused[event.user_id] and event.ts_ns >= reached:
+            if event.kind in ORDERS and audience.caused[event.user_id] and \
+                    event.ts_ns >= reached:
                 continue  # the sale the channel would have made
         out.append(event)
     flag = HOLDOUT_PREFIX + holdout.channel
     # exposed (and emitted) a millisecond before the touch that reaches the user
     out += [PlannedEvent("exposure", user, at - 1_000_000, flag_key=flag,
-                         variant=HELD_OUT if held[user] else EXPOSED,
-                         emit_rank=at - 1_000_000) for user, at in sorted(first.items())]
+                         variant=HELD_OUT if audience.held[user] else EXPOSED,
+                         emit_rank=at - 1_000_000)
+            for user, at in sorted(audience.reached.items())]
     return out
 
 
@@ -93,17 +110,9 @@ def holdout_truths(plan: Plan, holdouts: tuple[HoldoutPlan, ...], seed: int
 def true_incremental(events: list[PlannedEvent], holdout: HoldoutPlan,
                      seed: int) -> float:
     """The orders the channel caused in its exposed users, in events planned before the
-    holdout (for tests: what the holdout should measure)."""
-    rng = random.Random(seed ^ zlib.crc32(holdout.channel.encode()))
-    first: dict[str, int] = {}
-    for event in events:
-        if event.kind == "touchpoint" and event.channel == holdout.channel and \
-                event.ts_ns < first.get(event.user_id, 2**63):
-            first[event.user_id] = event.ts_ns
-    counted = 0.0
-    for user in sorted(first):
-        held, caused = rng.random() < holdout.held_out, rng.random() < holdout.lift
-        if not held and caused:
-            counted += sum(1 for e in events if e.user_id == user and e.kind == "conversion"
-                           and e.ts_ns >= first[user])
-    return counted
+    holdout (what the holdout should measure): theirs after their first touch of it."""
+    audience = _audience(events, holdout, seed)
+    return float(sum(
+        1 for e in events if e.kind == "conversion" and e.user_id in audience.reached
+        and not audience.held[e.user_id] and audience.caused[e.user_id]
+        and e.ts_ns >= audience.reached[e.user_id]))

@@ -6,13 +6,12 @@ run, in one transaction."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
 
-from pipelines.store.sinks import TableSink
+from pipelines.store.sinks import TableSink, plain_rows
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
 from udfs.incrementality import Measure, calibrated_roi, factors_frame, holdout_measures
@@ -143,21 +142,10 @@ def store(warehouse: Warehouse, measures: list[Measure], level: float, factors: 
                 tests.append((m.test_id, metric, m.channel, m.source, m.start_day, m.end_day,
                               m.exposed_users, m.held_out_users, *figure, level,
                               savings.get(m.test_id), computed_at))
-    factor_rows = [tuple(_plain(row[name]) for name in rows.CALIBRATION_FACTOR.names)
-                   for _, row in factors.iterrows()]
-    roi_rows = [tuple(_plain(row[name]) for name in rows.ROI_CALIBRATED.names)
-                for _, row in calibrated.assign(first_day=first, last_day=last,
-                                                currency=currency).iterrows()]
+    factor_rows = plain_rows(rows.CALIBRATION_FACTOR, factors)
+    roi_rows = plain_rows(rows.ROI_CALIBRATED, calibrated.assign(
+        first_day=first, last_day=last, currency=currency))
     with warehouse.transaction():
         for row, values in ((rows.LIFT_TEST, tests), (rows.CALIBRATION_FACTOR, factor_rows),
                             (rows.ROI_CALIBRATED, roi_rows)):
             TableSink(warehouse, row).replace_all(values)
-
-
-def _plain(value: object) -> object:
-    """A cell as SQL takes it: numpy scalars as Python ones, NaN as NULL."""
-    if hasattr(value, "item"):
-        value = value.item()  # type: ignore[union-attr]
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value

@@ -8,15 +8,11 @@ numbers (days since the epoch).
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import pandas as pd
 
-from pipelines.store.sinks import CustomerLtvSink, TableSink
+from pipelines.store.sinks import CustomerLtvSink, TableSink, plain_rows
 from pipelines.store.warehouse import Warehouse
 from schemas import rows
-from schemas.rows import Row
 from udfs.ltv import COST_COLUMNS, CREDIT_COLUMNS, SPEND_COLUMNS
 from udfs.periods import DAY_MS, day_start_ms
 from udfs.ratios import NO_AD_SPEND, compute_only
@@ -50,26 +46,6 @@ def spend_frame(warehouse: Warehouse) -> pd.DataFrame:
                             "GROUP BY day, campaign ORDER BY day, campaign")
     return pd.DataFrame([(day_start_ms(str(day)) // DAY_MS, campaign, float(amount))
                          for day, campaign, amount in found], columns=list(SPEND_COLUMNS))
-
-
-def plain_rows(row: Row, frame: pd.DataFrame) -> list[tuple[object, ...]]:
-    """The frame's rows in `row`'s column order as plain Python values (numpy numbers to
-    int and float, NaN and missing values to None)."""
-    columns = [(frame[c.name].tolist(), c.type) for c in row.columns]
-    return [tuple(_plain(values[i], kind) for values, kind in columns)
-            for i in range(len(frame))]
-
-
-def _plain(value: Any, kind: str) -> object:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if kind == "double":
-        return float(value)
-    if kind == "bigint":
-        return int(value)
-    if kind == "boolean":
-        return bool(value)
-    return str(value)
 
 
 def write_customer_ltv(warehouse: Warehouse, frame: pd.DataFrame) -> int:

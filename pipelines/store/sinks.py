@@ -12,8 +12,11 @@ Kafka offsets, so rows and offsets commit together.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
+
+import pandas as pd
 
 from pipelines.codec import credit_messages, gpu_cost_messages, roi_messages, table_messages
 from pipelines.sources.ad_spend import SpendError
@@ -43,6 +46,27 @@ def credit_row(data: dict[str, Any]) -> tuple[object, ...]:
 def last_per_key(rows: Rows, keys: int) -> Rows:
     """One row per key, the last one (a batch may hold a key twice; one statement can't)."""
     return list({row[:keys]: row for row in rows}.values())
+
+
+def plain_rows(row: Row, frame: pd.DataFrame) -> list[tuple[object, ...]]:
+    """The frame's rows in `row`'s column order as plain Python values (numpy numbers to
+    int and float, NaN and missing values to None)."""
+    columns = [(frame[c.name].tolist(), c.type) for c in row.columns]
+    return [tuple(_plain(values[i], kind) for values, kind in columns)
+            for i in range(len(frame))]
+
+
+def _plain(value: Any, kind: str) -> object:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if kind == "double":
+        return float(value)
+    if kind == "bigint":
+        return int(value)
+    if kind == "boolean":
+        return bool(value)
+    return str(value)
+
 
 
 class TableSink:
